@@ -1,0 +1,364 @@
+//! Per-instance certificates: the classical real-arithmetic check (unsound for floating-point
+//! execution, shown as the ceiling) and the paper's Standard floating-point certificate
+//! (Theorem "Floating-point robustness certificate").
+//!
+//! Everything that depends only on the model is precomputed once in [`ModelBounds`]; the
+//! per-instance work is a handful of upward-rounded scalar steps per layer and per class pair.
+
+pub mod quantities;
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::format::Format;
+use crate::model::DenseNet;
+use crate::norms::LayerNorms;
+use crate::sound::{add_up, l2_norm_up, mul_up, sqrt_up, sub_down};
+use quantities::{a_dot, a_dot_fwd, deviation_step, final_pair_bounds, gamma_n, kappa, overflow_free, radius_step};
+
+/// A certification mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Classical real-arithmetic check `m_hat > L eps`: the ceiling; **unsound** for
+    /// floating-point execution.
+    Real,
+    /// The paper's Standard certificate (deployment-time, worst-case radii).
+    Standard,
+}
+
+impl Mode {
+    /// Name used in policies, flags and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Real => "real",
+            Mode::Standard => "standard",
+        }
+    }
+
+    /// Whether the mode is sound for floating-point execution.
+    pub fn is_sound(self) -> bool {
+        !matches!(self, Mode::Real)
+    }
+
+    /// Parse a mode name.
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "real" => Some(Mode::Real),
+            "standard" => Some(Mode::Standard),
+            _ => None,
+        }
+    }
+}
+
+/// The names accepted for modes.
+pub const MODE_NAMES: &str = "standard, real";
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why an instance was not certified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// The margin does not exceed the required bound.
+    Margin,
+    /// Overflow could not be excluded at this (1-based) layer.
+    Overflow(usize),
+    /// The centre logits are not finite.
+    NonFiniteLogits,
+    /// A model-level reason applies to every instance (vacuous layer, norm failure).
+    Model,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Margin => f.write_str("margin too small"),
+            Refusal::Overflow(l) => write!(f, "overflow not excluded at layer {l}"),
+            Refusal::NonFiniteLogits => f.write_str("non-finite logits"),
+            Refusal::Model => f.write_str("model cannot be certified"),
+        }
+    }
+}
+
+/// Outcome of one mode at one instance.
+pub type Verdict = Result<(), Refusal>;
+
+/// Model-level constants of one hidden or output layer.
+#[derive(Clone, Debug)]
+pub struct LayerBounds {
+    /// `||W_l||` (upper bound).
+    pub spectral: f64,
+    /// `alpha_l = ||W_l|| + kappa_{n_l} |||W_l|||` (sec. 5).
+    pub alpha: f64,
+    /// `kappa_{n_l} |||W_l|||`, the coefficient of `r` in `beta_l(r)`.
+    pub kappa_abs: f64,
+    /// `u ||b_l|| + (1+u) a_dot(n_l) sqrt(m_l)` (+ `lambda sqrt(m_l)` under FTZ).
+    pub beta_const: f64,
+    /// `||b_l||_2` (upper bound).
+    pub bias_l2: f64,
+    /// `max_i ||w_{l,i}||_2` (upper bound).
+    pub row_l2_max: f64,
+    /// `max_i ||w_{l,i}||_inf` (exact).
+    pub row_inf_max: f64,
+    /// `1 + gamma_{n_l}` (upper bound).
+    pub one_plus_gamma: f64,
+    /// `a_dot_fwd(n_l)` (upper bound).
+    pub a_dot_fwd: f64,
+    /// `||b_l||_inf` (exact).
+    pub bias_inf: f64,
+}
+
+/// Model-level constants of one ordered class pair `(i, j)` of the output layer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PairBounds {
+    /// `alpha^{ij} = ||W_{L,i} - W_{L,j}|| + kappa ||(|W_{L,i}| + |W_{L,j}|)||`.
+    pub alpha: f64,
+    /// `kappa ||(|W_{L,i}| + |W_{L,j}|)||`.
+    pub kappa_abs: f64,
+    /// `u (|b_{L,i}| + |b_{L,j}|) + 2 (1+u) a_dot(n_L)` (+ `2 lambda` under FTZ).
+    pub beta_const: f64,
+    /// Margin Lipschitz constant `L_{ij} = ||W_{L,i} - W_{L,j}|| prod_{l<L} ||W_l||`.
+    pub lip: f64,
+}
+
+/// Everything the per-instance certificates need that depends only on the model, the format
+/// and the norms.
+#[derive(Clone, Debug)]
+pub struct ModelBounds {
+    /// Deployment format.
+    pub format: Format,
+    /// Flush-to-zero constants in use.
+    pub ftz: bool,
+    /// One entry per layer (the last is the output layer).
+    pub layers: Vec<LayerBounds>,
+    /// `classes x classes` pair table, row-major by `(i, j)`.
+    pub pairs: Vec<PairBounds>,
+    /// Number of classes.
+    pub classes: usize,
+    /// Deviation base case `D_0`: 0, or `lambda sqrt(n_1)` under FTZ (Appendix).
+    pub d0: f64,
+    /// `F_max` of the format.
+    pub f_max: f64,
+    /// When set, no instance can be certified in a sound mode, and why.
+    pub vacuous: Option<String>,
+}
+
+impl ModelBounds {
+    /// Precompute the bounds of `net` (already converted to `format`) from its layer norms.
+    pub fn new(net: &DenseNet, norms: &[LayerNorms], format: Format, ftz: bool) -> Self {
+        let u = format.unit_roundoff();
+        // 1 + u is not representable in float64 (u = 2^-53): round it up
+        let one_plus_u = add_up(1.0, u);
+        let lambda = format.lambda();
+        let mut vacuous = None;
+        let mut layers = Vec::with_capacity(net.layers.len());
+        for (l, (layer, nrm)) in net.layers.iter().zip(norms).enumerate() {
+            let (n, m) = (layer.n() as u64, layer.m() as u64);
+            if (n as f64) * u >= 1.0 && vacuous.is_none() {
+                vacuous = Some(format!(
+                    "layer {}: n*u = {n} * 2^-{} = {:.3} >= 1 in {format}; the error bounds are vacuous",
+                    l + 1,
+                    format.precision(),
+                    n as f64 * u
+                ));
+            }
+            let k = kappa(format, n);
+            let kappa_abs = mul_up(k, nrm.abs_spectral);
+            let alpha = add_up(nrm.spectral, kappa_abs);
+            let bias_l2 = l2_norm_up(layer.b.iter().copied());
+            let sqrt_m = sqrt_up(m as f64);
+            let mut beta_const = add_up(
+                mul_up(u, bias_l2),
+                mul_up(mul_up(one_plus_u, a_dot(format, ftz, n)), sqrt_m),
+            );
+            if ftz {
+                beta_const = add_up(beta_const, mul_up(lambda, sqrt_m));
+            }
+            let row_l2_max = layer
+                .w
+                .rows()
+                .into_iter()
+                .map(|r| l2_norm_up(r.iter().copied()))
+                .fold(0.0, f64::max);
+            let row_inf_max = layer.w.iter().fold(0.0f64, |a, &x| a.max(x.abs()));
+            layers.push(LayerBounds {
+                spectral: nrm.spectral,
+                alpha,
+                kappa_abs,
+                beta_const,
+                bias_l2,
+                row_l2_max,
+                row_inf_max,
+                one_plus_gamma: add_up(1.0, gamma_n(format, n)),
+                a_dot_fwd: a_dot_fwd(format, ftz, n),
+                bias_inf: layer.b.iter().fold(0.0f64, |a, &x| a.max(x.abs())),
+            });
+        }
+        let last = &net.layers[net.layers.len() - 1];
+        let classes = last.m();
+        let n_last = last.n() as u64;
+        let k_last = kappa(format, n_last);
+        let mut pair_const = mul_up(2.0 * one_plus_u, a_dot(format, ftz, n_last));
+        if ftz {
+            pair_const = add_up(pair_const, 2.0 * lambda);
+        }
+        let prefix: f64 = norms[..norms.len() - 1]
+            .iter()
+            .fold(1.0, |p, nrm| mul_up(p, nrm.spectral));
+        let mut pairs = vec![PairBounds::default(); classes * classes];
+        for i in 0..classes {
+            for j in 0..classes {
+                if i == j {
+                    continue;
+                }
+                let (wi, wj) = (last.w.row(i), last.w.row(j));
+                // |w_i - w_j| and |w_i| + |w_j| rounded up entrywise
+                let diff = l2_norm_up(wi.iter().zip(wj.iter()).map(|(a, b)| (a - b).abs().next_up()));
+                let sum = l2_norm_up(wi.iter().zip(wj.iter()).map(|(a, b)| add_up(a.abs(), b.abs())));
+                let kappa_abs = mul_up(k_last, sum);
+                let bias = add_up(last.b[i].abs(), last.b[j].abs());
+                pairs[i * classes + j] = PairBounds {
+                    alpha: add_up(diff, kappa_abs),
+                    kappa_abs,
+                    beta_const: add_up(mul_up(u, bias), pair_const),
+                    lip: mul_up(diff, prefix),
+                };
+            }
+        }
+        let d0 = if ftz {
+            mul_up(lambda, sqrt_up(net.input_dim() as f64))
+        } else {
+            0.0
+        };
+        ModelBounds {
+            format,
+            ftz,
+            layers,
+            pairs,
+            classes,
+            d0,
+            f_max: format.f_max(),
+            vacuous,
+        }
+    }
+
+    /// Pair bounds for predicted class `i` and competitor `j`.
+    pub fn pair(&self, i: usize, j: usize) -> &PairBounds {
+        &self.pairs[i * self.classes + j]
+    }
+
+    /// The interleaved forward induction (sec. 4 "Interleaved forward induction" with the
+    /// deviation recursion of sec. 5) from input radius `r0`: checks overflow-freedom at every
+    /// layer `1..=L` and returns `(r_{L-1}, D_{L-1})`.
+    pub fn hidden_chain(&self, r0: f64) -> Result<(f64, f64), Refusal> {
+        let mut r = r0;
+        let mut d = self.d0;
+        let last = self.layers.len() - 1;
+        for (l, lb) in self.layers.iter().enumerate() {
+            if !overflow_free(
+                lb.row_l2_max,
+                lb.row_inf_max,
+                lb.one_plus_gamma,
+                lb.a_dot_fwd,
+                lb.bias_inf,
+                r,
+                d,
+                self.f_max,
+            ) {
+                return Err(Refusal::Overflow(l + 1));
+            }
+            if l == last {
+                break;
+            }
+            d = deviation_step(lb.alpha, d, lb.kappa_abs, r, lb.beta_const);
+            r = radius_step(lb.spectral, r, lb.bias_l2);
+        }
+        Ok((r, d))
+    }
+}
+
+/// Index of the largest logit (the first on ties), or `None` when a logit is not finite.
+pub fn predicted_class(logits: &[f64]) -> Option<usize> {
+    if logits.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let mut best = 0;
+    for (k, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = k;
+        }
+    }
+    Some(best)
+}
+
+/// Lower bound on the deployed margin `m_hat_{ij} = y_i - y_j` (logits are exact format values).
+#[inline]
+pub fn margin_lower(logits: &[f64], i: usize, j: usize) -> f64 {
+    sub_down(logits[i], logits[j])
+}
+
+/// Classical real-arithmetic certificate: `m_hat_{ij}(x) > L_{ij} eps` for every `j != i`.
+/// **Unsound** for floating-point execution (paper sec. 2.3): the ceiling and the baseline.
+pub fn real_certificate(mb: &ModelBounds, logits: &[f64], eps_up: f64) -> Verdict {
+    let i = predicted_class(logits).ok_or(Refusal::NonFiniteLogits)?;
+    for j in (0..mb.classes).filter(|&j| j != i) {
+        let rhs = mul_up(mb.pair(i, j).lip, eps_up);
+        if !(margin_lower(logits, i, j) > rhs) {
+            return Err(Refusal::Margin);
+        }
+    }
+    Ok(())
+}
+
+/// The Standard floating-point certificate (Theorem "Floating-point robustness certificate"):
+/// overflow excluded over the ball and, for every `j != i`,
+/// `m_hat_{ij}(x) - L_{ij} eps - (E_ctr + E_ball) > 0`, where `E_ctr` uses the radii and
+/// deviation from `r_0 = ||x||` and `E_ball` those from `r_0 = ||x|| + eps`.
+///
+/// `x_norm_up` is an upper bound on `||x||_2` of the (converted) input, `eps_up` an upper
+/// bound on the radius.
+pub fn standard_certificate(mb: &ModelBounds, logits: &[f64], x_norm_up: f64, eps_up: f64) -> Verdict {
+    if mb.vacuous.is_some() {
+        return Err(Refusal::Model);
+    }
+    let i = predicted_class(logits).ok_or(Refusal::NonFiniteLogits)?;
+    let (r_ball, d_ball) = mb.hidden_chain(add_up(x_norm_up, eps_up))?;
+    let (r_ctr, d_ctr) = mb.hidden_chain(x_norm_up)?;
+    for j in (0..mb.classes).filter(|&j| j != i) {
+        let p = mb.pair(i, j);
+        let e_ctr = final_pair_bounds(p.alpha, d_ctr, p.kappa_abs, r_ctr, p.beta_const);
+        let e_ball = final_pair_bounds(p.alpha, d_ball, p.kappa_abs, r_ball, p.beta_const);
+        let rhs = add_up(mul_up(p.lip, eps_up), add_up(e_ctr, e_ball));
+        if !(margin_lower(logits, i, j) > rhs) {
+            return Err(Refusal::Margin);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predicted_class_handles_ties_and_nan() {
+        assert_eq!(predicted_class(&[1.0, 3.0, 3.0]), Some(1));
+        assert_eq!(predicted_class(&[1.0, f64::NAN]), None);
+        assert_eq!(predicted_class(&[f64::INFINITY, 0.0]), None);
+    }
+
+    #[test]
+    fn mode_names_round_trip() {
+        for m in [Mode::Real, Mode::Standard] {
+            assert_eq!(Mode::parse(m.name()), Some(m));
+        }
+        assert!(!Mode::Real.is_sound());
+        assert!(Mode::Standard.is_sound());
+    }
+}

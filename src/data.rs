@@ -1,0 +1,268 @@
+//! Test data from `.npy` files: inputs (float16/32/64), labels (any integer dtype) and
+//! per-instance radii (float64). The reader dispatches on the header's dtype (ndarray-npy reads
+//! only the exact Rust type and no float16), handles either byte order and Fortran order, and
+//! names the file and the index of any value at fault.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use npyz::{NpyFile, Order, TypeChar};
+
+use crate::error::LipfpError;
+use crate::format::Format;
+use crate::model::DenseNet;
+
+/// A numeric array read from `.npy`, in C order.
+struct Array<T> {
+    shape: Vec<usize>,
+    data: Vec<T>,
+}
+
+fn open(path: &Path) -> Result<NpyFile<BufReader<File>>, LipfpError> {
+    let f = File::open(path).map_err(|e| LipfpError::Io {
+        path: path.to_path_buf(),
+        message: if e.kind() == std::io::ErrorKind::NotFound {
+            "file not found".into()
+        } else {
+            e.to_string()
+        },
+    })?;
+    NpyFile::new(BufReader::new(f)).map_err(|e| LipfpError::data(path, format!("not a valid .npy file: {e}")))
+}
+
+fn dtype_desc(npy: &NpyFile<BufReader<File>>) -> (Option<(TypeChar, u64)>, String) {
+    match npy.dtype() {
+        npyz::DType::Plain(ts) => (Some((ts.type_char(), ts.size_field())), ts.to_string()),
+        other => (None, format!("{other:?}")),
+    }
+}
+
+/// Reorder Fortran-order data to C order.
+fn fortran_to_c<T: Copy>(shape: &[usize], data: Vec<T>) -> Vec<T> {
+    if shape.len() < 2 {
+        return data;
+    }
+    let total = data.len();
+    let mut out = Vec::with_capacity(total);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..total {
+        // Fortran offset of the C-order multi-index
+        let mut off = 0usize;
+        let mut stride = 1usize;
+        for (k, &i) in idx.iter().enumerate() {
+            off += i * stride;
+            stride *= shape[k];
+        }
+        out.push(data[off]);
+        for k in (0..shape.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < shape[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    out
+}
+
+fn read_as<T: npyz::Deserialize, U>(
+    path: &Path,
+    npy: NpyFile<BufReader<File>>,
+    f: impl Fn(T) -> U,
+) -> Result<Array<U>, LipfpError>
+where
+    U: Copy,
+{
+    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    let order = npy.order();
+    let raw: Vec<T> = npy
+        .into_vec()
+        .map_err(|e| LipfpError::data(path, format!("could not read the array data: {e}")))?;
+    let data: Vec<U> = raw.into_iter().map(f).collect();
+    let data = if order == Order::Fortran {
+        fortran_to_c(&shape, data)
+    } else {
+        data
+    };
+    Ok(Array { shape, data })
+}
+
+/// Read a float16/float32/float64 array as exact `f64` values.
+fn read_floats(path: &Path) -> Result<Array<f64>, LipfpError> {
+    let npy = open(path)?;
+    let (kind, desc) = dtype_desc(&npy);
+    match kind {
+        Some((TypeChar::Float, 2)) => read_as(path, npy, |x: half::f16| x.to_f64()),
+        Some((TypeChar::Float, 4)) => read_as(path, npy, |x: f32| x as f64),
+        Some((TypeChar::Float, 8)) => read_as(path, npy, |x: f64| x),
+        _ => Err(LipfpError::data(
+            path,
+            format!("dtype {desc} is not supported; inputs must be float16, float32 or float64"),
+        )),
+    }
+}
+
+/// Read an integer array of any width and signedness as `i128` (lossless).
+fn read_ints(path: &Path) -> Result<Array<i128>, LipfpError> {
+    let npy = open(path)?;
+    let (kind, desc) = dtype_desc(&npy);
+    match kind {
+        Some((TypeChar::Int, 1)) => read_as(path, npy, |x: i8| x as i128),
+        Some((TypeChar::Int, 2)) => read_as(path, npy, |x: i16| x as i128),
+        Some((TypeChar::Int, 4)) => read_as(path, npy, |x: i32| x as i128),
+        Some((TypeChar::Int, 8)) => read_as(path, npy, |x: i64| x as i128),
+        Some((TypeChar::Uint, 1)) => read_as(path, npy, |x: u8| x as i128),
+        Some((TypeChar::Uint, 2)) => read_as(path, npy, |x: u16| x as i128),
+        Some((TypeChar::Uint, 4)) => read_as(path, npy, |x: u32| x as i128),
+        Some((TypeChar::Uint, 8)) => read_as(path, npy, |x: u64| x as i128),
+        _ => Err(LipfpError::data(
+            path,
+            format!("dtype {desc} is not supported; labels must have an integer dtype"),
+        )),
+    }
+}
+
+/// Test inputs converted to the deployment format, row-major `[n, dim]`.
+#[derive(Clone, Debug)]
+pub struct Inputs {
+    /// The `.npy` file.
+    pub path: PathBuf,
+    /// Number of examples.
+    pub n: usize,
+    /// Features per example (`n_1`).
+    pub dim: usize,
+    /// Converted values (exact format values stored as `f64`).
+    pub values: Vec<f64>,
+    /// How many values the conversion to the deployment format changed.
+    pub converted_changed: usize,
+    /// dtype of the file, e.g. `<f4`.
+    pub dtype: String,
+}
+
+impl Inputs {
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.values[i * self.dim..(i + 1) * self.dim]
+    }
+}
+
+/// Read inputs whose per-example shape must match the model's input, convert them to
+/// `format`, and reject non-finite values (before or after conversion) naming the index.
+pub fn load_inputs(path: &Path, net: &DenseNet, format: Format) -> Result<Inputs, LipfpError> {
+    let dtype = {
+        let npy = open(path)?;
+        dtype_desc(&npy).1
+    };
+    let arr = read_floats(path)?;
+    if arr.shape.is_empty() {
+        return Err(LipfpError::data(path, "inputs must be an array [N, ...], found a scalar"));
+    }
+    let per_example = &arr.shape[1..];
+    if per_example != net.input_shape.as_slice() {
+        return Err(LipfpError::data(
+            path,
+            format!(
+                "per-example shape {:?} does not match the model input `{}` {:?} (array shape {:?})",
+                per_example, net.input_name, net.input_shape, arr.shape
+            ),
+        ));
+    }
+    let n = arr.shape[0];
+    let dim = net.input_dim();
+    let mut changed = 0usize;
+    let mut values = arr.data;
+    for (k, v) in values.iter_mut().enumerate() {
+        if !v.is_finite() {
+            return Err(LipfpError::data(
+                path,
+                format!("input {} (flat feature {}) is not finite ({v})", k / dim, k % dim),
+            ));
+        }
+        let c = format.round(*v);
+        if !c.is_finite() {
+            return Err(LipfpError::data(
+                path,
+                format!("input {} (flat feature {}) = {v:e} overflows {format}", k / dim, k % dim),
+            ));
+        }
+        if c != *v {
+            changed += 1;
+            *v = c;
+        }
+    }
+    Ok(Inputs {
+        path: path.to_path_buf(),
+        n,
+        dim,
+        values,
+        converted_changed: changed,
+        dtype,
+    })
+}
+
+/// Read labels `[n]` of any integer dtype, each in `0..classes`.
+pub fn load_labels(path: &Path, n: usize, classes: usize) -> Result<Vec<usize>, LipfpError> {
+    let arr = read_ints(path)?;
+    let flat_ok = arr.shape.len() == 1 || (arr.shape.len() == 2 && arr.shape[1] == 1);
+    if !flat_ok || arr.shape[0] != n {
+        return Err(LipfpError::data(
+            path,
+            format!("labels must have shape [{n}] to match the inputs, found {:?}", arr.shape),
+        ));
+    }
+    arr.data
+        .iter()
+        .enumerate()
+        .map(|(i, &y)| {
+            if y >= 0 && (y as u128) < classes as u128 {
+                Ok(y as usize)
+            } else {
+                Err(LipfpError::data(
+                    path,
+                    format!("label {y} at index {i} is out of range for {classes} classes"),
+                ))
+            }
+        })
+        .collect()
+}
+
+/// Read per-instance radii: float64 (or float32/float16) `[n]`, finite and nonnegative.
+pub fn load_epsilons(path: &Path, n: usize) -> Result<Vec<f64>, LipfpError> {
+    let arr = read_floats(path)?;
+    if arr.shape.len() != 1 || arr.shape[0] != n {
+        return Err(LipfpError::data(
+            path,
+            format!("radii must have shape [{n}] to match the inputs, found {:?}", arr.shape),
+        ));
+    }
+    for (i, &e) in arr.data.iter().enumerate() {
+        if !(e.is_finite() && e >= 0.0) {
+            return Err(LipfpError::data(path, format!("radius at index {i} is {e}; radii must be finite and >= 0")));
+        }
+    }
+    Ok(arr.data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fortran_reorder_matches_c_order() {
+        // a 2x3 matrix [[0,1,2],[3,4,5]] stored column-major is 0,3,1,4,2,5
+        let f = vec![0, 3, 1, 4, 2, 5];
+        assert_eq!(fortran_to_c(&[2, 3], f), vec![0, 1, 2, 3, 4, 5]);
+        // 3-D: shape [2,2,2], C index (i,j,k) -> value 4i+2j+k
+        let shape = [2usize, 2, 2];
+        let mut fdata = vec![0; 8];
+        for i in 0..2 {
+            for j in 0..2 {
+                for k in 0..2 {
+                    fdata[i + 2 * j + 4 * k] = 4 * i + 2 * j + k;
+                }
+            }
+        }
+        assert_eq!(fortran_to_c(&shape, fdata), (0..8).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,168 @@
+//! Forward passes of the converted network in the deployment format, batched.
+//!
+//! The centre logits must come from an execution that conforms to the standard model of the
+//! declared format (DESIGN.md rule 2; paper sec. 3.2): each layer computes
+//! `fl(fl(W z) + b)` then the activation.
+//!
+//! * float32 and float64 use a native GEMM (ndarray/matrixmultiply): every output entry is a dot
+//!   product summed in some order, possibly with FMA, each operation correctly rounded; Rust
+//!   never flushes subnormals by default. The bias is added with one native addition.
+//! * float16 and bfloat16 are emulated per operation: each product and each addition is computed
+//!   in float32 and rounded to the format. The float32 product of two p-bit numbers is exact
+//!   (2p <= 24) and float32 addition followed by rounding to p bits is correctly rounded because
+//!   24 >= 2p + 2 (p = 11, 8); see [`Format::round_f32`].
+
+use ndarray::{Array2, ArrayView2, Axis};
+use rayon::prelude::*;
+
+use crate::format::Format;
+use crate::model::{Activation, DenseNet};
+
+/// Rows per parallel work item.
+pub const CHUNK_ROWS: usize = 256;
+
+enum LayerWeights {
+    F64 { wt: Array2<f64>, b: Vec<f64> },
+    F32 { wt: Array2<f32>, b: Vec<f32> },
+    /// Row-major `[m, n]` weights for per-operation emulation.
+    Emulated { w: Vec<f32>, b: Vec<f32>, m: usize, n: usize },
+}
+
+struct ExecLayer {
+    weights: LayerWeights,
+    relu: bool,
+}
+
+/// A network prepared for batched execution in its deployment format.
+pub struct Executor {
+    format: Format,
+    layers: Vec<ExecLayer>,
+    classes: usize,
+}
+
+impl Executor {
+    /// Prepare `net` for execution in `net.format`.
+    pub fn new(net: &DenseNet) -> Self {
+        Self::with_format(net, net.format)
+    }
+
+    /// Prepare `net` for execution in `format` (its weights must already be values of `format`
+    /// or of a narrower format).
+    pub fn with_format(net: &DenseNet, format: Format) -> Self {
+        let layers = net
+            .layers
+            .iter()
+            .map(|l| {
+                let weights = match format {
+                    Format::Float64 => LayerWeights::F64 {
+                        wt: l.w.t().to_owned(),
+                        b: l.b.clone(),
+                    },
+                    Format::Float32 => LayerWeights::F32 {
+                        wt: l.w.t().mapv(|x| x as f32),
+                        b: l.b.iter().map(|&x| x as f32).collect(),
+                    },
+                    Format::Float16 | Format::Bfloat16 => LayerWeights::Emulated {
+                        w: l.w.iter().map(|&x| x as f32).collect(),
+                        b: l.b.iter().map(|&x| x as f32).collect(),
+                        m: l.m(),
+                        n: l.n(),
+                    },
+                };
+                ExecLayer {
+                    weights,
+                    relu: l.act == Activation::Relu,
+                }
+            })
+            .collect();
+        Executor {
+            format,
+            layers,
+            classes: net.classes(),
+        }
+    }
+
+    /// Logits `[rows, classes]` of a block of input rows `[rows, n_1]` (values of the format).
+    pub fn logits_block(&self, x: ArrayView2<f64>) -> Array2<f64> {
+        match self.format {
+            Format::Float64 => {
+                let mut z = x.to_owned();
+                for l in &self.layers {
+                    let LayerWeights::F64 { wt, b } = &l.weights else { unreachable!() };
+                    z = z.dot(wt);
+                    finish_layer(&mut z, b, l.relu);
+                }
+                z
+            }
+            Format::Float32 => {
+                let mut z = x.mapv(|v| v as f32);
+                for l in &self.layers {
+                    let LayerWeights::F32 { wt, b } = &l.weights else { unreachable!() };
+                    z = z.dot(wt);
+                    finish_layer(&mut z, b, l.relu);
+                }
+                z.mapv(|v| v as f64)
+            }
+            Format::Float16 | Format::Bfloat16 => {
+                let f = self.format;
+                let mut out = Array2::zeros((x.nrows(), self.classes));
+                for (r, row) in x.axis_iter(Axis(0)).enumerate() {
+                    let mut z: Vec<f32> = row.iter().map(|&v| v as f32).collect();
+                    for l in &self.layers {
+                        let LayerWeights::Emulated { w, b, m, n } = &l.weights else { unreachable!() };
+                        let mut next = Vec::with_capacity(*m);
+                        for i in 0..*m {
+                            let wr = &w[i * n..(i + 1) * n];
+                            let mut acc = 0.0f32;
+                            for (wj, zj) in wr.iter().zip(&z) {
+                                acc = f.round_f32(acc + f.round_f32(wj * zj));
+                            }
+                            let mut a = f.round_f32(acc + b[i]);
+                            if l.relu && a < 0.0 {
+                                a = 0.0;
+                            }
+                            next.push(a);
+                        }
+                        z = next;
+                    }
+                    for (k, v) in z.into_iter().enumerate() {
+                        out[[r, k]] = v as f64;
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// Logits of every input row, computed in parallel blocks; row-major `[rows, classes]`.
+    pub fn logits(&self, values: &[f64], dim: usize) -> Vec<f64> {
+        let rows = values.len() / dim;
+        let blocks: Vec<Vec<f64>> = (0..rows.div_ceil(CHUNK_ROWS))
+            .into_par_iter()
+            .map(|c| {
+                let lo = c * CHUNK_ROWS;
+                let hi = (lo + CHUNK_ROWS).min(rows);
+                let view = ArrayView2::from_shape((hi - lo, dim), &values[lo * dim..hi * dim])
+                    .expect("block shape matches the slice");
+                self.logits_block(view).into_iter().collect()
+            })
+            .collect();
+        blocks.concat()
+    }
+}
+
+/// Add the bias to every row (one rounding per entry) and apply ReLU.
+fn finish_layer<T>(z: &mut Array2<T>, b: &[T], relu: bool)
+where
+    T: Copy + PartialOrd + std::ops::Add<Output = T> + Default,
+{
+    for mut row in z.axis_iter_mut(Axis(0)) {
+        for (v, &bi) in row.iter_mut().zip(b) {
+            let mut a = *v + bi;
+            if relu && a < T::default() {
+                a = T::default();
+            }
+            *v = a;
+        }
+    }
+}

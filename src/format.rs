@@ -1,0 +1,245 @@
+//! Deployment floating-point formats: the constants of the paper's standard model
+//! (sec. 3.2 "Floating-Point Error"; Appendix "Flush-to-Zero Execution") and round-to-nearest-even
+//! conversion into each format.
+//!
+//! Every value of every supported format is exactly representable as an `f64`, so the
+//! project stores converted weights, inputs and logits as `f64` holding exact format values.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A floating-point format a model can be deployed in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// IEEE-754 binary64.
+    Float64,
+    /// IEEE-754 binary32.
+    Float32,
+    /// IEEE-754 binary16.
+    Float16,
+    /// Brain floating point: binary32's exponent range with an 8-bit significand.
+    Bfloat16,
+}
+
+/// The names accepted on the command line and in the policy.
+pub const FORMAT_NAMES: &str = "float64, float32, float16, bfloat16";
+
+impl Format {
+    /// All formats, widest first.
+    pub const ALL: [Format; 4] = [
+        Format::Float64,
+        Format::Float32,
+        Format::Float16,
+        Format::Bfloat16,
+    ];
+
+    /// The format's name as written in policies and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Float64 => "float64",
+            Format::Float32 => "float32",
+            Format::Float16 => "float16",
+            Format::Bfloat16 => "bfloat16",
+        }
+    }
+
+    /// Significand precision `p` in bits (including the implicit bit).
+    pub fn precision(self) -> u32 {
+        match self {
+            Format::Float64 => 53,
+            Format::Float32 => 24,
+            Format::Float16 => 11,
+            Format::Bfloat16 => 8,
+        }
+    }
+
+    /// Exponent of the smallest positive normal number: `lambda = 2^emin`.
+    pub fn emin(self) -> i32 {
+        match self {
+            Format::Float64 => -1022,
+            Format::Float32 | Format::Bfloat16 => -126,
+            Format::Float16 => -14,
+        }
+    }
+
+    /// Exponent of the largest finite number's leading bit.
+    pub fn emax(self) -> i32 {
+        match self {
+            Format::Float64 => 1023,
+            Format::Float32 | Format::Bfloat16 => 127,
+            Format::Float16 => 15,
+        }
+    }
+
+    /// Unit roundoff `u = 2^-p` (exact).
+    pub fn unit_roundoff(self) -> f64 {
+        pow2(-(self.precision() as i32))
+    }
+
+    /// Smallest positive normal number `lambda = 2^emin` (exact).
+    pub fn lambda(self) -> f64 {
+        pow2(self.emin())
+    }
+
+    /// Exponent `e` with `a_mul = u * lambda = 2^e`: half the smallest subnormal.
+    ///
+    /// For float64 `a_mul = 2^-1075` is itself below the smallest `f64` subnormal, so
+    /// [`Format::a_mul_up`] returns an upper bound and bound code works from this exponent.
+    pub fn a_mul_exponent(self) -> i32 {
+        self.emin() - self.precision() as i32
+    }
+
+    /// `a_mul = u * lambda` rounded up to an `f64` (exact except for float64, where
+    /// `2^-1075` rounds up to `2^-1074`; an upper bound is what every use needs).
+    pub fn a_mul_up(self) -> f64 {
+        let e = self.a_mul_exponent();
+        if e < -1074 {
+            pow2(-1074)
+        } else {
+            pow2(e)
+        }
+    }
+
+    /// Largest finite value `F_max = (2 - 2^(1-p)) * 2^emax` (exact).
+    pub fn f_max(self) -> f64 {
+        match self {
+            Format::Float64 => f64::MAX,
+            _ => (2.0 - pow2(1 - self.precision() as i32)) * pow2(self.emax()),
+        }
+    }
+
+    /// Round an `f64` to this format, round-to-nearest ties-to-even, with gradual underflow
+    /// and overflow to infinity; the result is returned as the (exact) `f64` of that value.
+    pub fn round(self, x: f64) -> f64 {
+        match self {
+            Format::Float64 => x,
+            Format::Float32 => x as f32 as f64,
+            Format::Float16 => half::f16::from_f64(x).to_f64(),
+            Format::Bfloat16 => half::bf16::from_f64(x).to_f64(),
+        }
+    }
+
+    /// Round an `f32` that holds an exact real result to this format (for float16 and
+    /// bfloat16 emulation; identity for float32; float64 never takes this path).
+    ///
+    /// Emulation soundness (DESIGN.md rule 2): a float16/bfloat16 operation computed in
+    /// float32 and rounded to the format is correctly rounded because 24 >= 2p + 2
+    /// (p = 11 and 8): double rounding is innocuous for +, -, x at that ratio.
+    pub fn round_f32(self, x: f32) -> f32 {
+        match self {
+            Format::Float64 | Format::Float32 => x,
+            Format::Float16 => half::f16::from_f32(x).to_f32(),
+            Format::Bfloat16 => half::bf16::from_f32(x).to_f32(),
+        }
+    }
+
+    /// True when `x` is a nonzero subnormal number of this format.
+    pub fn is_subnormal(self, x: f64) -> bool {
+        x != 0.0 && x.abs() < self.lambda()
+    }
+}
+
+/// `2^e` for `e` in the `f64` range (normal or subnormal), exactly.
+pub fn pow2(e: i32) -> f64 {
+    if e >= -1022 {
+        assert!(e <= 1023, "pow2 exponent out of range");
+        f64::from_bits(((e + 1023) as u64) << 52)
+    } else {
+        assert!(e >= -1074, "pow2 exponent out of range");
+        f64::from_bits(1u64 << (e + 1074))
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| format!("unknown format `{s}` (supported: {FORMAT_NAMES})"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rug::float::Round;
+    use rug::Float;
+
+    #[test]
+    fn constants_match_design_table() {
+        assert_eq!(Format::Float64.unit_roundoff(), pow2(-53));
+        assert_eq!(Format::Float32.unit_roundoff(), pow2(-24));
+        assert_eq!(Format::Float16.unit_roundoff(), pow2(-11));
+        assert_eq!(Format::Bfloat16.unit_roundoff(), pow2(-8));
+        assert_eq!(Format::Float64.lambda(), f64::MIN_POSITIVE);
+        assert_eq!(Format::Float32.lambda(), f32::MIN_POSITIVE as f64);
+        assert_eq!(Format::Float16.lambda(), pow2(-14));
+        assert_eq!(Format::Bfloat16.lambda(), pow2(-126));
+        assert_eq!(Format::Float32.a_mul_up(), pow2(-150));
+        assert_eq!(Format::Float16.a_mul_up(), pow2(-25));
+        assert_eq!(Format::Bfloat16.a_mul_up(), pow2(-134));
+        assert_eq!(Format::Float64.a_mul_exponent(), -1075);
+        assert_eq!(Format::Float32.f_max(), f32::MAX as f64);
+        assert_eq!(Format::Float16.f_max(), 65504.0);
+        assert_eq!(Format::Bfloat16.f_max(), half::bf16::MAX.to_f64());
+        assert_eq!(Format::Float64.f_max(), f64::MAX);
+    }
+
+    /// Reference rounding with rug: snap to the subnormal grid below lambda, otherwise round
+    /// to `p` significant bits; overflow past the format's range gives infinity.
+    fn reference_round(f: Format, x: f64) -> f64 {
+        let p = f.precision();
+        if x.abs() < f.lambda() {
+            let spacing = pow2(f.emin() + 1 - p as i32);
+            let q = Float::with_val(200, x) / spacing;
+            let (r, _) = q.to_integer_round(Round::Nearest).unwrap(); // ties to even
+            return r.to_f64() * spacing;
+        }
+        let v = Float::with_val_round(p, x, Round::Nearest).0.to_f64();
+        if v.abs() > f.f_max() {
+            f64::INFINITY.copysign(x)
+        } else {
+            v
+        }
+    }
+
+    #[test]
+    fn round_is_nearest_even_incl_ties_and_subnormals() {
+        let mut cases = vec![0.1, 1.0 / 3.0, 65504.0, 65520.0, 65519.99, 1e-8, 3e-8, 1e-40];
+        for f in [Format::Float16, Format::Bfloat16, Format::Float32] {
+            let p = f.precision() as i32;
+            // exact ties in the normal and subnormal ranges
+            cases.push(1.0 + pow2(-p));
+            cases.push(1.0 + 3.0 * pow2(-p));
+            cases.push(pow2(f.emin() - p) * 3.0);
+            cases.push(pow2(f.emin() - p));
+            cases.push(-pow2(f.emin() - p) * 5.0);
+        }
+        let mut seed = 0x9E3779B97F4A7C15u64;
+        for _ in 0..20000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let e = (seed % 80) as i32 - 60;
+            let m = (seed >> 11) as f64 / (1u64 << 53) as f64;
+            cases.push((1.0 + m) * pow2(e) * if seed & 1 == 0 { 1.0 } else { -1.0 });
+        }
+        for f in [Format::Float16, Format::Bfloat16, Format::Float32] {
+            for &x in &cases {
+                assert_eq!(f.round(x), reference_round(f, x), "{f} {x:e}");
+                let x32 = x as f32;
+                assert_eq!(f.round_f32(x32) as f64, f.round(x32 as f64), "{f} f32 {x32:e}");
+            }
+        }
+    }
+}

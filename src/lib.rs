@@ -1,0 +1,27 @@
+//! lipfp: floating-point-sound Lipschitz robustness certificates for dense ReLU classifiers,
+//! gated in CI.
+//!
+//! Data flows one way: policy -> model + data -> norms (once, cached) -> per-instance
+//! certificates (parallel) -> gate verdicts -> reporters.
+
+pub mod certify;
+pub mod cli;
+pub mod data;
+pub mod error;
+pub mod exec;
+pub mod format;
+pub mod gate;
+pub mod model;
+pub mod norms;
+pub mod onnx;
+pub mod policy;
+pub mod progress;
+pub mod report;
+pub mod run;
+pub mod sound;
+
+/// Types generated from `proto/lipfp.proto`.
+pub mod proto_gen {
+    #![allow(missing_docs)]
+    include!(concat!(env!("OUT_DIR"), "/lipfp.v1.rs"));
+}

@@ -1,0 +1,935 @@
+//! ONNX -> [`DenseNet`]: the chain of dense layers a certificate is about.
+//!
+//! The loader walks the ONNX protobuf node by node (tract renames ops and merges constants in
+//! its own graph, so op types, attributes and initializers are read from the protobuf; see
+//! [`crate::onnx`]). It accepts what real exporters emit for dense ReLU classifiers and rejects
+//! everything else naming the node, its op type and the supported set.
+//!
+//! Every weight and bias is converted to the declared deployment format by round-to-nearest-even:
+//! that converted network, read as exact reals, is the network `N` that is certified.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use ndarray::Array2;
+use sha2::{Digest, Sha256};
+
+use crate::error::LipfpError;
+use crate::format::Format;
+use crate::onnx::{self, proto, ConstData, ConstTensor};
+
+/// The op types the loader understands.
+pub const SUPPORTED_OPS: &str = "Gemm, MatMul, Add (bias), Relu, Flatten, Reshape, Shape, Gather, \
+Unsqueeze, Squeeze, Concat, Constant, Identity, Cast (to a float type), Dropout (inference)";
+
+/// Activation applied after a dense layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `max(0, x)` elementwise.
+    Relu,
+    /// No activation (the output layer, or a hidden layer without ReLU).
+    Identity,
+}
+
+/// One dense layer `z = act(W z_prev + b)` with `W` of shape `[m, n]` (outputs x inputs).
+#[derive(Clone, Debug)]
+pub struct Dense {
+    /// Weights in the deployment format, row `i` = output unit `i`.
+    pub w: Array2<f64>,
+    /// Bias in the deployment format (zeros when the graph has no bias add).
+    pub b: Vec<f64>,
+    /// Activation after the layer.
+    pub act: Activation,
+    /// Names (or `op#index` when unnamed) of the ONNX nodes this layer was read from.
+    pub nodes: Vec<String>,
+}
+
+impl Dense {
+    /// Input dimension `n_l`.
+    pub fn n(&self) -> usize {
+        self.w.ncols()
+    }
+    /// Output dimension `m_l`.
+    pub fn m(&self) -> usize {
+        self.w.nrows()
+    }
+}
+
+/// A dense ReLU classifier read from ONNX and converted to a deployment format.
+#[derive(Clone, Debug)]
+pub struct DenseNet {
+    /// The layers, input to output.
+    pub layers: Vec<Dense>,
+    /// Name of the graph input.
+    pub input_name: String,
+    /// Per-example input shape declared by the graph (without the batch dimension).
+    pub input_shape: Vec<usize>,
+    /// Deployment format the weights were converted to.
+    pub format: Format,
+    /// How many weight and bias entries the conversion to `format` changed.
+    pub converted_changed: usize,
+    /// Model file the network was read from.
+    pub path: PathBuf,
+}
+
+impl DenseNet {
+    /// Input dimension `n_1`.
+    pub fn input_dim(&self) -> usize {
+        self.layers[0].n()
+    }
+    /// Number of classes `m_L`.
+    pub fn classes(&self) -> usize {
+        self.layers[self.layers.len() - 1].m()
+    }
+    /// Layer widths `[n_1, m_1, ..., m_L]`.
+    pub fn widths(&self) -> Vec<usize> {
+        let mut v = vec![self.input_dim()];
+        v.extend(self.layers.iter().map(|l| l.m()));
+        v
+    }
+
+    /// SHA-256 of the converted network: format, widths, activations and every weight's bits.
+    pub fn hash(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(b"lipfp-densenet-v1\0");
+        h.update(self.format.name().as_bytes());
+        for l in &self.layers {
+            h.update((l.m() as u64).to_le_bytes());
+            h.update((l.n() as u64).to_le_bytes());
+            h.update([matches!(l.act, Activation::Relu) as u8]);
+            for x in l.w.iter() {
+                h.update(x.to_bits().to_le_bytes());
+            }
+            for x in &l.b {
+                h.update(x.to_bits().to_le_bytes());
+            }
+        }
+        hex(&h.finalize())
+    }
+}
+
+/// Lowercase hexadecimal of a byte string.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A symbolic dimension in shape computations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Dim {
+    Batch,
+    Fixed(usize),
+}
+
+/// Where the activation stands in the chain being built.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stage {
+    Input,
+    /// After a MatMul, waiting for an optional bias Add.
+    Product,
+    /// After the bias of the last layer.
+    Biased,
+    /// After the ReLU of the last layer.
+    Activated,
+}
+
+#[derive(Clone, Debug)]
+struct Act {
+    /// Full shape including the batch dimension.
+    shape: Vec<Dim>,
+    stage: Stage,
+    /// Chain position: operations that extend the chain require the newest one.
+    id: usize,
+}
+
+#[derive(Clone, Debug)]
+enum Value {
+    Const(ConstTensor),
+    /// A 1-D integer tensor (or scalar) computed from the activation's shape.
+    Shape { dims: Vec<Dim>, scalar: bool },
+    Act(Act),
+    /// Produced by a supported op but unusable downstream (e.g. a Dropout mask).
+    Unusable(String),
+}
+
+struct Builder<'a> {
+    path: &'a Path,
+    format: Format,
+    ftz: bool,
+    values: HashMap<String, Value>,
+    layers: Vec<Dense>,
+    chain_id: usize,
+    changed: usize,
+}
+
+fn node_label(node: &proto::NodeProto, index: usize) -> String {
+    if node.name.is_empty() {
+        format!("{}#{index}", node.op_type)
+    } else {
+        node.name.clone()
+    }
+}
+
+fn attr<'n>(node: &'n proto::NodeProto, name: &str) -> Option<&'n proto::AttributeProto> {
+    node.attribute.iter().find(|a| a.name == name)
+}
+
+fn attr_i(node: &proto::NodeProto, name: &str, default: i64) -> i64 {
+    attr(node, name).map(|a| a.i).unwrap_or(default)
+}
+
+fn attr_f(node: &proto::NodeProto, name: &str, default: f32) -> f32 {
+    attr(node, name).map(|a| a.f).unwrap_or(default)
+}
+
+/// Load an ONNX dense ReLU classifier and convert it to `format`.
+pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpError> {
+    if !path.exists() {
+        return Err(LipfpError::Io {
+            path: path.to_path_buf(),
+            message: "file not found".into(),
+        });
+    }
+    let model = onnx::read_model_proto(path).map_err(|m| LipfpError::model(path, m))?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| LipfpError::model(path, "the model has no graph"))?;
+    let mut b = Builder {
+        path,
+        format,
+        ftz,
+        values: HashMap::new(),
+        layers: Vec::new(),
+        chain_id: 0,
+        changed: 0,
+    };
+    let dir = path.parent();
+
+    for init in &graph.initializer {
+        let t = onnx::decode_tensor(init, dir)
+            .map_err(|m| LipfpError::model(path, format!("initializer `{}`: {m}", init.name)))?;
+        b.values.insert(init.name.clone(), Value::Const(t));
+    }
+    if !graph.sparse_initializer.is_empty() {
+        return Err(LipfpError::model(path, "sparse initializers are not supported"));
+    }
+    let data_inputs: Vec<&proto::ValueInfoProto> =
+        graph.input.iter().filter(|i| !b.values.contains_key(&i.name)).collect();
+    if data_inputs.len() != 1 {
+        let names: Vec<&str> = data_inputs.iter().map(|i| i.name.as_str()).collect();
+        return Err(LipfpError::model(
+            path,
+            format!(
+                "expected exactly one non-constant graph input, found {} ({}); weights must be \
+                 initializers or Constant nodes",
+                names.len(),
+                names.join(", ")
+            ),
+        ));
+    }
+    let input = data_inputs[0];
+    let input_shape = read_input_shape(path, input)?;
+    let mut full = vec![Dim::Batch];
+    full.extend(input_shape.iter().map(|&d| Dim::Fixed(d)));
+    b.values.insert(
+        input.name.clone(),
+        Value::Act(Act {
+            shape: full,
+            stage: Stage::Input,
+            id: 0,
+        }),
+    );
+
+    let function_names: Vec<(&str, &str)> = model
+        .functions
+        .iter()
+        .map(|f| {
+            (
+                f.domain.as_deref().unwrap_or(""),
+                f.name.as_deref().unwrap_or(""),
+            )
+        })
+        .collect();
+
+    for (index, node) in graph.node.iter().enumerate() {
+        let label = node_label(node, index);
+        if function_names
+            .iter()
+            .any(|(d, n)| *n == node.op_type && *d == node.domain)
+        {
+            return Err(LipfpError::unsupported(
+                path,
+                &label,
+                &node.op_type,
+                "model-local functions are not supported; export with functions inlined",
+            ));
+        }
+        if !node.domain.is_empty() && node.domain != "ai.onnx" {
+            return Err(LipfpError::unsupported(
+                path,
+                &label,
+                &format!("{}:{}", node.domain, node.op_type),
+                "only the default ONNX domain is supported",
+            ));
+        }
+        b.node(node, &label)?;
+    }
+
+    if graph.output.len() != 1 {
+        return Err(LipfpError::model(
+            path,
+            format!("expected exactly one graph output, found {}", graph.output.len()),
+        ));
+    }
+    let out_name = &graph.output[0].name;
+    let out = match b.values.get(out_name) {
+        Some(Value::Act(a)) => a.clone(),
+        Some(_) => {
+            return Err(LipfpError::model(
+                path,
+                format!("graph output `{out_name}` does not depend on the input"),
+            ))
+        }
+        None => {
+            return Err(LipfpError::model(
+                path,
+                format!("graph output `{out_name}` is not produced by any node"),
+            ))
+        }
+    };
+    if out.id != b.chain_id {
+        return Err(LipfpError::model(path, "graph output is not the end of the layer chain"));
+    }
+    match out.stage {
+        Stage::Input => return Err(LipfpError::model(path, "the graph has no dense layer")),
+        Stage::Activated => {
+            return Err(LipfpError::model(
+                path,
+                "the output layer has a ReLU; the certificate needs an identity output (logits)",
+            ))
+        }
+        Stage::Product | Stage::Biased => {}
+    }
+    let features: Vec<usize> = out.shape[1..]
+        .iter()
+        .map(|d| match d {
+            Dim::Fixed(k) => *k,
+            Dim::Batch => 0,
+        })
+        .collect();
+    if features.iter().filter(|&&k| k != 1).count() > 1 {
+        return Err(LipfpError::model(
+            path,
+            format!("graph output must be [batch, classes], got per-example shape {features:?}"),
+        ));
+    }
+    let classes = b.layers.last().map(|l| l.m()).unwrap_or(0);
+    if classes < 2 {
+        return Err(LipfpError::model(path, "a classifier needs at least two output classes"));
+    }
+    Ok(DenseNet {
+        layers: b.layers,
+        input_name: input.name.clone(),
+        input_shape,
+        format,
+        converted_changed: b.changed,
+        path: path.to_path_buf(),
+    })
+}
+
+fn read_input_shape(path: &Path, input: &proto::ValueInfoProto) -> Result<Vec<usize>, LipfpError> {
+    use proto::tensor_shape_proto::dimension::Value as DimValue;
+    use proto::type_proto::Value as TypeValue;
+    let err = |m: String| LipfpError::model(path, format!("graph input `{}`: {m}", input.name));
+    let Some(TypeValue::TensorType(tt)) = input.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Err(err("is not a tensor".into()));
+    };
+    let elem = onnx::data_type_name(tt.elem_type);
+    if !matches!(elem.as_str(), "float" | "float16" | "double") {
+        return Err(err(format!("element type {elem} is not a float type")));
+    }
+    let shape = tt.shape.as_ref().ok_or_else(|| err("has no declared shape".into()))?;
+    if shape.dim.len() < 2 {
+        return Err(err(format!(
+            "must be [batch, features...], declared rank is {}",
+            shape.dim.len()
+        )));
+    }
+    shape.dim[1..]
+        .iter()
+        .enumerate()
+        .map(|(k, d)| match &d.value {
+            Some(DimValue::DimValue(v)) if *v > 0 => Ok(*v as usize),
+            other => Err(err(format!("dimension {} must be a fixed positive size, found {other:?}", k + 1))),
+        })
+        .collect()
+}
+
+impl Builder<'_> {
+    fn get(&self, name: &str, label: &str, op: &str) -> Result<&Value, LipfpError> {
+        match self.values.get(name) {
+            Some(Value::Unusable(why)) => Err(LipfpError::unsupported(
+                self.path,
+                label,
+                op,
+                &format!("input `{name}` cannot be used: {why}"),
+            )),
+            Some(v) => Ok(v),
+            None => Err(LipfpError::unsupported(
+                self.path,
+                label,
+                op,
+                &format!("input `{name}` is not produced by any earlier node, initializer or graph input"),
+            )),
+        }
+    }
+
+    fn set(&mut self, node: &proto::NodeProto, v: Value) {
+        if let Some(o) = node.output.first() {
+            self.values.insert(o.clone(), v);
+        }
+    }
+
+    fn fail(&self, label: &str, op: &str, why: impl Into<String>) -> LipfpError {
+        LipfpError::unsupported(self.path, label, op, &why.into())
+    }
+
+    fn node(&mut self, node: &proto::NodeProto, label: &str) -> Result<(), LipfpError> {
+        let op = node.op_type.as_str();
+        let inputs: Vec<&str> = node.input.iter().map(|s| s.as_str()).collect();
+        match op {
+            "Constant" => {
+                let t = constant_value(node, self.path.parent())
+                    .map_err(|m| self.fail(label, op, m))?;
+                self.set(node, Value::Const(t));
+            }
+            "Identity" => {
+                let v = self.get(inputs[0], label, op)?.clone();
+                self.set(node, v);
+            }
+            "Cast" => {
+                let to = attr_i(node, "to", 0) as i32;
+                let to_name = onnx::data_type_name(to);
+                let v = self.get(inputs[0], label, op)?.clone();
+                match v {
+                    Value::Act(_) => {
+                        if !matches!(to_name.as_str(), "float" | "float16" | "double" | "bfloat16") {
+                            return Err(self.fail(label, op, format!("cast of the activation to {to_name}; only casts between float types are accepted (the deployment format is declared by the policy)")));
+                        }
+                        self.set(node, v);
+                    }
+                    Value::Const(c) => {
+                        let c = cast_const(c, &to_name).map_err(|m| self.fail(label, op, m))?;
+                        self.set(node, Value::Const(c));
+                    }
+                    other => self.set(node, other),
+                }
+            }
+            "Dropout" => {
+                if let Some(name) = inputs.get(2).filter(|s| !s.is_empty()) {
+                    match self.get(name, label, op)? {
+                        Value::Const(ConstTensor { data: ConstData::Int(v), .. }) if v.iter().all(|&x| x == 0) => {}
+                        _ => return Err(self.fail(label, op, "training_mode must be a constant false")),
+                    }
+                }
+                let v = self.get(inputs[0], label, op)?.clone();
+                self.set(node, v);
+                if let Some(mask) = node.output.get(1).filter(|s| !s.is_empty()) {
+                    self.values
+                        .insert(mask.clone(), Value::Unusable("it is a Dropout mask".into()));
+                }
+            }
+            "Flatten" => {
+                let axis = attr_i(node, "axis", 1);
+                let a = self.act(inputs[0], label, op)?;
+                if axis != 1 {
+                    return Err(self.fail(label, op, format!("axis = {axis}; only axis = 1 keeps the batch dimension")));
+                }
+                let d = fixed_product(&a.shape[1..]).ok_or_else(|| self.fail(label, op, "feature dimensions are not fixed"))?;
+                self.set(node, Value::Act(Act { shape: vec![Dim::Batch, Dim::Fixed(d)], ..a }));
+            }
+            "Reshape" => self.reshape(node, label, &inputs)?,
+            "Shape" => {
+                let a = self.act(inputs[0], label, op)?;
+                let rank = a.shape.len() as i64;
+                let norm = |x: i64| if x < 0 { (x + rank).clamp(0, rank) } else { x.clamp(0, rank) };
+                let start = norm(attr_i(node, "start", 0)) as usize;
+                let end = norm(attr(node, "end").map(|a| a.i).unwrap_or(rank)) as usize;
+                let dims = a.shape[start..end.max(start)].to_vec();
+                self.set(node, Value::Shape { dims, scalar: false });
+            }
+            "Gather" => self.gather(node, label, &inputs)?,
+            "Unsqueeze" | "Squeeze" => {
+                let v = self.get(inputs[0], label, op)?.clone();
+                match v {
+                    Value::Shape { dims, scalar } => {
+                        // Unsqueeze turns a gathered scalar into a 1-element vector; Squeeze the reverse
+                        let scalar = op == "Squeeze" && (scalar || dims.len() == 1);
+                        self.set(node, Value::Shape { dims, scalar });
+                    }
+                    Value::Const(mut c) => {
+                        // rank changes only; values are unchanged
+                        if op == "Unsqueeze" {
+                            c.shape.insert(0, 1);
+                        } else {
+                            c.shape.retain(|&d| d != 1);
+                        }
+                        self.set(node, Value::Const(c));
+                    }
+                    Value::Act(mut a) => {
+                        if op == "Unsqueeze" {
+                            return Err(self.fail(label, op, "unsqueeze of the activation is not supported"));
+                        }
+                        let mut shape = vec![a.shape[0]];
+                        shape.extend(a.shape[1..].iter().filter(|d| **d != Dim::Fixed(1)));
+                        a.shape = shape;
+                        self.set(node, Value::Act(a));
+                    }
+                    Value::Unusable(_) => unreachable!("get() rejects unusable values"),
+                }
+            }
+            "Concat" => {
+                let mut dims = Vec::new();
+                for name in &inputs {
+                    match self.get(name, label, op)? {
+                        Value::Shape { dims: d, .. } => dims.extend(d.iter().copied()),
+                        Value::Const(ConstTensor { data: ConstData::Int(v), .. }) => {
+                            for &x in v {
+                                dims.push(if x < 0 { Dim::Fixed(usize::MAX) } else { Dim::Fixed(x as usize) })
+                            }
+                        }
+                        _ => return Err(self.fail(label, op, "only shape computations may be concatenated")),
+                    }
+                }
+                // usize::MAX marks -1 (infer) inside shape computations
+                self.set(node, Value::Shape { dims, scalar: false });
+            }
+            "Gemm" => self.gemm(node, label, &inputs)?,
+            "MatMul" => {
+                let a = self.act(inputs[0], label, op)?;
+                let w = self.constant(inputs[1], label, op, "weight")?;
+                if w.shape.len() != 2 {
+                    return Err(self.fail(label, op, format!("weight must be 2-D, got shape {:?}", w.shape)));
+                }
+                let (n, m) = (w.shape[0], w.shape[1]);
+                let vals = float_values(&w);
+                let wt = Array2::from_shape_fn((m, n), |(i, j)| vals[j * m + i]);
+                let out = self.push_dense(a, wt, None, label, op, inputs[1])?;
+                self.set(node, out);
+            }
+            "Add" => self.add(node, label, &inputs)?,
+            "Relu" => {
+                let a = self.act(inputs[0], label, op)?;
+                self.require_head(&a, label, op)?;
+                match a.stage {
+                    Stage::Input => return Err(self.fail(label, op, "ReLU on the network input is not supported")),
+                    Stage::Product | Stage::Biased => {
+                        let last = self.layers.last_mut().expect("a stage after Input has a layer");
+                        last.act = Activation::Relu;
+                        last.nodes.push(label.to_string());
+                    }
+                    Stage::Activated => {}
+                }
+                self.chain_id += 1;
+                self.set(node, Value::Act(Act { stage: Stage::Activated, id: self.chain_id, ..a }));
+            }
+            _ => {
+                return Err(LipfpError::unsupported(
+                    self.path,
+                    label,
+                    op,
+                    "this op is not part of a dense ReLU classifier",
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn act(&self, name: &str, label: &str, op: &str) -> Result<Act, LipfpError> {
+        match self.get(name, label, op)? {
+            Value::Act(a) => Ok(a.clone()),
+            _ => Err(self.fail(label, op, format!("input `{name}` must be the activation, found a constant"))),
+        }
+    }
+
+    fn constant(&self, name: &str, label: &str, op: &str, what: &str) -> Result<ConstTensor, LipfpError> {
+        match self.get(name, label, op)? {
+            Value::Const(c) => match c.data {
+                ConstData::Float(_) => Ok(c.clone()),
+                ConstData::Int(_) => Err(self.fail(label, op, format!("{what} `{name}` has an integer type"))),
+            },
+            Value::Act(_) => Err(self.fail(
+                label,
+                op,
+                format!("{what} `{name}` is not constant (non-constant weights are not supported)"),
+            )),
+            _ => Err(self.fail(label, op, format!("{what} `{name}` is not a tensor of weights"))),
+        }
+    }
+
+    fn require_head(&self, a: &Act, label: &str, op: &str) -> Result<(), LipfpError> {
+        if a.id != self.chain_id {
+            return Err(self.fail(
+                label,
+                op,
+                "the graph branches (an earlier activation is reused); only a single chain of layers is supported",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Convert a weight or bias value to the deployment format, rejecting non-finite and (under
+    /// flush-to-zero) subnormal values.
+    fn convert(&mut self, v: f64, tensor: &str, index: usize, label: &str, op: &str) -> Result<f64, LipfpError> {
+        if !v.is_finite() {
+            return Err(self.fail(label, op, format!("`{tensor}`[{index}] is not finite ({v})")));
+        }
+        let c = self.format.round(v);
+        if !c.is_finite() {
+            return Err(self.fail(
+                label,
+                op,
+                format!("`{tensor}`[{index}] = {v:e} overflows {}", self.format),
+            ));
+        }
+        if self.ftz && self.format.is_subnormal(c) {
+            return Err(self.fail(
+                label,
+                op,
+                format!(
+                    "`{tensor}`[{index}] = {c:e} is subnormal in {}; flush-to-zero certification requires normal or zero weights",
+                    self.format
+                ),
+            ));
+        }
+        if c != v {
+            self.changed += 1;
+        }
+        Ok(c)
+    }
+
+    fn push_dense(
+        &mut self,
+        a: Act,
+        w: Array2<f64>,
+        bias: Option<(Vec<f64>, &str)>,
+        label: &str,
+        op: &str,
+        w_name: &str,
+    ) -> Result<Value, LipfpError> {
+        self.require_head(&a, label, op)?;
+        let n = w.ncols();
+        let feat = a.shape.last().copied();
+        let leading_ok = a.shape.len() >= 2 && a.shape[1..a.shape.len() - 1].iter().all(|d| *d == Dim::Fixed(1));
+        if feat != Some(Dim::Fixed(n)) || !leading_ok {
+            return Err(self.fail(
+                label,
+                op,
+                format!("activation shape {} does not match weight input dimension {n}", show_shape(&a.shape)),
+            ));
+        }
+        let mut wc = w;
+        for (k, x) in wc.iter_mut().enumerate() {
+            *x = self.convert(*x, w_name, k, label, op)?;
+        }
+        let m = wc.nrows();
+        let (b, stage) = match bias {
+            Some((b, name)) => {
+                let mut bc = Vec::with_capacity(m);
+                for (k, x) in b.into_iter().enumerate() {
+                    bc.push(self.convert(x, name, k, label, op)?);
+                }
+                (bc, Stage::Biased)
+            }
+            None => (vec![0.0; m], Stage::Product),
+        };
+        self.layers.push(Dense {
+            w: wc,
+            b,
+            act: Activation::Identity,
+            nodes: vec![label.to_string()],
+        });
+        self.chain_id += 1;
+        let mut shape = a.shape.clone();
+        *shape.last_mut().expect("rank >= 2") = Dim::Fixed(m);
+        Ok(Value::Act(Act { shape, stage, id: self.chain_id }))
+    }
+
+    fn gemm(&mut self, node: &proto::NodeProto, label: &str, inputs: &[&str]) -> Result<(), LipfpError> {
+        let op = "Gemm";
+        let alpha = attr_f(node, "alpha", 1.0);
+        let beta = attr_f(node, "beta", 1.0);
+        let trans_a = attr_i(node, "transA", 0);
+        let trans_b = attr_i(node, "transB", 0);
+        let has_c = inputs.get(2).is_some_and(|s| !s.is_empty());
+        if alpha != 1.0 || (has_c && beta != 1.0) || trans_a != 0 {
+            return Err(self.fail(
+                label,
+                op,
+                format!("alpha = {alpha}, beta = {beta}, transA = {trans_a}; supported: alpha = beta = 1, transA = 0"),
+            ));
+        }
+        if inputs.len() < 2 {
+            return Err(self.fail(label, op, "needs at least two inputs"));
+        }
+        let a = self.act(inputs[0], label, op)?;
+        if a.shape.len() != 2 {
+            return Err(self.fail(label, op, format!("input must be 2-D [batch, features], got {}", show_shape(&a.shape))));
+        }
+        let w = self.constant(inputs[1], label, op, "weight")?;
+        if w.shape.len() != 2 {
+            return Err(self.fail(label, op, format!("weight must be 2-D, got shape {:?}", w.shape)));
+        }
+        let vals = float_values(&w);
+        let (r, c) = (w.shape[0], w.shape[1]);
+        // W is [m, n]: B itself when transB = 1, else B^T
+        let wm = if trans_b == 1 {
+            Array2::from_shape_fn((r, c), |(i, j)| vals[i * c + j])
+        } else {
+            Array2::from_shape_fn((c, r), |(i, j)| vals[j * c + i])
+        };
+        let m = wm.nrows();
+        let bias = if has_c {
+            let bt = self.constant(inputs[2], label, op, "bias")?;
+            let b = bias_vector(&bt, m).ok_or_else(|| {
+                self.fail(label, op, format!("bias shape {:?} does not broadcast to [{m}]", bt.shape))
+            })?;
+            Some((b, inputs[2]))
+        } else {
+            None
+        };
+        let out = self.push_dense(a, wm, bias, label, op, inputs[1])?;
+        if let Value::Act(mut act) = out {
+            // a Gemm without C has no bias add, but a later Add must not be folded into it
+            // (the runtime would add twice): mark it as complete
+            act.stage = Stage::Biased;
+            self.set(node, Value::Act(act));
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, node: &proto::NodeProto, label: &str, inputs: &[&str]) -> Result<(), LipfpError> {
+        let op = "Add";
+        if inputs.len() != 2 {
+            return Err(self.fail(label, op, "needs two inputs"));
+        }
+        let x = self.get(inputs[0], label, op)?.clone();
+        let y = self.get(inputs[1], label, op)?.clone();
+        let (a, c, c_name) = match (x, y) {
+            (Value::Act(a), Value::Const(c)) => (a, c, inputs[1]),
+            (Value::Const(c), Value::Act(a)) => (a, c, inputs[0]),
+            (Value::Act(_), Value::Act(_)) => {
+                return Err(self.fail(label, op, "adds two activations (residual connections are not supported)"))
+            }
+            _ => return Err(self.fail(label, op, "only a bias add on the activation is supported")),
+        };
+        self.require_head(&a, label, op)?;
+        if a.stage != Stage::Product {
+            return Err(self.fail(
+                label,
+                op,
+                "a constant add is supported only as the bias directly after a MatMul without bias",
+            ));
+        }
+        let m = self.layers.last().map(|l| l.m()).unwrap_or(0);
+        if !matches!(c.data, ConstData::Float(_)) {
+            return Err(self.fail(label, op, format!("bias `{c_name}` has an integer type")));
+        }
+        let b = bias_vector(&c, m)
+            .ok_or_else(|| self.fail(label, op, format!("bias shape {:?} does not broadcast to [{m}]", c.shape)))?;
+        let mut bc = Vec::with_capacity(m);
+        for (k, x) in b.into_iter().enumerate() {
+            bc.push(self.convert(x, c_name, k, label, op)?);
+        }
+        let last = self.layers.last_mut().expect("Product stage has a layer");
+        last.b = bc;
+        last.nodes.push(label.to_string());
+        self.chain_id += 1;
+        self.set(node, Value::Act(Act { stage: Stage::Biased, id: self.chain_id, ..a }));
+        Ok(())
+    }
+
+    fn reshape(&mut self, node: &proto::NodeProto, label: &str, inputs: &[&str]) -> Result<(), LipfpError> {
+        let op = "Reshape";
+        if inputs.len() != 2 {
+            return Err(self.fail(label, op, "needs two inputs"));
+        }
+        let a = self.act(inputs[0], label, op)?;
+        let allow_zero = attr_i(node, "allowzero", 0) == 1;
+        let target: Vec<Option<Dim>> = match self.get(inputs[1], label, op)? {
+            // None marks -1 (infer)
+            Value::Const(ConstTensor { data: ConstData::Int(v), .. }) => v
+                .iter()
+                .map(|&x| if x == -1 { None } else if x >= 0 { Some(Dim::Fixed(x as usize)) } else { Some(Dim::Fixed(usize::MAX - 1)) })
+                .collect(),
+            Value::Shape { dims, .. } => dims
+                .iter()
+                .map(|d| if *d == Dim::Fixed(usize::MAX) { None } else { Some(*d) })
+                .collect(),
+            _ => return Err(self.fail(label, op, "target shape must be a constant or computed from the input's shape")),
+        };
+        let features = fixed_product(&a.shape[1..]).ok_or_else(|| self.fail(label, op, "feature dimensions are not fixed"))?;
+        // resolve 0 (copy the input dimension unless allowzero) and check the batch dimension stays first
+        let mut dims = Vec::with_capacity(target.len());
+        for (k, t) in target.iter().enumerate() {
+            let d = match t {
+                Some(Dim::Fixed(0)) if !allow_zero => Some(*a.shape.get(k).ok_or_else(|| {
+                    self.fail(label, op, format!("target dimension {k} is 0 but the input has rank {}", a.shape.len()))
+                })?),
+                Some(Dim::Fixed(x)) if *x == usize::MAX - 1 => {
+                    return Err(self.fail(label, op, "negative target dimension other than -1"))
+                }
+                other => *other,
+            };
+            dims.push(d);
+        }
+        if dims.is_empty() {
+            return Err(self.fail(label, op, "empty target shape"));
+        }
+        // the first dimension is the batch: symbolic, inferred, or a fixed batch size baked in by the exporter
+        let rest = &dims[1..];
+        let inferred = rest.iter().filter(|d| d.is_none()).count();
+        let known: Option<usize> = rest
+            .iter()
+            .filter_map(|d| *d)
+            .map(|d| match d {
+                Dim::Fixed(x) => Some(x),
+                Dim::Batch => None,
+            })
+            .try_fold(1usize, |acc, x| x.map(|x| acc.saturating_mul(x)));
+        let Some(known) = known else {
+            return Err(self.fail(label, op, "the batch dimension must stay first"));
+        };
+        let mut shape = vec![Dim::Batch];
+        match inferred {
+            0 if known == features => {}
+            1 if known > 0 && features % known == 0 => {}
+            0 if dims[0].is_none() || dims[0] == Some(Dim::Batch) => {
+                return Err(self.fail(label, op, format!("target shape keeps {known} of {features} features")))
+            }
+            _ => {
+                return Err(self.fail(
+                    label,
+                    op,
+                    format!("target shape does not keep the batch first and the {features} features after it"),
+                ))
+            }
+        }
+        for d in rest {
+            shape.push(match d {
+                Some(d) => *d,
+                None => Dim::Fixed(features / known),
+            });
+        }
+        self.set(node, Value::Act(Act { shape, ..a }));
+        Ok(())
+    }
+
+    fn gather(&mut self, node: &proto::NodeProto, label: &str, inputs: &[&str]) -> Result<(), LipfpError> {
+        let op = "Gather";
+        if inputs.len() != 2 || attr_i(node, "axis", 0) != 0 {
+            return Err(self.fail(label, op, "only Gather on axis 0 of a shape is supported"));
+        }
+        let dims = match self.get(inputs[0], label, op)? {
+            Value::Shape { dims, scalar: false } => dims.clone(),
+            _ => return Err(self.fail(label, op, "only gathering from a Shape is supported")),
+        };
+        let (idx, scalar) = match self.get(inputs[1], label, op)? {
+            Value::Const(ConstTensor { shape, data: ConstData::Int(v) }) => (v.clone(), shape.is_empty()),
+            _ => return Err(self.fail(label, op, "indices must be an integer constant")),
+        };
+        let mut out = Vec::with_capacity(idx.len());
+        for i in idx {
+            let k = if i < 0 { i + dims.len() as i64 } else { i };
+            let d = usize::try_from(k)
+                .ok()
+                .and_then(|k| dims.get(k))
+                .ok_or_else(|| self.fail(label, op, format!("index {i} out of range")))?;
+            out.push(*d);
+        }
+        self.set(node, Value::Shape { dims: out, scalar });
+        Ok(())
+    }
+}
+
+fn show_shape(shape: &[Dim]) -> String {
+    let parts: Vec<String> = shape
+        .iter()
+        .map(|d| match d {
+            Dim::Batch => "batch".to_string(),
+            Dim::Fixed(x) => x.to_string(),
+        })
+        .collect();
+    format!("[{}]", parts.join(", "))
+}
+
+fn fixed_product(dims: &[Dim]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |acc, d| match d {
+        Dim::Fixed(x) => Some(acc * x),
+        Dim::Batch => None,
+    })
+}
+
+fn float_values(t: &ConstTensor) -> Vec<f64> {
+    match &t.data {
+        ConstData::Float(v) => v.clone(),
+        ConstData::Int(v) => v.iter().map(|&x| x as f64).collect(),
+    }
+}
+
+/// A bias of shape `[m]`, `[1, m]`, `[1, 1, m]` or a scalar, as a length-`m` vector.
+fn bias_vector(t: &ConstTensor, m: usize) -> Option<Vec<f64>> {
+    let vals = float_values(t);
+    let leading_ones = t.shape.iter().rev().skip(1).all(|&d| d == 1);
+    if vals.len() == m && leading_ones && t.shape.last() == Some(&m) {
+        Some(vals)
+    } else if vals.len() == 1 {
+        Some(vec![vals[0]; m])
+    } else {
+        None
+    }
+}
+
+fn constant_value(node: &proto::NodeProto, dir: Option<&Path>) -> Result<ConstTensor, String> {
+    if let Some(a) = attr(node, "value") {
+        let t = a.t.as_ref().ok_or("attribute `value` holds no tensor")?;
+        return onnx::decode_tensor(t, dir);
+    }
+    if let Some(a) = attr(node, "value_float") {
+        return Ok(ConstTensor { shape: vec![], data: ConstData::Float(vec![a.f as f64]) });
+    }
+    if let Some(a) = attr(node, "value_floats") {
+        return Ok(ConstTensor {
+            shape: vec![a.floats.len()],
+            data: ConstData::Float(a.floats.iter().map(|&x| x as f64).collect()),
+        });
+    }
+    if let Some(a) = attr(node, "value_int") {
+        return Ok(ConstTensor { shape: vec![], data: ConstData::Int(vec![a.i]) });
+    }
+    if let Some(a) = attr(node, "value_ints") {
+        return Ok(ConstTensor { shape: vec![a.ints.len()], data: ConstData::Int(a.ints.clone()) });
+    }
+    Err("a Constant without value, value_float(s) or value_int(s) is not supported".into())
+}
+
+fn cast_const(c: ConstTensor, to: &str) -> Result<ConstTensor, String> {
+    let float = matches!(to, "float" | "float16" | "double" | "bfloat16");
+    // a float-to-float cast rounds to the target type, as the runtime does
+    let target = match to {
+        "float" => Some(Format::Float32),
+        "float16" => Some(Format::Float16),
+        "bfloat16" => Some(Format::Bfloat16),
+        _ => None,
+    };
+    let data = match (c.data, float) {
+        (ConstData::Float(v), true) => match target {
+            Some(f) => ConstData::Float(v.into_iter().map(|x| f.round(x)).collect()),
+            None => ConstData::Float(v),
+        },
+        (ConstData::Int(v), true) => ConstData::Float(v.into_iter().map(|x| x as f64).collect()),
+        (ConstData::Int(v), false) => ConstData::Int(v),
+        (ConstData::Float(_), false) => return Err(format!("cast of a float constant to {to} is not supported")),
+    };
+    Ok(ConstTensor { shape: c.shape, data })
+}

@@ -1,0 +1,361 @@
+//! The `lipfp.toml` policy: a typed schema deserialised once (unknown keys rejected with their
+//! name and position) and validated with errors that point at the field.
+
+use std::path::{Path, PathBuf};
+
+use rug::Rational;
+use serde::Deserialize;
+
+use crate::certify::{Mode, MODE_NAMES};
+use crate::error::LipfpError;
+use crate::format::Format;
+use crate::norms::DEFAULT_GRAM_ITERATIONS;
+use crate::sound::rational_to_f64_up;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    model: RawModel,
+    data: RawData,
+    #[serde(default)]
+    cache: Option<RawCache>,
+    #[serde(default, rename = "gate")]
+    gates: Vec<RawGate>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    path: String,
+    #[serde(default = "default_format")]
+    format: String,
+    #[serde(default)]
+    ftz: bool,
+    #[serde(default)]
+    gram_iterations: Option<u32>,
+}
+
+fn default_format() -> String {
+    "float32".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawData {
+    inputs: String,
+    #[serde(default)]
+    labels: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCache {
+    dir: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGate {
+    name: String,
+    #[serde(default)]
+    epsilon: Option<toml::Value>,
+    #[serde(default)]
+    epsilons: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    min_accuracy_pct: Option<f64>,
+    #[serde(default)]
+    min_certified_pct: Option<f64>,
+    #[serde(default)]
+    min_vra_pct: Option<f64>,
+    #[serde(default)]
+    max_fp_cost_pp: Option<f64>,
+}
+
+/// The perturbation radius of a gate.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Radius {
+    /// One radius for every point, read exactly from a decimal string.
+    Uniform {
+        /// The decimal as written.
+        text: String,
+        /// The smallest `f64` at or above the exact value.
+        up: f64,
+    },
+    /// Per-instance radii from a float64 `.npy` `[N]`.
+    PerInstance(PathBuf),
+}
+
+impl Radius {
+    /// Parse a decimal string (e.g. `"0.3"`, `"1e-6"`) exactly; it must be finite and `>= 0`.
+    pub fn parse_decimal(text: &str) -> Result<Radius, String> {
+        let q = parse_decimal_exact(text)
+            .ok_or_else(|| format!("`{text}` is not a decimal number (write e.g. \"0.3\" or \"1e-6\")"))?;
+        if q < 0 {
+            return Err(format!("`{text}` is negative"));
+        }
+        Ok(Radius::Uniform {
+            text: text.to_string(),
+            up: rational_to_f64_up(&q),
+        })
+    }
+}
+
+/// Parse `[-]digits[.digits][e[-+]digits]` into an exact rational.
+pub fn parse_decimal_exact(s: &str) -> Option<Rational> {
+    let s = s.trim();
+    let (mant, exp) = match s.find(['e', 'E']) {
+        Some(k) => (&s[..k], s[k + 1..].parse::<i32>().ok()?),
+        None => (s, 0),
+    };
+    let (neg, mant) = match mant.strip_prefix('-') {
+        Some(m) => (true, m),
+        None => (false, mant.strip_prefix('+').unwrap_or(mant)),
+    };
+    let (int, frac) = match mant.split_once('.') {
+        Some((a, b)) => (a, b),
+        None => (mant, ""),
+    };
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    if !int.chars().chain(frac.chars()).all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let digits = format!("{int}{frac}");
+    let num = rug::Integer::from_str_radix(if digits.is_empty() { "0" } else { &digits }, 10).ok()?;
+    let scale = exp - frac.len() as i32;
+    if scale.unsigned_abs() > 10_000 {
+        return None;
+    }
+    let power = rug::Integer::from(rug::Integer::u_pow_u(10, scale.unsigned_abs()));
+    let mut q = Rational::from(num);
+    if scale >= 0 {
+        q *= Rational::from(power);
+    } else {
+        q /= Rational::from(power);
+    }
+    Some(if neg { -q } else { q })
+}
+
+/// Thresholds of a gate (percentages, percentage points).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Thresholds {
+    /// Minimum clean accuracy.
+    pub min_accuracy_pct: Option<f64>,
+    /// Minimum certified rate of the gate's mode.
+    pub min_certified_pct: Option<f64>,
+    /// Minimum verified robust accuracy of the gate's mode.
+    pub min_vra_pct: Option<f64>,
+    /// Maximum floating-point cost: real certified rate minus the mode's, in points.
+    pub max_fp_cost_pp: Option<f64>,
+}
+
+impl Thresholds {
+    /// True when the gate has no threshold (it reports but never fails).
+    pub fn is_empty(&self) -> bool {
+        *self == Thresholds::default()
+    }
+}
+
+/// One `[[gate]]`.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    /// Gate name (unique within the policy).
+    pub name: String,
+    /// Perturbation radius.
+    pub radius: Radius,
+    /// Mode the thresholds apply to.
+    pub mode: Mode,
+    /// Thresholds.
+    pub thresholds: Thresholds,
+}
+
+/// A validated policy; every path is resolved relative to the policy file.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// The policy file.
+    pub path: PathBuf,
+    /// ONNX model.
+    pub model: PathBuf,
+    /// Deployment format.
+    pub format: Format,
+    /// Flush-to-zero execution.
+    pub ftz: bool,
+    /// Gram iterations for the spectral norms.
+    pub gram_iterations: u32,
+    /// Test inputs.
+    pub inputs: PathBuf,
+    /// Test labels.
+    pub labels: Option<PathBuf>,
+    /// Norm cache directory, when the policy sets one.
+    pub cache_dir: Option<PathBuf>,
+    /// The gates, in file order.
+    pub gates: Vec<Gate>,
+}
+
+impl Policy {
+    /// Read and validate a policy file.
+    pub fn load(path: &Path) -> Result<Policy, LipfpError> {
+        let text = std::fs::read_to_string(path).map_err(|e| LipfpError::Io {
+            path: path.to_path_buf(),
+            message: if e.kind() == std::io::ErrorKind::NotFound {
+                "policy file not found".into()
+            } else {
+                e.to_string()
+            },
+        })?;
+        Policy::parse(path, &text)
+    }
+
+    /// Validate policy text read from `path`.
+    pub fn parse(path: &Path, text: &str) -> Result<Policy, LipfpError> {
+        let err = |m: String| LipfpError::policy(path, m);
+        let raw: RawPolicy = toml::from_str(text).map_err(|e| err(format!("invalid policy: {e}")))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |p: &str| base.join(p);
+        let format: Format = raw
+            .model
+            .format
+            .parse()
+            .map_err(|m: String| err(format!("[model] format: {m}")))?;
+        let gram_iterations = raw.model.gram_iterations.unwrap_or(DEFAULT_GRAM_ITERATIONS);
+        if !(1..=64).contains(&gram_iterations) {
+            return Err(err(format!("[model] gram_iterations = {gram_iterations}: must be between 1 and 64")));
+        }
+        if raw.gates.is_empty() {
+            return Err(err("the policy has no [[gate]]".into()));
+        }
+        let mut gates = Vec::with_capacity(raw.gates.len());
+        for (k, g) in raw.gates.into_iter().enumerate() {
+            let at = format!("[[gate]] #{} (`{}`)", k + 1, g.name);
+            if g.name.trim().is_empty() {
+                return Err(err(format!("[[gate]] #{}: name must not be empty", k + 1)));
+            }
+            if gates.iter().any(|x: &Gate| x.name == g.name) {
+                return Err(err(format!("{at}: duplicate gate name")));
+            }
+            let radius = match (&g.epsilon, &g.epsilons) {
+                (Some(toml::Value::String(s)), None) => {
+                    Radius::parse_decimal(s).map_err(|m| err(format!("{at} epsilon: {m}")))?
+                }
+                (Some(v), None) => {
+                    return Err(err(format!(
+                        "{at} epsilon: write the radius as a decimal string (epsilon = \"{v}\") so it is read exactly"
+                    )))
+                }
+                (None, Some(p)) => Radius::PerInstance(resolve(p)),
+                (Some(_), Some(_)) => return Err(err(format!("{at}: set either epsilon or epsilons, not both"))),
+                (None, None) => return Err(err(format!("{at}: missing epsilon (or epsilons = \"radii.npy\")"))),
+            };
+            let mode_text = g.mode.clone().unwrap_or_else(|| "standard".into());
+            let mode = Mode::parse(&mode_text)
+                .ok_or_else(|| err(format!("{at} mode: unknown mode `{mode_text}` (supported: {MODE_NAMES})")))?;
+            let thresholds = Thresholds {
+                min_accuracy_pct: g.min_accuracy_pct,
+                min_certified_pct: g.min_certified_pct,
+                min_vra_pct: g.min_vra_pct,
+                max_fp_cost_pp: g.max_fp_cost_pp,
+            };
+            for (key, v) in [
+                ("min_accuracy_pct", thresholds.min_accuracy_pct),
+                ("min_certified_pct", thresholds.min_certified_pct),
+                ("min_vra_pct", thresholds.min_vra_pct),
+                ("max_fp_cost_pp", thresholds.max_fp_cost_pp),
+            ] {
+                if let Some(v) = v {
+                    if !(0.0..=100.0).contains(&v) {
+                        return Err(err(format!("{at} {key} = {v}: must be between 0 and 100")));
+                    }
+                }
+            }
+            if raw.data.labels.is_none() {
+                for (key, v) in [
+                    ("min_accuracy_pct", thresholds.min_accuracy_pct),
+                    ("min_vra_pct", thresholds.min_vra_pct),
+                ] {
+                    if v.is_some() {
+                        return Err(err(format!("{at} {key}: needs labels, but [data] has no labels")));
+                    }
+                }
+            }
+            gates.push(Gate {
+                name: g.name,
+                radius,
+                mode,
+                thresholds,
+            });
+        }
+        Ok(Policy {
+            path: path.to_path_buf(),
+            model: resolve(&raw.model.path),
+            format,
+            ftz: raw.model.ftz,
+            gram_iterations,
+            inputs: resolve(&raw.data.inputs),
+            labels: raw.data.labels.as_deref().map(resolve),
+            cache_dir: raw.cache.map(|c| resolve(&c.dir)),
+            gates,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[model]
+path = "m.onnx"
+format = "float32"
+
+[data]
+inputs = "x.npy"
+labels = "y.npy"
+
+[[gate]]
+name = "g"
+epsilon = "0.3"
+min_vra_pct = 90
+"#;
+
+    #[test]
+    fn parses_and_resolves_paths() {
+        let p = Policy::parse(Path::new("/a/b/lipfp.toml"), GOOD).unwrap();
+        assert_eq!(p.model, PathBuf::from("/a/b/m.onnx"));
+        assert_eq!(p.gates[0].mode, Mode::Standard);
+        assert_eq!(p.gram_iterations, 12);
+        match &p.gates[0].radius {
+            Radius::Uniform { text, up } => {
+                assert_eq!(text, "0.3");
+                assert!(*up >= 0.3 && Rational::from_f64(*up).unwrap() >= Rational::from((3, 10)));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn rejects_unknown_keys_naming_them() {
+        let bad = GOOD.replace("min_vra_pct = 90", "min_vra = 90");
+        let e = Policy::parse(Path::new("p.toml"), &bad).unwrap_err().to_string();
+        assert!(e.contains("min_vra"), "{e}");
+        let bad = GOOD.replace("format = \"float32\"", "format = \"float8\"");
+        let e = Policy::parse(Path::new("p.toml"), &bad).unwrap_err().to_string();
+        assert!(e.contains("[model] format") && e.contains("float8"), "{e}");
+        let bad = GOOD.replace("epsilon = \"0.3\"", "epsilon = 0.3");
+        let e = Policy::parse(Path::new("p.toml"), &bad).unwrap_err().to_string();
+        assert!(e.contains("decimal string"), "{e}");
+    }
+
+    #[test]
+    fn decimal_parsing_is_exact() {
+        assert_eq!(parse_decimal_exact("0.3").unwrap(), Rational::from((3, 10)));
+        assert_eq!(parse_decimal_exact("1e-6").unwrap(), Rational::from((1, 1_000_000)));
+        assert_eq!(parse_decimal_exact("2.5E2").unwrap(), Rational::from(250));
+        assert_eq!(parse_decimal_exact(".5").unwrap(), Rational::from((1, 2)));
+        assert!(parse_decimal_exact("abc").is_none());
+        assert!(parse_decimal_exact("0.3.1").is_none());
+        assert!(Radius::parse_decimal("-1").is_err());
+    }
+}

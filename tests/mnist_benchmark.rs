@@ -1,0 +1,157 @@
+//! End-to-end figures on the published MNIST benchmark in `../shared` (skipped when absent):
+//! the paper's Table 1 (float32, eps 0.3, 12 Gram iterations), the soundness counterexamples
+//! and the adversarially biased models.
+
+use std::path::{Path, PathBuf};
+
+use lipfp::certify::Mode;
+use lipfp::format::Format;
+use lipfp::policy::Radius;
+use lipfp::progress::Progress;
+use lipfp::run::{self, CertifyOutcome, SubjectSpec};
+
+fn shared() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
+    if p.join("benchmarks/mnist/model.onnx").exists() {
+        Some(p)
+    } else {
+        eprintln!("skipping: ../shared/benchmarks/mnist not found (the benchmark data is not part of the repository)");
+        None
+    }
+}
+
+fn run_set(
+    model: &Path,
+    inputs: &Path,
+    labels: &Path,
+    format: Format,
+    radius: &Radius,
+    iterations: u32,
+    cache: &Path,
+) -> (run::Subject, CertifyOutcome) {
+    let spec = SubjectSpec {
+        model: model.to_path_buf(),
+        format,
+        ftz: false,
+        inputs: inputs.to_path_buf(),
+        labels: Some(labels.to_path_buf()),
+        gram_iterations: iterations,
+        cache_dir: Some(cache.to_path_buf()),
+    };
+    let subject = run::prepare(&spec, &Progress::silent()).expect("benchmark loads");
+    let outcome = run::certify(&subject, radius, &[Mode::Standard]).expect("certifies");
+    (subject, outcome)
+}
+
+fn pct(k: usize, n: usize) -> f64 {
+    100.0 * k as f64 / n as f64
+}
+
+#[test]
+fn mnist_reproduces_table_1() {
+    let Some(s) = shared() else { return };
+    let dir = s.join("benchmarks/mnist");
+    let cache = tempfile::tempdir().unwrap();
+    let eps = Radius::parse_decimal("0.3").unwrap();
+    let (subject, out) = run_set(
+        &dir.join("model.onnx"),
+        &dir.join("x_test.npy"),
+        &dir.join("y_test.npy"),
+        Format::Float32,
+        &eps,
+        12,
+        cache.path(),
+    );
+    assert_eq!(out.n, 10_000);
+    let acc = pct(out.correct.unwrap(), out.n);
+    assert!((acc - 98.40).abs() < 0.005, "accuracy {acc}");
+    let real = out.mode(Mode::Real).unwrap();
+    assert!(
+        (real.certified as i64 - 9574).abs() <= 2,
+        "real certified {} (verified certifier: 9574)",
+        real.certified
+    );
+    let std = out.mode(Mode::Standard).unwrap();
+    let (c, v) = (pct(std.certified, out.n), pct(std.vra.unwrap(), out.n));
+    assert!((c - 95.50).abs() <= 0.05, "standard certified {c}");
+    assert!((v - 95.17).abs() <= 0.05, "standard VRA {v}");
+    // every standard certificate is also a classical one (Corollary "implies classical")
+    for (k, (&sc, &rc)) in std.verdicts.iter().zip(&real.verdicts).enumerate() {
+        assert!(!sc || rc, "point {k}: standard certified but real not");
+    }
+    // per-instance agreement with the formally verified real-arithmetic certifier
+    let reference: Vec<bool> = npyz::NpyFile::new(std::fs::File::open(dir.join("reference_real_certified.npy")).unwrap())
+        .unwrap()
+        .into_vec::<bool>()
+        .unwrap();
+    let mismatches = reference.iter().zip(&real.verdicts).filter(|(a, b)| a != b).count();
+    assert!(mismatches <= 2, "{mismatches} points differ from the verified certifier");
+    // the second run reads the norms from the cache
+    let (again, out2) = run_set(
+        &dir.join("model.onnx"),
+        &dir.join("x_test.npy"),
+        &dir.join("y_test.npy"),
+        Format::Float32,
+        &eps,
+        12,
+        cache.path(),
+    );
+    assert!(again.norms.as_ref().unwrap().from_cache);
+    assert_eq!(out2.mode(Mode::Standard).unwrap().verdicts, std.verdicts);
+    drop(subject);
+}
+
+#[test]
+fn counterexamples_are_never_certified_in_their_format() {
+    let Some(s) = shared() else { return };
+    let model = s.join("benchmarks/mnist/model.onnx");
+    let cache = tempfile::tempdir().unwrap();
+    for (name, format) in [
+        ("float32", Format::Float32),
+        ("float64", Format::Float64),
+        ("float16", Format::Float16),
+    ] {
+        let dir = s.join("soundness/mnist").join(name);
+        let radius = Radius::PerInstance(dir.join("epsilons.npy"));
+        let (_, out) = run_set(
+            &model,
+            &dir.join("centers.npy"),
+            &dir.join("labels.npy"),
+            format,
+            &radius,
+            20,
+            cache.path(),
+        );
+        let std = out.mode(Mode::Standard).unwrap();
+        assert_eq!(std.certified, 0, "{name}: a counterexample centre was certified");
+        let real = out.mode(Mode::Real).unwrap();
+        eprintln!("{name}: real mode certifies {} of {} centres", real.certified, out.n);
+        if format != Format::Float16 {
+            assert!(pct(real.certified, out.n) >= 90.0, "{name}: real mode certified {} of {}", real.certified, out.n);
+        }
+    }
+}
+
+#[test]
+fn biased_models_defeat_only_the_real_mode() {
+    let Some(s) = shared() else { return };
+    let data = s.join("benchmarks/mnist");
+    let cache = tempfile::tempdir().unwrap();
+    let eps = Radius::parse_decimal("0.3").unwrap();
+    for name in ["mnist-biased-1e6", "mnist-biased-5e6"] {
+        let (_, out) = run_set(
+            &s.join("benchmarks").join(name).join("model.onnx"),
+            &data.join("x_test.npy"),
+            &data.join("y_test.npy"),
+            Format::Float32,
+            &eps,
+            12,
+            cache.path(),
+        );
+        let std = pct(out.mode(Mode::Standard).unwrap().certified, out.n);
+        let real = pct(out.mode(Mode::Real).unwrap().certified, out.n);
+        eprintln!("{name}: standard {std:.2}%, real {real:.2}%");
+        assert!(std <= 1.0, "{name}: standard certified {std}%");
+        assert!(real >= 90.0, "{name}: real certified {real}%");
+    }
+}
