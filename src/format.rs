@@ -117,8 +117,34 @@ impl Format {
         match self {
             Format::Float64 => x,
             Format::Float32 => x as f32 as f64,
-            Format::Float16 => half::f16::from_f64(x).to_f64(),
-            Format::Bfloat16 => half::bf16::from_f64(x).to_f64(),
+            Format::Float16 | Format::Bfloat16 => self.round_narrow(x),
+        }
+    }
+
+    /// Round-to-nearest-even onto the grid of a format narrower than float32.
+    ///
+    /// (`half`'s `from_f64` does not round correctly in the float16 subnormal range, so the
+    /// project rounds itself.) For `|x|` in binade `[2^e, 2^(e+1))` the format's spacing is
+    /// `q = 2^(max(e, emin) - p + 1)`; `x / q` and the product back are exact power-of-two
+    /// scalings in `f64`, and `round_ties_even` is exact, so the result is the correctly
+    /// rounded value. Magnitudes above `F_max` after rounding become infinities.
+    fn round_narrow(self, x: f64) -> f64 {
+        if x == 0.0 || !x.is_finite() {
+            return x;
+        }
+        let p = self.precision() as i32;
+        // exponent of the leading bit; f64 subnormals are far below every format's range
+        let e = if x.abs() >= f64::MIN_POSITIVE {
+            ((x.to_bits() >> 52) & 0x7ff) as i32 - 1023
+        } else {
+            -1023
+        };
+        let q = pow2(e.max(self.emin()) - p + 1);
+        let r = (x / q).round_ties_even() * q;
+        if r.abs() > self.f_max() {
+            f64::INFINITY.copysign(x)
+        } else {
+            r
         }
     }
 
@@ -131,8 +157,7 @@ impl Format {
     pub fn round_f32(self, x: f32) -> f32 {
         match self {
             Format::Float64 | Format::Float32 => x,
-            Format::Float16 => half::f16::from_f32(x).to_f32(),
-            Format::Bfloat16 => half::bf16::from_f32(x).to_f32(),
+            Format::Float16 | Format::Bfloat16 => self.round_narrow(x as f64) as f32,
         }
     }
 
