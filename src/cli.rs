@@ -85,7 +85,11 @@ pub struct CertifyArgs {
     #[arg(long)]
     pub labels: Option<PathBuf>,
     /// Radius as a decimal (read exactly).
-    #[arg(long, conflicts_with = "epsilons", required_unless_present = "epsilons")]
+    #[arg(
+        long,
+        conflicts_with = "epsilons",
+        required_unless_present = "epsilons"
+    )]
     pub epsilon: Option<String>,
     /// Per-instance radii (.npy float64 [N]).
     #[arg(long)]
@@ -131,7 +135,9 @@ fn parse_modes(text: &str) -> Result<Vec<Mode>, LipfpError> {
         .map(|s| s.trim())
         .filter(|s| !s.is_empty())
         .map(|s| {
-            Mode::parse(s).ok_or_else(|| LipfpError::Usage(format!("unknown mode `{s}` (supported: {MODE_NAMES})")))
+            Mode::parse(s).ok_or_else(|| {
+                LipfpError::Usage(format!("unknown mode `{s}` (supported: {MODE_NAMES})"))
+            })
         })
         .collect::<Result<Vec<_>, _>>()
         .and_then(|v| {
@@ -150,7 +156,11 @@ fn facts<'a>(subject: &'a Subject, gram_iterations: u32) -> SubjectFacts<'a> {
         format: subject.net.format,
         ftz: subject.ftz,
         gram_iterations,
-        norms_cached: subject.norms.as_ref().map(|n| n.from_cache).unwrap_or(false),
+        norms_cached: subject
+            .norms
+            .as_ref()
+            .map(|n| n.from_cache)
+            .unwrap_or(false),
         notes: &subject.notes,
     }
 }
@@ -167,12 +177,20 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     let format: Format = a.format.parse().map_err(LipfpError::Usage)?;
     let modes = parse_modes(&a.mode)?;
     if !(1..=64).contains(&a.gram_iterations) {
-        return Err(LipfpError::Usage("--gram-iterations must be between 1 and 64".into()));
+        return Err(LipfpError::Usage(
+            "--gram-iterations must be between 1 and 64".into(),
+        ));
     }
     let radius = match (&a.epsilon, &a.epsilons) {
-        (Some(e), None) => Radius::parse_decimal(e).map_err(|m| LipfpError::Usage(format!("--epsilon: {m}")))?,
+        (Some(e), None) => {
+            Radius::parse_decimal(e).map_err(|m| LipfpError::Usage(format!("--epsilon: {m}")))?
+        }
         (None, Some(p)) => Radius::PerInstance(p.clone()),
-        _ => return Err(LipfpError::Usage("give exactly one of --epsilon and --epsilons".into())),
+        _ => {
+            return Err(LipfpError::Usage(
+                "give exactly one of --epsilon and --epsilons".into(),
+            ))
+        }
     };
     let spec = SubjectSpec {
         model: a.model.clone(),
@@ -221,7 +239,11 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     let subject = run::prepare(&spec, progress)?;
     let mut gates = Vec::with_capacity(policy.gates.len());
     for g in &policy.gates {
-        progress.stage(&format!("gate `{}`: certifying {} points", g.name, subject.n()));
+        progress.stage(&format!(
+            "gate `{}`: certifying {} points",
+            g.name,
+            subject.n()
+        ));
         let outcome = run::certify(&subject, &g.radius, &[g.mode])?;
         let verdict = evaluate(&g.thresholds, g.mode, &outcome);
         gates.push(GateReport::new(
@@ -240,5 +262,9 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     };
     emit(&report, a.json.as_deref())?;
     let failed = report.gates.iter().any(|g| g.passed == Some(false));
-    Ok(if failed { Exit::PolicyFailed } else { Exit::Pass })
+    Ok(if failed {
+        Exit::PolicyFailed
+    } else {
+        Exit::Pass
+    })
 }

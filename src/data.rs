@@ -28,7 +28,8 @@ fn open(path: &Path) -> Result<NpyFile<BufReader<File>>, LipfpError> {
             e.to_string()
         },
     })?;
-    NpyFile::new(BufReader::new(f)).map_err(|e| LipfpError::data(path, format!("not a valid .npy file: {e}")))
+    NpyFile::new(BufReader::new(f))
+        .map_err(|e| LipfpError::data(path, format!("not a valid .npy file: {e}")))
 }
 
 fn dtype_desc(npy: &NpyFile<BufReader<File>>) -> (Option<(TypeChar, u64)>, String) {
@@ -156,7 +157,10 @@ pub fn load_inputs(path: &Path, net: &DenseNet, format: Format) -> Result<Inputs
     };
     let arr = read_floats(path)?;
     if arr.shape.is_empty() {
-        return Err(LipfpError::data(path, "inputs must be an array [N, ...], found a scalar"));
+        return Err(LipfpError::data(
+            path,
+            "inputs must be an array [N, ...], found a scalar",
+        ));
     }
     let per_example = &arr.shape[1..];
     if per_example != net.input_shape.as_slice() {
@@ -176,14 +180,22 @@ pub fn load_inputs(path: &Path, net: &DenseNet, format: Format) -> Result<Inputs
         if !v.is_finite() {
             return Err(LipfpError::data(
                 path,
-                format!("input {} (flat feature {}) is not finite ({v})", k / dim, k % dim),
+                format!(
+                    "input {} (flat feature {}) is not finite ({v})",
+                    k / dim,
+                    k % dim
+                ),
             ));
         }
         let c = format.round(*v);
         if !c.is_finite() {
             return Err(LipfpError::data(
                 path,
-                format!("input {} (flat feature {}) = {v:e} overflows {format}", k / dim, k % dim),
+                format!(
+                    "input {} (flat feature {}) = {v:e} overflows {format}",
+                    k / dim,
+                    k % dim
+                ),
             ));
         }
         if c != *v {
@@ -208,7 +220,10 @@ pub fn load_labels(path: &Path, n: usize, classes: usize) -> Result<Vec<usize>, 
     if !flat_ok || arr.shape[0] != n {
         return Err(LipfpError::data(
             path,
-            format!("labels must have shape [{n}] to match the inputs, found {:?}", arr.shape),
+            format!(
+                "labels must have shape [{n}] to match the inputs, found {:?}",
+                arr.shape
+            ),
         ));
     }
     arr.data
@@ -233,12 +248,18 @@ pub fn load_epsilons(path: &Path, n: usize) -> Result<Vec<f64>, LipfpError> {
     if arr.shape.len() != 1 || arr.shape[0] != n {
         return Err(LipfpError::data(
             path,
-            format!("radii must have shape [{n}] to match the inputs, found {:?}", arr.shape),
+            format!(
+                "radii must have shape [{n}] to match the inputs, found {:?}",
+                arr.shape
+            ),
         ));
     }
     for (i, &e) in arr.data.iter().enumerate() {
         if !(e.is_finite() && e >= 0.0) {
-            return Err(LipfpError::data(path, format!("radius at index {i} is {e}; radii must be finite and >= 0")));
+            return Err(LipfpError::data(
+                path,
+                format!("radius at index {i} is {e}; radii must be finite and >= 0"),
+            ));
         }
     }
     Ok(arr.data)

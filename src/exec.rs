@@ -22,10 +22,21 @@ use crate::model::{Activation, DenseNet};
 pub const CHUNK_ROWS: usize = 256;
 
 enum LayerWeights {
-    F64 { wt: Array2<f64>, b: Vec<f64> },
-    F32 { wt: Array2<f32>, b: Vec<f32> },
+    F64 {
+        wt: Array2<f64>,
+        b: Vec<f64>,
+    },
+    F32 {
+        wt: Array2<f32>,
+        b: Vec<f32>,
+    },
     /// Row-major `[m, n]` weights for per-operation emulation.
-    Emulated { w: Vec<f32>, b: Vec<f32>, m: usize, n: usize },
+    Emulated {
+        w: Vec<f32>,
+        b: Vec<f32>,
+        m: usize,
+        n: usize,
+    },
 }
 
 struct ExecLayer {
@@ -88,7 +99,9 @@ impl Executor {
             Format::Float64 => {
                 let mut z = x.to_owned();
                 for l in &self.layers {
-                    let LayerWeights::F64 { wt, b } = &l.weights else { unreachable!() };
+                    let LayerWeights::F64 { wt, b } = &l.weights else {
+                        unreachable!()
+                    };
                     z = z.dot(wt);
                     finish_layer(&mut z, b, l.relu);
                 }
@@ -97,7 +110,9 @@ impl Executor {
             Format::Float32 => {
                 let mut z = x.mapv(|v| v as f32);
                 for l in &self.layers {
-                    let LayerWeights::F32 { wt, b } = &l.weights else { unreachable!() };
+                    let LayerWeights::F32 { wt, b } = &l.weights else {
+                        unreachable!()
+                    };
                     z = z.dot(wt);
                     finish_layer(&mut z, b, l.relu);
                 }
@@ -109,7 +124,9 @@ impl Executor {
                 for (r, row) in x.axis_iter(Axis(0)).enumerate() {
                     let mut z: Vec<f32> = row.iter().map(|&v| v as f32).collect();
                     for l in &self.layers {
-                        let LayerWeights::Emulated { w, b, m, n } = &l.weights else { unreachable!() };
+                        let LayerWeights::Emulated { w, b, m, n } = &l.weights else {
+                            unreachable!()
+                        };
                         let mut next = Vec::with_capacity(*m);
                         for i in 0..*m {
                             let wr = &w[i * n..(i + 1) * n];

@@ -240,7 +240,16 @@ mod tests {
 
     #[test]
     fn round_is_nearest_even_incl_ties_and_subnormals() {
-        let mut cases = vec![0.1, 1.0 / 3.0, 65504.0, 65520.0, 65519.99, 1e-8, 3e-8, 1e-40];
+        let mut cases = vec![
+            0.1,
+            1.0 / 3.0,
+            65504.0,
+            65520.0,
+            65519.99,
+            1e-8,
+            3e-8,
+            1e-40,
+        ];
         for f in [Format::Float16, Format::Bfloat16, Format::Float32] {
             let p = f.precision() as i32;
             // exact ties in the normal and subnormal ranges
@@ -263,7 +272,11 @@ mod tests {
             for &x in &cases {
                 assert_eq!(f.round(x), reference_round(f, x), "{f} {x:e}");
                 let x32 = x as f32;
-                assert_eq!(f.round_f32(x32) as f64, f.round(x32 as f64), "{f} f32 {x32:e}");
+                assert_eq!(
+                    f.round_f32(x32) as f64,
+                    f.round(x32 as f64),
+                    "{f} f32 {x32:e}"
+                );
             }
         }
     }

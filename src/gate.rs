@@ -32,17 +32,24 @@ pub fn evaluate(thresholds: &Thresholds, mode: Mode, outcome: &CertifyOutcome) -
     }
     let n = outcome.n;
     let m = outcome.mode(mode).expect("the gate's mode was computed");
-    let real = outcome.mode(Mode::Real).expect("the real ceiling is always computed");
+    let real = outcome
+        .mode(Mode::Real)
+        .expect("the real ceiling is always computed");
     let mut failures = Vec::new();
-    let mut check = |what: &str, actual: Option<f64>, key: &str, limit: Option<f64>, at_least: bool| {
-        if let (Some(limit), Some(actual)) = (limit, actual) {
-            let ok = if at_least { actual >= limit } else { actual <= limit };
-            if !ok {
-                let (op, unit) = if at_least { ("<", "%") } else { (">", " pp") };
-                failures.push(format!("{what} {actual:.2}{unit} {op} {key} {limit}"));
+    let mut check =
+        |what: &str, actual: Option<f64>, key: &str, limit: Option<f64>, at_least: bool| {
+            if let (Some(limit), Some(actual)) = (limit, actual) {
+                let ok = if at_least {
+                    actual >= limit
+                } else {
+                    actual <= limit
+                };
+                if !ok {
+                    let (op, unit) = if at_least { ("<", "%") } else { (">", " pp") };
+                    failures.push(format!("{what} {actual:.2}{unit} {op} {key} {limit}"));
+                }
             }
-        }
-    };
+        };
     check(
         "accuracy",
         outcome.correct.map(|c| pct(c, n)),

@@ -118,6 +118,10 @@ pub fn hex(bytes: &[u8]) -> String {
 enum Dim {
     Batch,
     Fixed(usize),
+    /// `-1` in a reshape target: inferred from the others.
+    Infer,
+    /// Any other negative value in a shape computation (invalid as a reshape target).
+    Negative(i64),
 }
 
 /// Where the activation stands in the chain being built.
@@ -145,7 +149,10 @@ struct Act {
 enum Value {
     Const(ConstTensor),
     /// A 1-D integer tensor (or scalar) computed from the activation's shape.
-    Shape { dims: Vec<Dim>, scalar: bool },
+    Shape {
+        dims: Vec<Dim>,
+        scalar: bool,
+    },
     Act(Act),
     /// Produced by a supported op but unusable downstream (e.g. a Dropout mask).
     Unusable(String),
@@ -211,23 +218,33 @@ pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpErr
         b.values.insert(init.name.clone(), Value::Const(t));
     }
     if !graph.sparse_initializer.is_empty() {
-        return Err(LipfpError::model(path, "sparse initializers are not supported"));
-    }
-    let data_inputs: Vec<&proto::ValueInfoProto> =
-        graph.input.iter().filter(|i| !b.values.contains_key(&i.name)).collect();
-    if data_inputs.len() != 1 {
-        let names: Vec<&str> = data_inputs.iter().map(|i| i.name.as_str()).collect();
         return Err(LipfpError::model(
             path,
-            format!(
-                "expected exactly one non-constant graph input, found {} ({}); weights must be \
-                 initializers or Constant nodes",
-                names.len(),
-                names.join(", ")
-            ),
+            "sparse initializers are not supported",
         ));
     }
-    let input = data_inputs[0];
+    let data_inputs: Vec<&proto::ValueInfoProto> = graph
+        .input
+        .iter()
+        .filter(|i| !b.values.contains_key(&i.name))
+        .collect();
+    let Some(&input) = data_inputs.first() else {
+        return Err(LipfpError::model(
+            path,
+            "the graph has no non-constant input",
+        ));
+    };
+    // further non-constant inputs are an error only where a node uses them as weights
+    for other in &data_inputs[1..] {
+        b.values.insert(
+            other.name.clone(),
+            Value::Unusable(format!(
+                "`{}` is a graph input without initializer (non-constant weights are not supported; \
+                 the data input is `{}`)",
+                other.name, input.name
+            )),
+        );
+    }
     let input_shape = read_input_shape(path, input)?;
     let mut full = vec![Dim::Batch];
     full.extend(input_shape.iter().map(|&d| Dim::Fixed(d)));
@@ -278,7 +295,10 @@ pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpErr
     if graph.output.len() != 1 {
         return Err(LipfpError::model(
             path,
-            format!("expected exactly one graph output, found {}", graph.output.len()),
+            format!(
+                "expected exactly one graph output, found {}",
+                graph.output.len()
+            ),
         ));
     }
     let out_name = &graph.output[0].name;
@@ -298,15 +318,26 @@ pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpErr
         }
     };
     if out.id != b.chain_id {
-        return Err(LipfpError::model(path, "graph output is not the end of the layer chain"));
+        return Err(LipfpError::model(
+            path,
+            "graph output is not the end of the layer chain",
+        ));
     }
     match out.stage {
         Stage::Input => return Err(LipfpError::model(path, "the graph has no dense layer")),
         Stage::Activated => {
-            return Err(LipfpError::model(
-                path,
-                "the output layer has a ReLU; the certificate needs an identity output (logits)",
-            ))
+            let relu = b
+                .layers
+                .last()
+                .and_then(|l| l.nodes.last().cloned())
+                .unwrap_or_default();
+            return Err(LipfpError::Model {
+                path: path.to_path_buf(),
+                node: Some((relu, "Relu".into())),
+                message:
+                    "the output layer has a ReLU; the certificate needs an identity output (logits)"
+                        .into(),
+            });
         }
         Stage::Product | Stage::Biased => {}
     }
@@ -314,7 +345,7 @@ pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpErr
         .iter()
         .map(|d| match d {
             Dim::Fixed(k) => *k,
-            Dim::Batch => 0,
+            _ => 0,
         })
         .collect();
     if features.iter().filter(|&&k| k != 1).count() > 1 {
@@ -325,7 +356,10 @@ pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpErr
     }
     let classes = b.layers.last().map(|l| l.m()).unwrap_or(0);
     if classes < 2 {
-        return Err(LipfpError::model(path, "a classifier needs at least two output classes"));
+        return Err(LipfpError::model(
+            path,
+            "a classifier needs at least two output classes",
+        ));
     }
     Ok(DenseNet {
         layers: b.layers,
@@ -341,14 +375,18 @@ fn read_input_shape(path: &Path, input: &proto::ValueInfoProto) -> Result<Vec<us
     use proto::tensor_shape_proto::dimension::Value as DimValue;
     use proto::type_proto::Value as TypeValue;
     let err = |m: String| LipfpError::model(path, format!("graph input `{}`: {m}", input.name));
-    let Some(TypeValue::TensorType(tt)) = input.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+    let Some(TypeValue::TensorType(tt)) = input.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
         return Err(err("is not a tensor".into()));
     };
     let elem = onnx::data_type_name(tt.elem_type);
     if !matches!(elem.as_str(), "float" | "float16" | "double") {
         return Err(err(format!("element type {elem} is not a float type")));
     }
-    let shape = tt.shape.as_ref().ok_or_else(|| err("has no declared shape".into()))?;
+    let shape = tt
+        .shape
+        .as_ref()
+        .ok_or_else(|| err("has no declared shape".into()))?;
     if shape.dim.len() < 2 {
         return Err(err(format!(
             "must be [batch, features...], declared rank is {}",
@@ -360,7 +398,10 @@ fn read_input_shape(path: &Path, input: &proto::ValueInfoProto) -> Result<Vec<us
         .enumerate()
         .map(|(k, d)| match &d.value {
             Some(DimValue::DimValue(v)) if *v > 0 => Ok(*v as usize),
-            other => Err(err(format!("dimension {} must be a fixed positive size, found {other:?}", k + 1))),
+            other => Err(err(format!(
+                "dimension {} must be a fixed positive size, found {other:?}",
+                k + 1
+            ))),
         })
         .collect()
 }
@@ -413,7 +454,10 @@ impl Builder<'_> {
                 let v = self.get(inputs[0], label, op)?.clone();
                 match v {
                     Value::Act(_) => {
-                        if !matches!(to_name.as_str(), "float" | "float16" | "double" | "bfloat16") {
+                        if !matches!(
+                            to_name.as_str(),
+                            "float" | "float16" | "double" | "bfloat16"
+                        ) {
                             return Err(self.fail(label, op, format!("cast of the activation to {to_name}; only casts between float types are accepted (the deployment format is declared by the policy)")));
                         }
                         self.set(node, v);
@@ -428,8 +472,17 @@ impl Builder<'_> {
             "Dropout" => {
                 if let Some(name) = inputs.get(2).filter(|s| !s.is_empty()) {
                     match self.get(name, label, op)? {
-                        Value::Const(ConstTensor { data: ConstData::Int(v), .. }) if v.iter().all(|&x| x == 0) => {}
-                        _ => return Err(self.fail(label, op, "training_mode must be a constant false")),
+                        Value::Const(ConstTensor {
+                            data: ConstData::Int(v),
+                            ..
+                        }) if v.iter().all(|&x| x == 0) => {}
+                        _ => {
+                            return Err(self.fail(
+                                label,
+                                op,
+                                "training_mode must be a constant false",
+                            ))
+                        }
                     }
                 }
                 let v = self.get(inputs[0], label, op)?.clone();
@@ -443,20 +496,43 @@ impl Builder<'_> {
                 let axis = attr_i(node, "axis", 1);
                 let a = self.act(inputs[0], label, op)?;
                 if axis != 1 {
-                    return Err(self.fail(label, op, format!("axis = {axis}; only axis = 1 keeps the batch dimension")));
+                    return Err(self.fail(
+                        label,
+                        op,
+                        format!("axis = {axis}; only axis = 1 keeps the batch dimension"),
+                    ));
                 }
-                let d = fixed_product(&a.shape[1..]).ok_or_else(|| self.fail(label, op, "feature dimensions are not fixed"))?;
-                self.set(node, Value::Act(Act { shape: vec![Dim::Batch, Dim::Fixed(d)], ..a }));
+                let d = fixed_product(&a.shape[1..])
+                    .ok_or_else(|| self.fail(label, op, "feature dimensions are not fixed"))?;
+                self.set(
+                    node,
+                    Value::Act(Act {
+                        shape: vec![Dim::Batch, Dim::Fixed(d)],
+                        ..a
+                    }),
+                );
             }
             "Reshape" => self.reshape(node, label, &inputs)?,
             "Shape" => {
                 let a = self.act(inputs[0], label, op)?;
                 let rank = a.shape.len() as i64;
-                let norm = |x: i64| if x < 0 { (x + rank).clamp(0, rank) } else { x.clamp(0, rank) };
+                let norm = |x: i64| {
+                    if x < 0 {
+                        (x + rank).clamp(0, rank)
+                    } else {
+                        x.clamp(0, rank)
+                    }
+                };
                 let start = norm(attr_i(node, "start", 0)) as usize;
                 let end = norm(attr(node, "end").map(|a| a.i).unwrap_or(rank)) as usize;
                 let dims = a.shape[start..end.max(start)].to_vec();
-                self.set(node, Value::Shape { dims, scalar: false });
+                self.set(
+                    node,
+                    Value::Shape {
+                        dims,
+                        scalar: false,
+                    },
+                );
             }
             "Gather" => self.gather(node, label, &inputs)?,
             "Unsqueeze" | "Squeeze" => {
@@ -478,7 +554,11 @@ impl Builder<'_> {
                     }
                     Value::Act(mut a) => {
                         if op == "Unsqueeze" {
-                            return Err(self.fail(label, op, "unsqueeze of the activation is not supported"));
+                            return Err(self.fail(
+                                label,
+                                op,
+                                "unsqueeze of the activation is not supported",
+                            ));
                         }
                         let mut shape = vec![a.shape[0]];
                         shape.extend(a.shape[1..].iter().filter(|d| **d != Dim::Fixed(1)));
@@ -493,23 +573,41 @@ impl Builder<'_> {
                 for name in &inputs {
                     match self.get(name, label, op)? {
                         Value::Shape { dims: d, .. } => dims.extend(d.iter().copied()),
-                        Value::Const(ConstTensor { data: ConstData::Int(v), .. }) => {
+                        Value::Const(ConstTensor {
+                            data: ConstData::Int(v),
+                            ..
+                        }) => {
                             for &x in v {
-                                dims.push(if x < 0 { Dim::Fixed(usize::MAX) } else { Dim::Fixed(x as usize) })
+                                dims.push(shape_const_dim(x))
                             }
                         }
-                        _ => return Err(self.fail(label, op, "only shape computations may be concatenated")),
+                        _ => {
+                            return Err(self.fail(
+                                label,
+                                op,
+                                "only shape computations may be concatenated",
+                            ))
+                        }
                     }
                 }
-                // usize::MAX marks -1 (infer) inside shape computations
-                self.set(node, Value::Shape { dims, scalar: false });
+                self.set(
+                    node,
+                    Value::Shape {
+                        dims,
+                        scalar: false,
+                    },
+                );
             }
             "Gemm" => self.gemm(node, label, &inputs)?,
             "MatMul" => {
                 let a = self.act(inputs[0], label, op)?;
                 let w = self.constant(inputs[1], label, op, "weight")?;
                 if w.shape.len() != 2 {
-                    return Err(self.fail(label, op, format!("weight must be 2-D, got shape {:?}", w.shape)));
+                    return Err(self.fail(
+                        label,
+                        op,
+                        format!("weight must be 2-D, got shape {:?}", w.shape),
+                    ));
                 }
                 let (n, m) = (w.shape[0], w.shape[1]);
                 let vals = float_values(&w);
@@ -522,16 +620,32 @@ impl Builder<'_> {
                 let a = self.act(inputs[0], label, op)?;
                 self.require_head(&a, label, op)?;
                 match a.stage {
-                    Stage::Input => return Err(self.fail(label, op, "ReLU on the network input is not supported")),
+                    Stage::Input => {
+                        return Err(self.fail(
+                            label,
+                            op,
+                            "ReLU on the network input is not supported",
+                        ))
+                    }
                     Stage::Product | Stage::Biased => {
-                        let last = self.layers.last_mut().expect("a stage after Input has a layer");
+                        let last = self
+                            .layers
+                            .last_mut()
+                            .expect("a stage after Input has a layer");
                         last.act = Activation::Relu;
                         last.nodes.push(label.to_string());
                     }
                     Stage::Activated => {}
                 }
                 self.chain_id += 1;
-                self.set(node, Value::Act(Act { stage: Stage::Activated, id: self.chain_id, ..a }));
+                self.set(
+                    node,
+                    Value::Act(Act {
+                        stage: Stage::Activated,
+                        id: self.chain_id,
+                        ..a
+                    }),
+                );
             }
             _ => {
                 return Err(LipfpError::unsupported(
@@ -548,22 +662,38 @@ impl Builder<'_> {
     fn act(&self, name: &str, label: &str, op: &str) -> Result<Act, LipfpError> {
         match self.get(name, label, op)? {
             Value::Act(a) => Ok(a.clone()),
-            _ => Err(self.fail(label, op, format!("input `{name}` must be the activation, found a constant"))),
+            _ => Err(self.fail(
+                label,
+                op,
+                format!("input `{name}` must be the activation, found a constant"),
+            )),
         }
     }
 
-    fn constant(&self, name: &str, label: &str, op: &str, what: &str) -> Result<ConstTensor, LipfpError> {
+    fn constant(
+        &self,
+        name: &str,
+        label: &str,
+        op: &str,
+        what: &str,
+    ) -> Result<ConstTensor, LipfpError> {
         match self.get(name, label, op)? {
             Value::Const(c) => match c.data {
                 ConstData::Float(_) => Ok(c.clone()),
-                ConstData::Int(_) => Err(self.fail(label, op, format!("{what} `{name}` has an integer type"))),
+                ConstData::Int(_) => {
+                    Err(self.fail(label, op, format!("{what} `{name}` has an integer type")))
+                }
             },
             Value::Act(_) => Err(self.fail(
                 label,
                 op,
                 format!("{what} `{name}` is not constant (non-constant weights are not supported)"),
             )),
-            _ => Err(self.fail(label, op, format!("{what} `{name}` is not a tensor of weights"))),
+            _ => Err(self.fail(
+                label,
+                op,
+                format!("{what} `{name}` is not a tensor of weights"),
+            )),
         }
     }
 
@@ -580,9 +710,20 @@ impl Builder<'_> {
 
     /// Convert a weight or bias value to the deployment format, rejecting non-finite and (under
     /// flush-to-zero) subnormal values.
-    fn convert(&mut self, v: f64, tensor: &str, index: usize, label: &str, op: &str) -> Result<f64, LipfpError> {
+    fn convert(
+        &mut self,
+        v: f64,
+        tensor: &str,
+        index: usize,
+        label: &str,
+        op: &str,
+    ) -> Result<f64, LipfpError> {
         if !v.is_finite() {
-            return Err(self.fail(label, op, format!("`{tensor}`[{index}] is not finite ({v})")));
+            return Err(self.fail(
+                label,
+                op,
+                format!("`{tensor}`[{index}] is not finite ({v})"),
+            ));
         }
         let c = self.format.round(v);
         if !c.is_finite() {
@@ -620,12 +761,18 @@ impl Builder<'_> {
         self.require_head(&a, label, op)?;
         let n = w.ncols();
         let feat = a.shape.last().copied();
-        let leading_ok = a.shape.len() >= 2 && a.shape[1..a.shape.len() - 1].iter().all(|d| *d == Dim::Fixed(1));
+        let leading_ok = a.shape.len() >= 2
+            && a.shape[1..a.shape.len() - 1]
+                .iter()
+                .all(|d| *d == Dim::Fixed(1));
         if feat != Some(Dim::Fixed(n)) || !leading_ok {
             return Err(self.fail(
                 label,
                 op,
-                format!("activation shape {} does not match weight input dimension {n}", show_shape(&a.shape)),
+                format!(
+                    "activation shape {} does not match weight input dimension {n}",
+                    show_shape(&a.shape)
+                ),
             ));
         }
         let mut wc = w;
@@ -652,10 +799,19 @@ impl Builder<'_> {
         self.chain_id += 1;
         let mut shape = a.shape.clone();
         *shape.last_mut().expect("rank >= 2") = Dim::Fixed(m);
-        Ok(Value::Act(Act { shape, stage, id: self.chain_id }))
+        Ok(Value::Act(Act {
+            shape,
+            stage,
+            id: self.chain_id,
+        }))
     }
 
-    fn gemm(&mut self, node: &proto::NodeProto, label: &str, inputs: &[&str]) -> Result<(), LipfpError> {
+    fn gemm(
+        &mut self,
+        node: &proto::NodeProto,
+        label: &str,
+        inputs: &[&str],
+    ) -> Result<(), LipfpError> {
         let op = "Gemm";
         let alpha = attr_f(node, "alpha", 1.0);
         let beta = attr_f(node, "beta", 1.0);
@@ -674,11 +830,22 @@ impl Builder<'_> {
         }
         let a = self.act(inputs[0], label, op)?;
         if a.shape.len() != 2 {
-            return Err(self.fail(label, op, format!("input must be 2-D [batch, features], got {}", show_shape(&a.shape))));
+            return Err(self.fail(
+                label,
+                op,
+                format!(
+                    "input must be 2-D [batch, features], got {}",
+                    show_shape(&a.shape)
+                ),
+            ));
         }
         let w = self.constant(inputs[1], label, op, "weight")?;
         if w.shape.len() != 2 {
-            return Err(self.fail(label, op, format!("weight must be 2-D, got shape {:?}", w.shape)));
+            return Err(self.fail(
+                label,
+                op,
+                format!("weight must be 2-D, got shape {:?}", w.shape),
+            ));
         }
         let vals = float_values(&w);
         let (r, c) = (w.shape[0], w.shape[1]);
@@ -692,23 +859,28 @@ impl Builder<'_> {
         let bias = if has_c {
             let bt = self.constant(inputs[2], label, op, "bias")?;
             let b = bias_vector(&bt, m).ok_or_else(|| {
-                self.fail(label, op, format!("bias shape {:?} does not broadcast to [{m}]", bt.shape))
+                self.fail(
+                    label,
+                    op,
+                    format!("bias shape {:?} does not broadcast to [{m}]", bt.shape),
+                )
             })?;
             Some((b, inputs[2]))
         } else {
             None
         };
+        // a Gemm without C leaves the layer at the Product stage: a following Add is its bias
         let out = self.push_dense(a, wm, bias, label, op, inputs[1])?;
-        if let Value::Act(mut act) = out {
-            // a Gemm without C has no bias add, but a later Add must not be folded into it
-            // (the runtime would add twice): mark it as complete
-            act.stage = Stage::Biased;
-            self.set(node, Value::Act(act));
-        }
+        self.set(node, out);
         Ok(())
     }
 
-    fn add(&mut self, node: &proto::NodeProto, label: &str, inputs: &[&str]) -> Result<(), LipfpError> {
+    fn add(
+        &mut self,
+        node: &proto::NodeProto,
+        label: &str,
+        inputs: &[&str],
+    ) -> Result<(), LipfpError> {
         let op = "Add";
         if inputs.len() != 2 {
             return Err(self.fail(label, op, "needs two inputs"));
@@ -719,9 +891,15 @@ impl Builder<'_> {
             (Value::Act(a), Value::Const(c)) => (a, c, inputs[1]),
             (Value::Const(c), Value::Act(a)) => (a, c, inputs[0]),
             (Value::Act(_), Value::Act(_)) => {
-                return Err(self.fail(label, op, "adds two activations (residual connections are not supported)"))
+                return Err(self.fail(
+                    label,
+                    op,
+                    "adds two activations (residual connections are not supported)",
+                ))
             }
-            _ => return Err(self.fail(label, op, "only a bias add on the activation is supported")),
+            _ => {
+                return Err(self.fail(label, op, "only a bias add on the activation is supported"))
+            }
         };
         self.require_head(&a, label, op)?;
         if a.stage != Stage::Product {
@@ -735,8 +913,13 @@ impl Builder<'_> {
         if !matches!(c.data, ConstData::Float(_)) {
             return Err(self.fail(label, op, format!("bias `{c_name}` has an integer type")));
         }
-        let b = bias_vector(&c, m)
-            .ok_or_else(|| self.fail(label, op, format!("bias shape {:?} does not broadcast to [{m}]", c.shape)))?;
+        let b = bias_vector(&c, m).ok_or_else(|| {
+            self.fail(
+                label,
+                op,
+                format!("bias shape {:?} does not broadcast to [{m}]", c.shape),
+            )
+        })?;
         let mut bc = Vec::with_capacity(m);
         for (k, x) in b.into_iter().enumerate() {
             bc.push(self.convert(x, c_name, k, label, op)?);
@@ -745,41 +928,76 @@ impl Builder<'_> {
         last.b = bc;
         last.nodes.push(label.to_string());
         self.chain_id += 1;
-        self.set(node, Value::Act(Act { stage: Stage::Biased, id: self.chain_id, ..a }));
+        self.set(
+            node,
+            Value::Act(Act {
+                stage: Stage::Biased,
+                id: self.chain_id,
+                ..a
+            }),
+        );
         Ok(())
     }
 
-    fn reshape(&mut self, node: &proto::NodeProto, label: &str, inputs: &[&str]) -> Result<(), LipfpError> {
+    fn reshape(
+        &mut self,
+        node: &proto::NodeProto,
+        label: &str,
+        inputs: &[&str],
+    ) -> Result<(), LipfpError> {
         let op = "Reshape";
         if inputs.len() != 2 {
             return Err(self.fail(label, op, "needs two inputs"));
         }
         let a = self.act(inputs[0], label, op)?;
         let allow_zero = attr_i(node, "allowzero", 0) == 1;
-        let target: Vec<Option<Dim>> = match self.get(inputs[1], label, op)? {
-            // None marks -1 (infer)
-            Value::Const(ConstTensor { data: ConstData::Int(v), .. }) => v
-                .iter()
-                .map(|&x| if x == -1 { None } else if x >= 0 { Some(Dim::Fixed(x as usize)) } else { Some(Dim::Fixed(usize::MAX - 1)) })
-                .collect(),
-            Value::Shape { dims, .. } => dims
-                .iter()
-                .map(|d| if *d == Dim::Fixed(usize::MAX) { None } else { Some(*d) })
-                .collect(),
-            _ => return Err(self.fail(label, op, "target shape must be a constant or computed from the input's shape")),
+        let target: Vec<Dim> = match self.get(inputs[1], label, op)? {
+            Value::Const(ConstTensor {
+                data: ConstData::Int(v),
+                ..
+            }) => v.iter().map(|&x| shape_const_dim(x)).collect(),
+            Value::Shape { dims, .. } => dims.clone(),
+            _ => {
+                return Err(self.fail(
+                    label,
+                    op,
+                    "target shape must be a constant or computed from the input's shape",
+                ))
+            }
         };
-        let features = fixed_product(&a.shape[1..]).ok_or_else(|| self.fail(label, op, "feature dimensions are not fixed"))?;
+        let features = fixed_product(&a.shape[1..])
+            .ok_or_else(|| self.fail(label, op, "feature dimensions are not fixed"))?;
         // resolve 0 (copy the input dimension unless allowzero) and check the batch dimension stays first
         let mut dims = Vec::with_capacity(target.len());
+        // None marks the inferred dimension
         for (k, t) in target.iter().enumerate() {
             let d = match t {
-                Some(Dim::Fixed(0)) if !allow_zero => Some(*a.shape.get(k).ok_or_else(|| {
-                    self.fail(label, op, format!("target dimension {k} is 0 but the input has rank {}", a.shape.len()))
+                Dim::Fixed(0) if !allow_zero => Some(*a.shape.get(k).ok_or_else(|| {
+                    self.fail(
+                        label,
+                        op,
+                        format!(
+                            "target dimension {k} is 0 but the input has rank {}",
+                            a.shape.len()
+                        ),
+                    )
                 })?),
-                Some(Dim::Fixed(x)) if *x == usize::MAX - 1 => {
-                    return Err(self.fail(label, op, "negative target dimension other than -1"))
+                Dim::Fixed(0) => {
+                    return Err(self.fail(
+                        label,
+                        op,
+                        "a zero-sized target dimension (allowzero = 1) is not supported",
+                    ))
                 }
-                other => *other,
+                Dim::Negative(x) => {
+                    return Err(self.fail(
+                        label,
+                        op,
+                        format!("target dimension {x}: the only negative value allowed is -1"),
+                    ))
+                }
+                Dim::Infer => None,
+                other => Some(*other),
             };
             dims.push(d);
         }
@@ -794,7 +1012,7 @@ impl Builder<'_> {
             .filter_map(|d| *d)
             .map(|d| match d {
                 Dim::Fixed(x) => Some(x),
-                Dim::Batch => None,
+                _ => None,
             })
             .try_fold(1usize, |acc, x| x.map(|x| acc.saturating_mul(x)));
         let Some(known) = known else {
@@ -825,17 +1043,28 @@ impl Builder<'_> {
         Ok(())
     }
 
-    fn gather(&mut self, node: &proto::NodeProto, label: &str, inputs: &[&str]) -> Result<(), LipfpError> {
+    fn gather(
+        &mut self,
+        node: &proto::NodeProto,
+        label: &str,
+        inputs: &[&str],
+    ) -> Result<(), LipfpError> {
         let op = "Gather";
         if inputs.len() != 2 || attr_i(node, "axis", 0) != 0 {
             return Err(self.fail(label, op, "only Gather on axis 0 of a shape is supported"));
         }
         let dims = match self.get(inputs[0], label, op)? {
-            Value::Shape { dims, scalar: false } => dims.clone(),
+            Value::Shape {
+                dims,
+                scalar: false,
+            } => dims.clone(),
             _ => return Err(self.fail(label, op, "only gathering from a Shape is supported")),
         };
         let (idx, scalar) = match self.get(inputs[1], label, op)? {
-            Value::Const(ConstTensor { shape, data: ConstData::Int(v) }) => (v.clone(), shape.is_empty()),
+            Value::Const(ConstTensor {
+                shape,
+                data: ConstData::Int(v),
+            }) => (v.clone(), shape.is_empty()),
             _ => return Err(self.fail(label, op, "indices must be an integer constant")),
         };
         let mut out = Vec::with_capacity(idx.len());
@@ -852,12 +1081,23 @@ impl Builder<'_> {
     }
 }
 
+/// A constant entry of a shape computation.
+fn shape_const_dim(x: i64) -> Dim {
+    match x {
+        -1 => Dim::Infer,
+        x if x < 0 => Dim::Negative(x),
+        x => Dim::Fixed(x as usize),
+    }
+}
+
 fn show_shape(shape: &[Dim]) -> String {
     let parts: Vec<String> = shape
         .iter()
         .map(|d| match d {
             Dim::Batch => "batch".to_string(),
             Dim::Fixed(x) => x.to_string(),
+            Dim::Infer => "-1".to_string(),
+            Dim::Negative(x) => x.to_string(),
         })
         .collect();
     format!("[{}]", parts.join(", "))
@@ -866,7 +1106,7 @@ fn show_shape(shape: &[Dim]) -> String {
 fn fixed_product(dims: &[Dim]) -> Option<usize> {
     dims.iter().try_fold(1usize, |acc, d| match d {
         Dim::Fixed(x) => Some(acc * x),
-        Dim::Batch => None,
+        _ => None,
     })
 }
 
@@ -896,7 +1136,10 @@ fn constant_value(node: &proto::NodeProto, dir: Option<&Path>) -> Result<ConstTe
         return onnx::decode_tensor(t, dir);
     }
     if let Some(a) = attr(node, "value_float") {
-        return Ok(ConstTensor { shape: vec![], data: ConstData::Float(vec![a.f as f64]) });
+        return Ok(ConstTensor {
+            shape: vec![],
+            data: ConstData::Float(vec![a.f as f64]),
+        });
     }
     if let Some(a) = attr(node, "value_floats") {
         return Ok(ConstTensor {
@@ -905,10 +1148,16 @@ fn constant_value(node: &proto::NodeProto, dir: Option<&Path>) -> Result<ConstTe
         });
     }
     if let Some(a) = attr(node, "value_int") {
-        return Ok(ConstTensor { shape: vec![], data: ConstData::Int(vec![a.i]) });
+        return Ok(ConstTensor {
+            shape: vec![],
+            data: ConstData::Int(vec![a.i]),
+        });
     }
     if let Some(a) = attr(node, "value_ints") {
-        return Ok(ConstTensor { shape: vec![a.ints.len()], data: ConstData::Int(a.ints.clone()) });
+        return Ok(ConstTensor {
+            shape: vec![a.ints.len()],
+            data: ConstData::Int(a.ints.clone()),
+        });
     }
     Err("a Constant without value, value_float(s) or value_int(s) is not supported".into())
 }
@@ -929,7 +1178,12 @@ fn cast_const(c: ConstTensor, to: &str) -> Result<ConstTensor, String> {
         },
         (ConstData::Int(v), true) => ConstData::Float(v.into_iter().map(|x| x as f64).collect()),
         (ConstData::Int(v), false) => ConstData::Int(v),
-        (ConstData::Float(_), false) => return Err(format!("cast of a float constant to {to} is not supported")),
+        (ConstData::Float(_), false) => {
+            return Err(format!("cast of a float constant to {to} is not supported"))
+        }
     };
-    Ok(ConstTensor { shape: c.shape, data })
+    Ok(ConstTensor {
+        shape: c.shape,
+        data,
+    })
 }

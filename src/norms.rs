@@ -208,7 +208,12 @@ fn read_cache(dir: &Path, key: &str, layers: usize, iterations: u32) -> Option<V
 
 /// Write a cache entry atomically (temporary file + rename). Failure to cache is not an error
 /// of the run; it is returned for the caller to report.
-fn write_cache(dir: &Path, key: &str, iterations: u32, norms: &[LayerNorms]) -> std::io::Result<()> {
+fn write_cache(
+    dir: &Path,
+    key: &str,
+    iterations: u32,
+    norms: &[LayerNorms],
+) -> std::io::Result<()> {
     fs::create_dir_all(dir)?;
     let entry = proto_gen::NormCache {
         key: key.to_string(),
@@ -274,7 +279,9 @@ mod tests {
     use rug::{Float, Rational};
 
     fn lcg(seed: &mut u64) -> f64 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((*seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
     }
 
@@ -316,7 +323,10 @@ mod tests {
                 let lower = if abs { power_lower_bound(&mm) } else { lower };
                 let s = gram_iter_fp(mm.view(), 12).unwrap();
                 assert!(s >= lower, "{r}x{c} abs={abs}: {s} < {lower}");
-                assert!(s <= lower * (1.0 + 1e-3), "{r}x{c} abs={abs}: {s} vs {lower}");
+                assert!(
+                    s <= lower * (1.0 + 1e-3),
+                    "{r}x{c} abs={abs}: {s} vs {lower}"
+                );
             }
         }
     }
@@ -331,20 +341,29 @@ mod tests {
         let m = Array2::from_shape_vec((2, 1), vec![3.0, 4.0]).unwrap();
         let s = gram_iter_fp(m.view(), 3).unwrap();
         assert!(s >= 5.0 && s < 5.0 * (1.0 + 1e-12));
-        assert_eq!(gram_iter_fp(Array2::<f64>::zeros((3, 4)).view(), 12).unwrap(), 0.0);
+        assert_eq!(
+            gram_iter_fp(Array2::<f64>::zeros((3, 4)).view(), 12).unwrap(),
+            0.0
+        );
     }
 
     #[test]
     fn gram_detects_overflow() {
         let m = Array2::from_elem((4, 4), 1e300);
-        assert!(matches!(gram_iter_fp(m.view(), 2), Err(NormError::NonFinite { .. })));
+        assert!(matches!(
+            gram_iter_fp(m.view(), 2),
+            Err(NormError::NonFinite { .. })
+        ));
     }
 
     #[test]
     fn frob_ub_and_xi_bound_exact_values() {
         let m = Array2::from_shape_vec((2, 2), vec![0.1, -0.2, 0.3, 0.7]).unwrap();
         let f = frob_ub(m.view());
-        let exact: Rational = m.iter().map(|&x| Rational::from_f64(x).unwrap().square()).sum();
+        let exact: Rational = m
+            .iter()
+            .map(|&x| Rational::from_f64(x).unwrap().square())
+            .sum();
         assert!(Rational::from_f64(f * f).unwrap() >= exact);
         let x = xi(f, 2, 2);
         assert!(x > 0.0 && x < 1e-14);

@@ -46,7 +46,8 @@ pub fn data_type_name(code: i32) -> String {
 
 /// Decode a `TensorProto` (raw data, typed fields or external data next to the model).
 pub fn decode_tensor(t: &pb::TensorProto, model_dir: Option<&Path>) -> Result<ConstTensor, String> {
-    let dt = DataType::try_from(t.data_type).map_err(|_| format!("unknown data type code {}", t.data_type))?;
+    let dt = DataType::try_from(t.data_type)
+        .map_err(|_| format!("unknown data type code {}", t.data_type))?;
     let is_float = matches!(dt, DataType::Float | DataType::Float16 | DataType::Double);
     let is_int = matches!(
         dt,
@@ -68,15 +69,20 @@ pub fn decode_tensor(t: &pb::TensorProto, model_dir: Option<&Path>) -> Result<Co
     }
     let dir = model_dir.and_then(|d| d.to_str());
     let provider = tract_onnx::data_resolver::FopenDataResolver;
-    let tensor = tract_onnx::tensor::load_tensor(&provider, t, dir).map_err(|e| format!("{e:#}"))?;
+    let tensor =
+        tract_onnx::tensor::load_tensor(&provider, t, dir).map_err(|e| format!("{e:#}"))?;
     let shape = tensor.shape().to_vec();
     let data = if is_float {
         let c = tensor.cast_to::<f64>().map_err(|e| format!("{e:#}"))?;
-        let v = c.to_plain_array_view::<f64>().map_err(|e| format!("{e:#}"))?;
+        let v = c
+            .to_plain_array_view::<f64>()
+            .map_err(|e| format!("{e:#}"))?;
         ConstData::Float(v.iter().copied().collect())
     } else {
         let c = tensor.cast_to::<i64>().map_err(|e| format!("{e:#}"))?;
-        let v = c.to_plain_array_view::<i64>().map_err(|e| format!("{e:#}"))?;
+        let v = c
+            .to_plain_array_view::<i64>()
+            .map_err(|e| format!("{e:#}"))?;
         ConstData::Int(v.iter().copied().collect())
     };
     let expected: usize = shape.iter().product();
@@ -92,7 +98,11 @@ pub fn decode_tensor(t: &pb::TensorProto, model_dir: Option<&Path>) -> Result<Co
 
 /// Run the model with tract's own executor on a float32 batch `[batch, features...]` and
 /// return the output as `f64` rows. Used to cross-check the project's reading of the graph.
-pub fn run_with_tract(path: &Path, input_shape: &[usize], input: &[f32]) -> Result<Vec<f64>, String> {
+pub fn run_with_tract(
+    path: &Path,
+    input_shape: &[usize],
+    input: &[f32],
+) -> Result<Vec<f64>, String> {
     let model = onnx()
         .model_for_path(path)
         .and_then(|m| m.with_input_fact(0, f32::fact(input_shape).into()))
@@ -104,6 +114,8 @@ pub fn run_with_tract(path: &Path, input_shape: &[usize], input: &[f32]) -> Resu
         .run(tvec!(tensor.into_tvalue()))
         .map_err(|e| format!("tract could not run the model: {e:#}"))?;
     let t = out[0].cast_to::<f64>().map_err(|e| format!("{e:#}"))?;
-    let v = t.to_plain_array_view::<f64>().map_err(|e| format!("{e:#}"))?;
+    let v = t
+        .to_plain_array_view::<f64>()
+        .map_err(|e| format!("{e:#}"))?;
     Ok(v.iter().copied().collect())
 }

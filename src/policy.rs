@@ -90,8 +90,9 @@ pub enum Radius {
 impl Radius {
     /// Parse a decimal string (e.g. `"0.3"`, `"1e-6"`) exactly; it must be finite and `>= 0`.
     pub fn parse_decimal(text: &str) -> Result<Radius, String> {
-        let q = parse_decimal_exact(text)
-            .ok_or_else(|| format!("`{text}` is not a decimal number (write e.g. \"0.3\" or \"1e-6\")"))?;
+        let q = parse_decimal_exact(text).ok_or_else(|| {
+            format!("`{text}` is not a decimal number (write e.g. \"0.3\" or \"1e-6\")")
+        })?;
         if q < 0 {
             return Err(format!("`{text}` is negative"));
         }
@@ -124,7 +125,8 @@ pub fn parse_decimal_exact(s: &str) -> Option<Rational> {
         return None;
     }
     let digits = format!("{int}{frac}");
-    let num = rug::Integer::from_str_radix(if digits.is_empty() { "0" } else { &digits }, 10).ok()?;
+    let num =
+        rug::Integer::from_str_radix(if digits.is_empty() { "0" } else { &digits }, 10).ok()?;
     let scale = exp - frac.len() as i32;
     if scale.unsigned_abs() > 10_000 {
         return None;
@@ -212,7 +214,8 @@ impl Policy {
     /// Validate policy text read from `path`.
     pub fn parse(path: &Path, text: &str) -> Result<Policy, LipfpError> {
         let err = |m: String| LipfpError::policy(path, m);
-        let raw: RawPolicy = toml::from_str(text).map_err(|e| err(format!("invalid policy: {e}")))?;
+        let raw: RawPolicy =
+            toml::from_str(text).map_err(|e| err(format!("invalid policy: {e}")))?;
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &str| base.join(p);
         let format: Format = raw
@@ -222,7 +225,9 @@ impl Policy {
             .map_err(|m: String| err(format!("[model] format: {m}")))?;
         let gram_iterations = raw.model.gram_iterations.unwrap_or(DEFAULT_GRAM_ITERATIONS);
         if !(1..=64).contains(&gram_iterations) {
-            return Err(err(format!("[model] gram_iterations = {gram_iterations}: must be between 1 and 64")));
+            return Err(err(format!(
+                "[model] gram_iterations = {gram_iterations}: must be between 1 and 64"
+            )));
         }
         if raw.gates.is_empty() {
             return Err(err("the policy has no [[gate]]".into()));
@@ -250,8 +255,11 @@ impl Policy {
                 (None, None) => return Err(err(format!("{at}: missing epsilon (or epsilons = \"radii.npy\")"))),
             };
             let mode_text = g.mode.clone().unwrap_or_else(|| "standard".into());
-            let mode = Mode::parse(&mode_text)
-                .ok_or_else(|| err(format!("{at} mode: unknown mode `{mode_text}` (supported: {MODE_NAMES})")))?;
+            let mode = Mode::parse(&mode_text).ok_or_else(|| {
+                err(format!(
+                    "{at} mode: unknown mode `{mode_text}` (supported: {MODE_NAMES})"
+                ))
+            })?;
             let thresholds = Thresholds {
                 min_accuracy_pct: g.min_accuracy_pct,
                 min_certified_pct: g.min_certified_pct,
@@ -276,7 +284,9 @@ impl Policy {
                     ("min_vra_pct", thresholds.min_vra_pct),
                 ] {
                     if v.is_some() {
-                        return Err(err(format!("{at} {key}: needs labels, but [data] has no labels")));
+                        return Err(err(format!(
+                            "{at} {key}: needs labels, but [data] has no labels"
+                        )));
                     }
                 }
             }
@@ -338,20 +348,29 @@ min_vra_pct = 90
     #[test]
     fn rejects_unknown_keys_naming_them() {
         let bad = GOOD.replace("min_vra_pct = 90", "min_vra = 90");
-        let e = Policy::parse(Path::new("p.toml"), &bad).unwrap_err().to_string();
+        let e = Policy::parse(Path::new("p.toml"), &bad)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("min_vra"), "{e}");
         let bad = GOOD.replace("format = \"float32\"", "format = \"float8\"");
-        let e = Policy::parse(Path::new("p.toml"), &bad).unwrap_err().to_string();
+        let e = Policy::parse(Path::new("p.toml"), &bad)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("[model] format") && e.contains("float8"), "{e}");
         let bad = GOOD.replace("epsilon = \"0.3\"", "epsilon = 0.3");
-        let e = Policy::parse(Path::new("p.toml"), &bad).unwrap_err().to_string();
+        let e = Policy::parse(Path::new("p.toml"), &bad)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("decimal string"), "{e}");
     }
 
     #[test]
     fn decimal_parsing_is_exact() {
         assert_eq!(parse_decimal_exact("0.3").unwrap(), Rational::from((3, 10)));
-        assert_eq!(parse_decimal_exact("1e-6").unwrap(), Rational::from((1, 1_000_000)));
+        assert_eq!(
+            parse_decimal_exact("1e-6").unwrap(),
+            Rational::from((1, 1_000_000))
+        );
         assert_eq!(parse_decimal_exact("2.5E2").unwrap(), Rational::from(250));
         assert_eq!(parse_decimal_exact(".5").unwrap(), Rational::from((1, 2)));
         assert!(parse_decimal_exact("abc").is_none());

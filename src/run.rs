@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use crate::certify::{predicted_class, real_certificate, standard_certificate, Mode, ModelBounds, Refusal, Verdict};
+use crate::certify::{
+    predicted_class, real_certificate, standard_certificate, Mode, ModelBounds, Refusal, Verdict,
+};
 use crate::data::{self, Inputs};
 use crate::error::LipfpError;
 use crate::exec::Executor;
@@ -137,7 +139,10 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
         Err(e) => Err(e.clone()),
     };
 
-    progress.stage(&format!("forward pass: {} points in {}", inputs.n, spec.format));
+    progress.stage(&format!(
+        "forward pass: {} points in {}",
+        inputs.n, spec.format
+    ));
     let t = Instant::now();
     let exec = Executor::new(&net);
     let logits = exec.logits(&inputs.values, inputs.dim);
@@ -150,7 +155,10 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
     let forward_s = t.elapsed().as_secs_f64();
     let nonfinite = predictions.iter().filter(|p| p.is_none()).count();
     if nonfinite > 0 {
-        notes.push(format!("{nonfinite} points have non-finite logits in {} and are not certified", spec.format));
+        notes.push(format!(
+            "{nonfinite} points have non-finite logits in {} and are not certified",
+            spec.format
+        ));
     }
     Ok(Subject {
         net,
@@ -218,7 +226,11 @@ fn radii(subject: &Subject, radius: &Radius) -> Result<Vec<f64>, LipfpError> {
 }
 
 /// Certify every point of `subject` in each of `modes` (the real ceiling is always included).
-pub fn certify(subject: &Subject, radius: &Radius, modes: &[Mode]) -> Result<CertifyOutcome, LipfpError> {
+pub fn certify(
+    subject: &Subject,
+    radius: &Radius,
+    modes: &[Mode],
+) -> Result<CertifyOutcome, LipfpError> {
     let eps = radii(subject, radius)?;
     let mut all = vec![Mode::Real];
     for &m in modes {
@@ -240,7 +252,9 @@ pub fn certify(subject: &Subject, radius: &Radius, modes: &[Mode]) -> Result<Cer
                     let logits = &subject.logits[i * classes..(i + 1) * classes];
                     match mode {
                         Mode::Real => real_certificate(mb, logits, eps[i]),
-                        Mode::Standard => standard_certificate(mb, logits, subject.x_norms[i], eps[i]),
+                        Mode::Standard => {
+                            standard_certificate(mb, logits, subject.x_norms[i], eps[i])
+                        }
                     }
                 })
                 .collect(),

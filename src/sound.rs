@@ -124,12 +124,16 @@ pub fn pow2_ceil(x: f64) -> f64 {
 
 /// Convert an exact rational to the nearest `f64` at or above it.
 pub fn rational_to_f64_up(q: &Rational) -> f64 {
-    Float::with_val_round(53, q, Round::Up).0.to_f64_round(Round::Up)
+    Float::with_val_round(53, q, Round::Up)
+        .0
+        .to_f64_round(Round::Up)
 }
 
 /// Convert an exact rational to the nearest `f64` at or below it.
 pub fn rational_to_f64_down(q: &Rational) -> f64 {
-    Float::with_val_round(53, q, Round::Down).0.to_f64_round(Round::Down)
+    Float::with_val_round(53, q, Round::Down)
+        .0
+        .to_f64_round(Round::Down)
 }
 
 #[cfg(test)]

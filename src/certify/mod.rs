@@ -15,7 +15,9 @@ use crate::format::Format;
 use crate::model::DenseNet;
 use crate::norms::LayerNorms;
 use crate::sound::{add_up, l2_norm_up, mul_up, sqrt_up, sub_down};
-use quantities::{a_dot, a_dot_fwd, deviation_step, final_pair_bounds, gamma_n, kappa, overflow_free, radius_step};
+use quantities::{
+    a_dot, a_dot_fwd, deviation_step, final_pair_bounds, gamma_n, kappa, overflow_free, radius_step,
+};
 
 /// A certification mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -219,8 +221,16 @@ impl ModelBounds {
                 }
                 let (wi, wj) = (last.w.row(i), last.w.row(j));
                 // |w_i - w_j| and |w_i| + |w_j| rounded up entrywise
-                let diff = l2_norm_up(wi.iter().zip(wj.iter()).map(|(a, b)| (a - b).abs().next_up()));
-                let sum = l2_norm_up(wi.iter().zip(wj.iter()).map(|(a, b)| add_up(a.abs(), b.abs())));
+                let diff = l2_norm_up(
+                    wi.iter()
+                        .zip(wj.iter())
+                        .map(|(a, b)| (a - b).abs().next_up()),
+                );
+                let sum = l2_norm_up(
+                    wi.iter()
+                        .zip(wj.iter())
+                        .map(|(a, b)| add_up(a.abs(), b.abs())),
+                );
                 let kappa_abs = mul_up(k_last, sum);
                 let bias = add_up(last.b[i].abs(), last.b[j].abs());
                 pairs[i * classes + j] = PairBounds {
@@ -323,7 +333,12 @@ pub fn real_certificate(mb: &ModelBounds, logits: &[f64], eps_up: f64) -> Verdic
 ///
 /// `x_norm_up` is an upper bound on `||x||_2` of the (converted) input, `eps_up` an upper
 /// bound on the radius.
-pub fn standard_certificate(mb: &ModelBounds, logits: &[f64], x_norm_up: f64, eps_up: f64) -> Verdict {
+pub fn standard_certificate(
+    mb: &ModelBounds,
+    logits: &[f64],
+    x_norm_up: f64,
+    eps_up: f64,
+) -> Verdict {
     if mb.vacuous.is_some() {
         return Err(Refusal::Model);
     }

@@ -23,7 +23,10 @@ fn float_up_to_f64(x: &Float) -> f64 {
 fn one_plus_u_pow_up(format: Format, n: u64) -> Float {
     let mut base = Float::with_val(PREC, 1);
     // 1 + 2^-p is exact at 128 bits
-    base.add_assign_round(Float::with_val(PREC, Float::i_exp(1, -(format.precision() as i32))), Round::Up);
+    base.add_assign_round(
+        Float::with_val(PREC, Float::i_exp(1, -(format.precision() as i32))),
+        Round::Up,
+    );
     let mut n_f = Float::with_val(PREC, 0);
     n_f.add_assign_round(n as f64, Round::Up);
     // integer power, rounded up
@@ -52,7 +55,10 @@ pub fn kappa(format: Format, n: u64) -> f64 {
     let g = gamma_n_float(format, n);
     let mut t = g.clone();
     t.add_assign_round(1, Round::Up);
-    t.mul_assign_round(Float::with_val(PREC, Float::i_exp(1, -(format.precision() as i32))), Round::Up);
+    t.mul_assign_round(
+        Float::with_val(PREC, Float::i_exp(1, -(format.precision() as i32))),
+        Round::Up,
+    );
     t.add_assign_round(&g, Round::Up);
     float_up_to_f64(&t)
 }
@@ -114,8 +120,17 @@ pub fn radius_step(spectral: f64, r_prev: f64, bias_norm: f64) -> f64 {
 /// `D_l = alpha_l D_{l-1} + beta_l(r_{l-1})` with
 /// `beta_l(r) = kappa |||W_l||| r + beta_const`, rounded up. `kappa_abs = kappa |||W_l|||`.
 #[inline]
-pub fn deviation_step(alpha: f64, d_prev: f64, kappa_abs: f64, r_prev: f64, beta_const: f64) -> f64 {
-    add_up(add_up(mul_up(alpha, d_prev), mul_up(kappa_abs, r_prev)), beta_const)
+pub fn deviation_step(
+    alpha: f64,
+    d_prev: f64,
+    kappa_abs: f64,
+    r_prev: f64,
+    beta_const: f64,
+) -> f64 {
+    add_up(
+        add_up(mul_up(alpha, d_prev), mul_up(kappa_abs, r_prev)),
+        beta_const,
+    )
 }
 
 /// The overflow conditions of Theorem "Layerwise overflow-freedom" at one layer, for an input
@@ -146,8 +161,17 @@ pub fn overflow_free(
 /// `beta^{ij}(r) = kappa ||(|W_i| + |W_j|)|| r + beta_const^{ij}`, rounded up.
 /// `kappa_abs_pair = kappa_{n_L} ||(|W_i| + |W_j|)||`.
 #[inline]
-pub fn final_pair_bounds(alpha_pair: f64, d: f64, kappa_abs_pair: f64, r: f64, beta_const_pair: f64) -> f64 {
-    add_up(add_up(mul_up(alpha_pair, d), mul_up(kappa_abs_pair, r)), beta_const_pair)
+pub fn final_pair_bounds(
+    alpha_pair: f64,
+    d: f64,
+    kappa_abs_pair: f64,
+    r: f64,
+    beta_const_pair: f64,
+) -> f64 {
+    add_up(
+        add_up(mul_up(alpha_pair, d), mul_up(kappa_abs_pair, r)),
+        beta_const_pair,
+    )
 }
 
 #[cfg(test)]
@@ -211,7 +235,10 @@ mod tests {
                 let g1 = gamma_exact(format, n - 1);
                 let fwd = (Rational::from(1) + g1) * n * &a_mul;
                 assert!(exact(a_dot_fwd(format, false, n as u64)) >= fwd);
-                assert!(exact(a_dot_fwd(format, true, n as u64)) >= fwd * (Rational::from(1) / u(format)));
+                assert!(
+                    exact(a_dot_fwd(format, true, n as u64))
+                        >= fwd * (Rational::from(1) / u(format))
+                );
             }
         }
     }

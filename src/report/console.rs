@@ -5,7 +5,8 @@ use std::fmt::Write;
 use crate::report::{GateReport, Report};
 
 fn fmt_pct(x: Option<f64>) -> String {
-    x.map(|v| format!("{v:.2}%")).unwrap_or_else(|| "n/a".into())
+    x.map(|v| format!("{v:.2}%"))
+        .unwrap_or_else(|| "n/a".into())
 }
 
 fn gate_block(out: &mut String, g: &GateReport) {
@@ -65,10 +66,22 @@ pub fn render(report: &Report) -> String {
         gate_block(&mut out, g);
     }
     let total = report.gates.len();
-    let failed = report.gates.iter().filter(|g| g.passed == Some(false)).count();
-    let passed = report.gates.iter().filter(|g| g.passed == Some(true)).count();
+    let failed = report
+        .gates
+        .iter()
+        .filter(|g| g.passed == Some(false))
+        .count();
+    let passed = report
+        .gates
+        .iter()
+        .filter(|g| g.passed == Some(true))
+        .count();
     if report.policy.is_some() {
-        let _ = writeln!(out, "{passed} passed, {failed} failed, {} without thresholds ({total} gates)", total - passed - failed);
+        let _ = writeln!(
+            out,
+            "{passed} passed, {failed} failed, {} without thresholds ({total} gates)",
+            total - passed - failed
+        );
     }
     out
 }

@@ -117,7 +117,10 @@ pub fn tensor_f16(name: &str, dims: &[usize], data: &[half::f16]) -> TensorProto
         name: name.into(),
         dims: dims_i64(dims),
         data_type: DataType::Float16 as i32,
-        raw_data: data.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+        raw_data: data
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
         ..Default::default()
     }
 }
@@ -388,7 +391,13 @@ impl ModelBuilder {
 
     /// A `Constant` node whose `value` attribute holds `t`.
     pub fn constant(&mut self, name: &str, output: &str, t: TensorProto) -> &mut Self {
-        self.node("Constant", name, &[], &[output], vec![attr_tensor("value", t)])
+        self.node(
+            "Constant",
+            name,
+            &[],
+            &[output],
+            vec![attr_tensor("value", t)],
+        )
     }
 
     /// A model-local function.
