@@ -336,11 +336,11 @@ mod tests {
         // diag(3, 1): ||M|| = 3 exactly
         let m = Array2::from_shape_vec((2, 2), vec![3.0, 0.0, 0.0, 1.0]).unwrap();
         let s = gram_iter_fp(m.view(), 12).unwrap();
-        assert!(s >= 3.0 && s < 3.0 * (1.0 + 1e-9));
+        assert!((3.0..3.0 * (1.0 + 1e-9)).contains(&s));
         // rank one u v^T: ||M|| = ||u|| ||v|| = 5 * 1
         let m = Array2::from_shape_vec((2, 1), vec![3.0, 4.0]).unwrap();
         let s = gram_iter_fp(m.view(), 3).unwrap();
-        assert!(s >= 5.0 && s < 5.0 * (1.0 + 1e-12));
+        assert!((5.0..5.0 * (1.0 + 1e-12)).contains(&s));
         assert_eq!(
             gram_iter_fp(Array2::<f64>::zeros((3, 4)).view(), 12).unwrap(),
             0.0

@@ -16,7 +16,8 @@ use crate::model::DenseNet;
 use crate::norms::LayerNorms;
 use crate::sound::{add_up, l2_norm_up, mul_up, sqrt_up, sub_down};
 use quantities::{
-    a_dot, a_dot_fwd, deviation_step, final_pair_bounds, gamma_n, kappa, overflow_free, radius_step,
+    a_dot, a_dot_fwd, deviation_step, final_pair_bounds, gamma_n, kappa, overflow_free,
+    radius_step, OverflowConstants,
 };
 
 /// A certification mode.
@@ -104,16 +105,8 @@ pub struct LayerBounds {
     pub beta_const: f64,
     /// `||b_l||_2` (upper bound).
     pub bias_l2: f64,
-    /// `max_i ||w_{l,i}||_2` (upper bound).
-    pub row_l2_max: f64,
-    /// `max_i ||w_{l,i}||_inf` (exact).
-    pub row_inf_max: f64,
-    /// `1 + gamma_{n_l}` (upper bound).
-    pub one_plus_gamma: f64,
-    /// `a_dot_fwd(n_l)` (upper bound).
-    pub a_dot_fwd: f64,
-    /// `||b_l||_inf` (exact).
-    pub bias_inf: f64,
+    /// Constants of the layer's overflow check.
+    pub overflow: OverflowConstants,
 }
 
 /// Model-level constants of one ordered class pair `(i, j)` of the output layer.
@@ -145,8 +138,6 @@ pub struct ModelBounds {
     pub classes: usize,
     /// Deviation base case `D_0`: 0, or `lambda sqrt(n_1)` under FTZ (Appendix).
     pub d0: f64,
-    /// `F_max` of the format.
-    pub f_max: f64,
     /// When set, no instance can be certified in a sound mode, and why.
     pub vacuous: Option<String>,
 }
@@ -195,11 +186,14 @@ impl ModelBounds {
                 kappa_abs,
                 beta_const,
                 bias_l2,
-                row_l2_max,
-                row_inf_max,
-                one_plus_gamma: add_up(1.0, gamma_n(format, n)),
-                a_dot_fwd: a_dot_fwd(format, ftz, n),
-                bias_inf: layer.b.iter().fold(0.0f64, |a, &x| a.max(x.abs())),
+                overflow: OverflowConstants {
+                    row_l2_max,
+                    row_inf_max,
+                    one_plus_gamma: add_up(1.0, gamma_n(format, n)),
+                    a_dot_fwd: a_dot_fwd(format, ftz, n),
+                    bias_inf: layer.b.iter().fold(0.0f64, |a, &x| a.max(x.abs())),
+                    f_max: format.f_max(),
+                },
             });
         }
         let last = &net.layers[net.layers.len() - 1];
@@ -253,7 +247,6 @@ impl ModelBounds {
             pairs,
             classes,
             d0,
-            f_max: format.f_max(),
             vacuous,
         }
     }
@@ -271,16 +264,7 @@ impl ModelBounds {
         let mut d = self.d0;
         let last = self.layers.len() - 1;
         for (l, lb) in self.layers.iter().enumerate() {
-            if !overflow_free(
-                lb.row_l2_max,
-                lb.row_inf_max,
-                lb.one_plus_gamma,
-                lb.a_dot_fwd,
-                lb.bias_inf,
-                r,
-                d,
-                self.f_max,
-            ) {
+            if !overflow_free(&lb.overflow, r, d) {
                 return Err(Refusal::Overflow(l + 1));
             }
             if l == last {
@@ -319,9 +303,11 @@ pub fn real_certificate(mb: &ModelBounds, logits: &[f64], eps_up: f64) -> Verdic
     let i = predicted_class(logits).ok_or(Refusal::NonFiniteLogits)?;
     for j in (0..mb.classes).filter(|&j| j != i) {
         let rhs = mul_up(mb.pair(i, j).lip, eps_up);
-        if !(margin_lower(logits, i, j) > rhs) {
-            return Err(Refusal::Margin);
+        // written so that a NaN refuses
+        if margin_lower(logits, i, j) > rhs {
+            continue;
         }
+        return Err(Refusal::Margin);
     }
     Ok(())
 }
@@ -350,9 +336,11 @@ pub fn standard_certificate(
         let e_ctr = final_pair_bounds(p.alpha, d_ctr, p.kappa_abs, r_ctr, p.beta_const);
         let e_ball = final_pair_bounds(p.alpha, d_ball, p.kappa_abs, r_ball, p.beta_const);
         let rhs = add_up(mul_up(p.lip, eps_up), add_up(e_ctr, e_ball));
-        if !(margin_lower(logits, i, j) > rhs) {
-            return Err(Refusal::Margin);
+        // written so that a NaN refuses
+        if margin_lower(logits, i, j) > rhs {
+            continue;
         }
+        return Err(Refusal::Margin);
     }
     Ok(())
 }

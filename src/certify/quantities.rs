@@ -133,27 +133,35 @@ pub fn deviation_step(
     )
 }
 
+/// The model-level constants of one layer's overflow check (sec. 4, "Layer-wide conditions").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OverflowConstants {
+    /// `max_i ||w_{l,i}||_2` (upper bound).
+    pub row_l2_max: f64,
+    /// `max_i ||w_{l,i}||_inf` (exact).
+    pub row_inf_max: f64,
+    /// `1 + gamma_{n_l}` (upper bound).
+    pub one_plus_gamma: f64,
+    /// `a_dot_fwd(n_l)` (upper bound).
+    pub a_dot_fwd: f64,
+    /// `||b_l||_inf` (exact).
+    pub bias_inf: f64,
+    /// `F_max` of the format.
+    pub f_max: f64,
+}
+
 /// The overflow conditions of Theorem "Layerwise overflow-freedom" at one layer, for an input
 /// activation norm bound `r_prev + d_prev`:
 /// `S (1 + gamma_n) + a_dot_fwd(n) + ||b||_inf < F_max` and `M < F_max`, with
 /// `S = max_i ||w_i||_2 (r + D)` and `M = max_i ||w_i||_inf (r + D)`. All left-hand sides are
 /// rounded up, so `true` proves the condition. A `NaN` anywhere gives `false`.
 #[inline]
-pub fn overflow_free(
-    row_l2_max: f64,
-    row_inf_max: f64,
-    one_plus_gamma: f64,
-    a_dot_fwd: f64,
-    bias_inf: f64,
-    r_prev: f64,
-    d_prev: f64,
-    f_max: f64,
-) -> bool {
+pub fn overflow_free(c: &OverflowConstants, r_prev: f64, d_prev: f64) -> bool {
     let radius = add_up(r_prev, d_prev);
-    let s = mul_up(row_l2_max, radius);
-    let m = mul_up(row_inf_max, radius);
-    let lhs = add_up(add_up(mul_up(s, one_plus_gamma), a_dot_fwd), bias_inf);
-    lhs < f_max && m < f_max
+    let s = mul_up(c.row_l2_max, radius);
+    let m = mul_up(c.row_inf_max, radius);
+    let lhs = add_up(add_up(mul_up(s, c.one_plus_gamma), c.a_dot_fwd), c.bias_inf);
+    lhs < c.f_max && m < c.f_max
 }
 
 /// Final-layer pairwise error (Lemma "Final-layer pairwise deviation"):
@@ -260,11 +268,40 @@ mod tests {
 
     #[test]
     fn overflow_check_is_strict_and_nan_safe() {
-        let fmax = Format::Float16.f_max();
-        assert!(overflow_free(1.0, 1.0, 1.0, 0.0, 0.0, 100.0, 0.0, fmax));
-        assert!(!overflow_free(1.0, 1.0, 1.0, 0.0, 0.0, fmax, 0.0, fmax));
-        assert!(!overflow_free(1.0, 1.0, 1.0, 0.0, 0.0, f64::NAN, 0.0, fmax));
+        let c = OverflowConstants {
+            row_l2_max: 1.0,
+            row_inf_max: 1.0,
+            one_plus_gamma: 1.0,
+            a_dot_fwd: 0.0,
+            bias_inf: 0.0,
+            f_max: Format::Float16.f_max(),
+        };
+        assert!(overflow_free(&c, 100.0, 0.0));
+        assert!(!overflow_free(&c, c.f_max, 0.0));
+        assert!(!overflow_free(&c, f64::NAN, 0.0));
+        // S (1 + gamma) + a_dot_fwd + ||b||_inf reaching F_max fails
+        assert!(!overflow_free(
+            &OverflowConstants {
+                bias_inf: 65000.0,
+                ..c
+            },
+            504.0,
+            0.0
+        ));
+        assert!(overflow_free(
+            &OverflowConstants {
+                bias_inf: 65000.0,
+                ..c
+            },
+            503.0,
+            0.0
+        ));
         // the product bound M alone can fail
-        assert!(!overflow_free(0.0, 1e6, 1.0, 0.0, 0.0, 1.0, 0.0, fmax));
+        let m_only = OverflowConstants {
+            row_l2_max: 0.0,
+            row_inf_max: 1e6,
+            ..c
+        };
+        assert!(!overflow_free(&m_only, 1.0, 0.0));
     }
 }
