@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::certify::{Mode, MODE_NAMES};
+use crate::certify::{parse_mode_list, Mode};
 use crate::error::LipfpError;
 use crate::format::Format;
 use crate::gate::{evaluate, GateVerdict};
@@ -100,9 +100,10 @@ pub struct CertifyArgs {
     /// Flush-to-zero / denormals-are-zero execution.
     #[arg(long)]
     pub ftz: bool,
-    /// Mode(s), comma-separated: standard, real (real is always computed as the ceiling).
-    #[arg(long, default_value = "standard")]
-    pub mode: String,
+    /// Mode(s), comma-separated: standard, hybrid, measured, float64-centre, best, real
+    /// (default: every sound mode; real is always computed as the ceiling).
+    #[arg(long)]
+    pub mode: Option<String>,
     /// Gram iterations for the spectral norms.
     #[arg(long, default_value_t = DEFAULT_GRAM_ITERATIONS)]
     pub gram_iterations: u32,
@@ -128,25 +129,6 @@ pub fn run(cli: Cli) -> Exit {
             Exit::InputError
         }
     }
-}
-
-fn parse_modes(text: &str) -> Result<Vec<Mode>, LipfpError> {
-    text.split(',')
-        .map(|s| s.trim())
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            Mode::parse(s).ok_or_else(|| {
-                LipfpError::Usage(format!("unknown mode `{s}` (supported: {MODE_NAMES})"))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .and_then(|v| {
-            if v.is_empty() {
-                Err(LipfpError::Usage("--mode is empty".into()))
-            } else {
-                Ok(v)
-            }
-        })
 }
 
 fn facts<'a>(subject: &'a Subject, gram_iterations: u32) -> SubjectFacts<'a> {
@@ -175,7 +157,12 @@ fn emit(report: &Report, json: Option<&Path>) -> Result<(), LipfpError> {
 
 fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     let format: Format = a.format.parse().map_err(LipfpError::Usage)?;
-    let modes = parse_modes(&a.mode)?;
+    let modes = match &a.mode {
+        Some(text) => {
+            parse_mode_list(text).map_err(|m| LipfpError::Usage(format!("--mode: {m}")))?
+        }
+        None => Mode::SOUND.to_vec(),
+    };
     if !(1..=64).contains(&a.gram_iterations) {
         return Err(LipfpError::Usage(
             "--gram-iterations must be between 1 and 64".into(),
@@ -200,6 +187,7 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         labels: a.labels.clone(),
         gram_iterations: a.gram_iterations,
         cache_dir: run::resolve_cache_dir(a.cache_dir.as_deref(), None),
+        reference: modes.iter().any(|m| m.needs_reference()),
     };
     let subject = run::prepare(&spec, progress)?;
     progress.stage(&format!("certifying {} points", subject.n()));
@@ -235,6 +223,10 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         labels: policy.labels.clone(),
         gram_iterations: policy.gram_iterations,
         cache_dir: run::resolve_cache_dir(a.cache_dir.as_deref(), policy.cache_dir.as_deref()),
+        reference: policy
+            .gates
+            .iter()
+            .any(|g| g.modes.iter().any(|m| m.needs_reference())),
     };
     let subject = run::prepare(&spec, progress)?;
     let mut gates = Vec::with_capacity(policy.gates.len());
@@ -244,13 +236,13 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             g.name,
             subject.n()
         ));
-        let outcome = run::certify(&subject, &g.radius, &[g.mode])?;
-        let verdict = evaluate(&g.thresholds, g.mode, &outcome);
+        let outcome = run::certify(&subject, &g.radius, &g.modes)?;
+        let verdict = evaluate(&g.thresholds, g.mode(), &outcome);
         gates.push(GateReport::new(
             &g.name,
             &facts(&subject, policy.gram_iterations),
             &g.radius,
-            g.mode,
+            g.mode(),
             &outcome,
             &verdict,
         ));

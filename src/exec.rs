@@ -93,62 +93,82 @@ impl Executor {
         }
     }
 
-    /// Logits `[rows, classes]` of a block of input rows `[rows, n_1]` (values of the format).
-    pub fn logits_block(&self, x: ArrayView2<f64>) -> Array2<f64> {
-        match self.format {
+    /// Forward pass of a block of input rows `[rows, n_1]` (values of the format): the logits
+    /// `[rows, classes]` and, when `keep_hidden`, the outputs of the hidden layers `1..L-1`
+    /// (each `[rows, m_l]`), all from the same execution.
+    pub fn forward_block(
+        &self,
+        x: ArrayView2<f64>,
+        keep_hidden: bool,
+    ) -> (Array2<f64>, Vec<Array2<f64>>) {
+        let last = self.layers.len() - 1;
+        let mut hidden = Vec::new();
+        let logits = match self.format {
             Format::Float64 => {
                 let mut z = x.to_owned();
-                for l in &self.layers {
+                for (k, l) in self.layers.iter().enumerate() {
                     let LayerWeights::F64 { wt, b } = &l.weights else {
-                        unreachable!()
+                        unreachable!("float64 weights")
                     };
                     z = z.dot(wt);
                     finish_layer(&mut z, b, l.relu);
+                    if keep_hidden && k < last {
+                        hidden.push(z.clone());
+                    }
                 }
                 z
             }
             Format::Float32 => {
                 let mut z = x.mapv(|v| v as f32);
-                for l in &self.layers {
+                for (k, l) in self.layers.iter().enumerate() {
                     let LayerWeights::F32 { wt, b } = &l.weights else {
-                        unreachable!()
+                        unreachable!("float32 weights")
                     };
                     z = z.dot(wt);
                     finish_layer(&mut z, b, l.relu);
+                    if keep_hidden && k < last {
+                        hidden.push(z.mapv(|v| v as f64));
+                    }
                 }
                 z.mapv(|v| v as f64)
             }
             Format::Float16 | Format::Bfloat16 => {
                 let f = self.format;
-                let mut out = Array2::zeros((x.nrows(), self.classes));
-                for (r, row) in x.axis_iter(Axis(0)).enumerate() {
-                    let mut z: Vec<f32> = row.iter().map(|&v| v as f32).collect();
-                    for l in &self.layers {
-                        let LayerWeights::Emulated { w, b, m, n } = &l.weights else {
-                            unreachable!()
-                        };
-                        let mut next = Vec::with_capacity(*m);
+                let rows = x.nrows();
+                let mut z = x.mapv(|v| v as f32);
+                for (k, l) in self.layers.iter().enumerate() {
+                    let LayerWeights::Emulated { w, b, m, n } = &l.weights else {
+                        unreachable!("emulated weights")
+                    };
+                    let mut next = Array2::<f32>::zeros((rows, *m));
+                    for (zr, mut out) in z.axis_iter(Axis(0)).zip(next.axis_iter_mut(Axis(0))) {
                         for i in 0..*m {
                             let wr = &w[i * n..(i + 1) * n];
                             let mut acc = 0.0f32;
-                            for (wj, zj) in wr.iter().zip(&z) {
+                            for (wj, zj) in wr.iter().zip(zr.iter()) {
                                 acc = f.round_f32(acc + f.round_f32(wj * zj));
                             }
                             let mut a = f.round_f32(acc + b[i]);
                             if l.relu && a < 0.0 {
                                 a = 0.0;
                             }
-                            next.push(a);
+                            out[i] = a;
                         }
-                        z = next;
                     }
-                    for (k, v) in z.into_iter().enumerate() {
-                        out[[r, k]] = v as f64;
+                    z = next;
+                    if keep_hidden && k < last {
+                        hidden.push(z.mapv(|v| v as f64));
                     }
                 }
-                out
+                z.mapv(|v| v as f64)
             }
-        }
+        };
+        (logits, hidden)
+    }
+
+    /// Number of classes.
+    pub fn classes(&self) -> usize {
+        self.classes
     }
 
     /// Logits of every input row, computed in parallel blocks; row-major `[rows, classes]`.
@@ -161,7 +181,7 @@ impl Executor {
                 let hi = (lo + CHUNK_ROWS).min(rows);
                 let view = ArrayView2::from_shape((hi - lo, dim), &values[lo * dim..hi * dim])
                     .expect("block shape matches the slice");
-                self.logits_block(view).into_iter().collect()
+                self.forward_block(view, false).0.into_iter().collect()
             })
             .collect();
         blocks.concat()

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use rug::Rational;
 use serde::Deserialize;
 
-use crate::certify::{Mode, MODE_NAMES};
+use crate::certify::{parse_mode_list, Mode};
 use crate::error::LipfpError;
 use crate::format::Format;
 use crate::norms::DEFAULT_GRAM_ITERATIONS;
@@ -161,6 +161,13 @@ impl Thresholds {
     }
 }
 
+impl Gate {
+    /// The mode the thresholds apply to.
+    pub fn mode(&self) -> Mode {
+        self.modes[0]
+    }
+}
+
 /// One `[[gate]]`.
 #[derive(Clone, Debug)]
 pub struct Gate {
@@ -168,8 +175,8 @@ pub struct Gate {
     pub name: String,
     /// Perturbation radius.
     pub radius: Radius,
-    /// Mode the thresholds apply to.
-    pub mode: Mode,
+    /// Modes to compute; the thresholds apply to the first.
+    pub modes: Vec<Mode>,
     /// Thresholds.
     pub thresholds: Thresholds,
 }
@@ -255,11 +262,7 @@ impl Policy {
                 (None, None) => return Err(err(format!("{at}: missing epsilon (or epsilons = \"radii.npy\")"))),
             };
             let mode_text = g.mode.clone().unwrap_or_else(|| "standard".into());
-            let mode = Mode::parse(&mode_text).ok_or_else(|| {
-                err(format!(
-                    "{at} mode: unknown mode `{mode_text}` (supported: {MODE_NAMES})"
-                ))
-            })?;
+            let modes = parse_mode_list(&mode_text).map_err(|m| err(format!("{at} mode: {m}")))?;
             let thresholds = Thresholds {
                 min_accuracy_pct: g.min_accuracy_pct,
                 min_certified_pct: g.min_certified_pct,
@@ -293,7 +296,7 @@ impl Policy {
             gates.push(Gate {
                 name: g.name,
                 radius,
-                mode,
+                modes,
                 thresholds,
             });
         }
@@ -334,7 +337,7 @@ min_vra_pct = 90
     fn parses_and_resolves_paths() {
         let p = Policy::parse(Path::new("/a/b/lipfp.toml"), GOOD).unwrap();
         assert_eq!(p.model, PathBuf::from("/a/b/m.onnx"));
-        assert_eq!(p.gates[0].mode, Mode::Standard);
+        assert_eq!(p.gates[0].modes, vec![Mode::Standard]);
         assert_eq!(p.gram_iterations, 12);
         match &p.gates[0].radius {
             Radius::Uniform { text, up } => {

@@ -6,14 +6,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use ndarray::ArrayView2;
 use rayon::prelude::*;
 
 use crate::certify::{
-    predicted_class, real_certificate, standard_certificate, Mode, ModelBounds, Refusal, Verdict,
+    predicted_class, Centre, Certifier, HiCentre, Mode, ModelBounds, PointResult, Refusal,
 };
 use crate::data::{self, Inputs};
 use crate::error::LipfpError;
-use crate::exec::Executor;
+use crate::exec::{Executor, CHUNK_ROWS};
 use crate::format::Format;
 use crate::model::{self, DenseNet};
 use crate::norms::{self, NetworkNorms};
@@ -38,6 +39,23 @@ pub struct SubjectSpec {
     pub gram_iterations: u32,
     /// Norm cache directory (`None` disables the cache).
     pub cache_dir: Option<PathBuf>,
+    /// Run the float64 reference execution (needed by the pre-deployment modes).
+    pub reference: bool,
+}
+
+/// Per-point measurements of the float64 reference execution.
+#[derive(Clone, Debug)]
+pub struct ReferenceData {
+    /// Float64 logits, row-major `[n, classes]`.
+    pub logits: Vec<f64>,
+    /// Upper bounds on `||z_hi_l||_2`, row-major `[n, L-1]`.
+    pub norms: Vec<f64>,
+    /// Upper bounds on `||z_hat_{L-1} - z_hi_{L-1}||_2` per point.
+    pub gaps: Vec<f64>,
+    /// Model bounds with float64 constants.
+    pub bounds: Option<ModelBounds>,
+    /// Seconds spent on the reference pass.
+    pub seconds: f64,
 }
 
 /// A model and test set ready to certify at any radius: everything that does not depend on
@@ -63,6 +81,8 @@ pub struct Subject {
     pub norms_s: f64,
     /// Seconds spent on the centre forward pass.
     pub forward_s: f64,
+    /// The float64 reference execution, when asked for.
+    pub reference: Option<ReferenceData>,
     /// Notes for the report (conversions, cache warnings, vacuity).
     pub notes: Vec<String>,
     /// Flush-to-zero constants in use.
@@ -160,6 +180,19 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
             spec.format
         ));
     }
+    let reference = if spec.reference {
+        progress.stage(&format!("float64 reference pass: {} points", inputs.n));
+        let t = Instant::now();
+        let mut r = reference_pass(&net, &exec, &inputs);
+        r.bounds = norms
+            .as_ref()
+            .ok()
+            .map(|n| ModelBounds::new(&net, &n.layers, Format::Float64, false));
+        r.seconds = t.elapsed().as_secs_f64();
+        Some(r)
+    } else {
+        None
+    };
     Ok(Subject {
         net,
         inputs,
@@ -171,9 +204,65 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
         bounds,
         norms_s,
         forward_s,
+        reference,
         notes,
         ftz: spec.ftz,
     })
+}
+
+/// The float64 reference execution of the converted network and the deployment execution's
+/// penultimate activations, reduced per point to what the pre-deployment modes read.
+fn reference_pass(net: &DenseNet, exec: &Executor, inputs: &Inputs) -> ReferenceData {
+    let hi_exec = Executor::with_format(net, Format::Float64);
+    let dim = inputs.dim;
+    let rows = inputs.n;
+    let hidden_layers = net.layers.len() - 1;
+    let blocks: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = (0..rows.div_ceil(CHUNK_ROWS))
+        .into_par_iter()
+        .map(|c| {
+            let lo = c * CHUNK_ROWS;
+            let hi = (lo + CHUNK_ROWS).min(rows);
+            let view = ArrayView2::from_shape((hi - lo, dim), &inputs.values[lo * dim..hi * dim])
+                .expect("block shape matches the slice");
+            let (_, dep_hidden) = exec.forward_block(view, true);
+            let (hi_logits, hi_hidden) = hi_exec.forward_block(view, true);
+            let mut norms = Vec::with_capacity((hi - lo) * hidden_layers);
+            let mut gaps = Vec::with_capacity(hi - lo);
+            for r in 0..hi - lo {
+                for h in &hi_hidden {
+                    norms.push(l2_norm_up(h.row(r).iter().copied()));
+                }
+                let gap = match (dep_hidden.last(), hi_hidden.last()) {
+                    (Some(a), Some(b)) => {
+                        l2_norm_up(a.row(r).iter().zip(b.row(r).iter()).map(|(x, y)| {
+                            if x == y {
+                                0.0
+                            } else {
+                                (x - y).abs().next_up()
+                            }
+                        }))
+                    }
+                    // a single-layer network: the penultimate activation is the exact input
+                    _ => 0.0,
+                };
+                gaps.push(gap);
+            }
+            (hi_logits.into_iter().collect(), norms, gaps)
+        })
+        .collect();
+    let mut out = ReferenceData {
+        logits: Vec::with_capacity(rows * net.classes()),
+        norms: Vec::with_capacity(rows * hidden_layers),
+        gaps: Vec::with_capacity(rows),
+        bounds: None,
+        seconds: 0.0,
+    };
+    for (l, n, g) in blocks {
+        out.logits.extend(l);
+        out.norms.extend(n);
+        out.gaps.extend(g);
+    }
+    out
 }
 
 /// Figures of one mode over the whole test set.
@@ -189,6 +278,11 @@ pub struct ModeOutcome {
     pub refusals: BTreeMap<String, usize>,
     /// Per-point verdicts.
     pub verdicts: Vec<bool>,
+    /// Per-point certification slack `min_j (c_j - L eps - b_j)` (NaN when not computed).
+    pub slacks: Vec<f64>,
+    /// Conservatism ratio `E[E_ctr + E_ball] / E[L eps]` over points and competing classes
+    /// (paper sec. 8, RQ2), when any point's bounds could be computed.
+    pub conservatism: Option<f64>,
     /// Seconds spent in this mode's certificates.
     pub seconds: f64,
 }
@@ -200,12 +294,14 @@ pub struct CertifyOutcome {
     pub n: usize,
     /// Correct predictions (`None` without labels).
     pub correct: Option<usize>,
-    /// One entry per mode, in the order asked.
+    /// One entry per mode, in the order asked (the real ceiling first).
     pub modes: Vec<ModeOutcome>,
     /// Seconds in norms.
     pub norms_s: f64,
-    /// Seconds in the forward pass plus all certificates.
+    /// Seconds in the forward passes plus all certificates.
     pub certify_s: f64,
+    /// Seconds in the float64 reference pass (0 when not run).
+    pub reference_s: f64,
     /// Model-level reason why nothing can be certified, if any.
     pub model_refusal: Option<String>,
 }
@@ -238,35 +334,64 @@ pub fn certify(
             all.push(m);
         }
     }
+    if all.iter().any(|m| m.needs_reference()) && subject.reference.is_none() {
+        return Err(LipfpError::Usage(
+            "internal: a pre-deployment mode was asked for without the float64 reference pass"
+                .into(),
+        ));
+    }
     let classes = subject.net.classes();
+    let hidden_layers = subject.net.layers.len() - 1;
     let mut outcomes = Vec::with_capacity(all.len());
     let start = Instant::now();
     for mode in all {
         let t = Instant::now();
-        let verdicts: Vec<Verdict> = match &subject.bounds {
-            Err(_) => vec![Err(Refusal::Model); subject.n()],
-            Ok(mb) => (0..subject.n())
-                .into_par_iter()
-                .with_min_len(64)
-                .map(|i| {
-                    let logits = &subject.logits[i * classes..(i + 1) * classes];
-                    match mode {
-                        Mode::Real => real_certificate(mb, logits, eps[i]),
-                        Mode::Standard => {
-                            standard_certificate(mb, logits, subject.x_norms[i], eps[i])
-                        }
-                    }
-                })
-                .collect(),
+        let results: Vec<PointResult> = match &subject.bounds {
+            Err(_) => vec![
+                PointResult {
+                    verdict: Err(Refusal::Model),
+                    slack: None,
+                    degradation: None,
+                };
+                subject.n()
+            ],
+            Ok(mb) => {
+                let certifier = Certifier {
+                    fmt: mb,
+                    hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
+                };
+                (0..subject.n())
+                    .into_par_iter()
+                    .with_min_len(64)
+                    .map(|i| {
+                        let hi = subject.reference.as_ref().map(|r| HiCentre {
+                            logits: &r.logits[i * classes..(i + 1) * classes],
+                            gap: r.gaps[i],
+                            norms: &r.norms[i * hidden_layers..(i + 1) * hidden_layers],
+                        });
+                        let centre = Centre {
+                            logits: &subject.logits[i * classes..(i + 1) * classes],
+                            x_norm: subject.x_norms[i],
+                            hi,
+                        };
+                        certifier.certify(mode, &centre, eps[i])
+                    })
+                    .collect()
+            }
         };
         let seconds = t.elapsed().as_secs_f64();
         let mut refusals = BTreeMap::new();
-        for v in &verdicts {
-            if let Err(r) = v {
-                *refusals.entry(r.to_string()).or_insert(0) += 1;
+        let (mut deg, mut leps) = (0.0, 0.0);
+        for r in &results {
+            if let Err(why) = r.verdict {
+                *refusals.entry(why.to_string()).or_insert(0) += 1;
+            }
+            if let Some((d, l)) = r.degradation {
+                deg += d;
+                leps += l;
             }
         }
-        let ok: Vec<bool> = verdicts.iter().map(|v| v.is_ok()).collect();
+        let ok: Vec<bool> = results.iter().map(|r| r.verdict.is_ok()).collect();
         let certified = ok.iter().filter(|&&b| b).count();
         let vra = subject.labels.as_ref().map(|labels| {
             ok.iter()
@@ -281,6 +406,11 @@ pub fn certify(
             vra,
             refusals,
             verdicts: ok,
+            slacks: results
+                .iter()
+                .map(|r| r.slack.unwrap_or(f64::NAN))
+                .collect(),
+            conservatism: (leps > 0.0 && mode != Mode::Real).then(|| deg / leps),
             seconds,
         });
     }
@@ -288,12 +418,14 @@ pub fn certify(
         Err(e) => Some(e.clone()),
         Ok(b) => b.vacuous.clone(),
     };
+    let reference_s = subject.reference.as_ref().map(|r| r.seconds).unwrap_or(0.0);
     Ok(CertifyOutcome {
         n: subject.n(),
         correct: subject.correct(),
         modes: outcomes,
         norms_s: subject.norms_s,
-        certify_s: subject.forward_s + start.elapsed().as_secs_f64(),
+        certify_s: subject.forward_s + reference_s + start.elapsed().as_secs_f64(),
+        reference_s,
         model_refusal,
     })
 }

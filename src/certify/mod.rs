@@ -5,6 +5,7 @@
 //! Everything that depends only on the model is precomputed once in [`ModelBounds`]; the
 //! per-instance work is a handful of upward-rounded scalar steps per layer and per class pair.
 
+pub mod modes;
 pub mod quantities;
 
 use std::fmt;
@@ -15,9 +16,10 @@ use crate::format::Format;
 use crate::model::DenseNet;
 use crate::norms::LayerNorms;
 use crate::sound::{add_up, l2_norm_up, mul_up, sqrt_up, sub_down};
+
+pub use modes::{Centre, Certifier, HiCentre, PointResult};
 use quantities::{
-    a_dot, a_dot_fwd, deviation_step, final_pair_bounds, gamma_n, kappa, overflow_free,
-    radius_step, OverflowConstants,
+    a_dot, a_dot_fwd, deviation_step, gamma_n, kappa, overflow_free, radius_step, OverflowConstants,
 };
 
 /// A certification mode.
@@ -29,6 +31,15 @@ pub enum Mode {
     Real,
     /// The paper's Standard certificate (deployment-time, worst-case radii).
     Standard,
+    /// Hybrid-Centre (Theorem "Hybrid-Centre certificate"): the centre deviation measured
+    /// against a float64 execution.
+    Hybrid,
+    /// Measured-Radii (Theorem "Measured-Radii certificate"): radii from the float64 execution.
+    Measured,
+    /// Beyond the paper: a float64 lower bound on the real centre margin, with the measured ball.
+    Float64Centre,
+    /// Per competing class, the best sound centre bound and the smallest sound ball bound.
+    Best,
 }
 
 impl Mode {
@@ -37,8 +48,39 @@ impl Mode {
         match self {
             Mode::Real => "real",
             Mode::Standard => "standard",
+            Mode::Hybrid => "hybrid",
+            Mode::Measured => "measured",
+            Mode::Float64Centre => "float64-centre",
+            Mode::Best => "best",
         }
     }
+
+    /// Whether the mode consults a float64 reference execution (pre-deployment modes).
+    pub fn needs_reference(self) -> bool {
+        matches!(
+            self,
+            Mode::Hybrid | Mode::Measured | Mode::Float64Centre | Mode::Best
+        )
+    }
+
+    /// Every mode, in report order.
+    pub const ALL: [Mode; 6] = [
+        Mode::Real,
+        Mode::Standard,
+        Mode::Hybrid,
+        Mode::Measured,
+        Mode::Float64Centre,
+        Mode::Best,
+    ];
+
+    /// The sound modes `lipfp certify` computes when no mode is given.
+    pub const SOUND: [Mode; 5] = [
+        Mode::Standard,
+        Mode::Hybrid,
+        Mode::Measured,
+        Mode::Float64Centre,
+        Mode::Best,
+    ];
 
     /// Whether the mode is sound for floating-point execution.
     pub fn is_sound(self) -> bool {
@@ -47,16 +89,28 @@ impl Mode {
 
     /// Parse a mode name.
     pub fn parse(s: &str) -> Option<Mode> {
-        match s {
-            "real" => Some(Mode::Real),
-            "standard" => Some(Mode::Standard),
-            _ => None,
-        }
+        Mode::ALL.into_iter().find(|m| m.name() == s)
     }
 }
 
 /// The names accepted for modes.
-pub const MODE_NAMES: &str = "standard, real";
+pub const MODE_NAMES: &str = "standard, hybrid, measured, float64-centre, best, real";
+
+/// Parse a comma-separated list of modes (duplicates dropped, order kept).
+pub fn parse_mode_list(text: &str) -> Result<Vec<Mode>, String> {
+    let mut modes = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let m = Mode::parse(part)
+            .ok_or_else(|| format!("unknown mode `{part}` (supported: {MODE_NAMES})"))?;
+        if !modes.contains(&m) {
+            modes.push(m);
+        }
+    }
+    if modes.is_empty() {
+        return Err(format!("no mode given (supported: {MODE_NAMES})"));
+    }
+    Ok(modes)
+}
 
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -74,6 +128,8 @@ pub enum Refusal {
     Overflow(usize),
     /// The centre logits are not finite.
     NonFiniteLogits,
+    /// Overflow could not be excluded for the float64 reference execution at this layer.
+    ReferenceOverflow(usize),
     /// A model-level reason applies to every instance (vacuous layer, norm failure).
     Model,
 }
@@ -84,6 +140,9 @@ impl fmt::Display for Refusal {
             Refusal::Margin => f.write_str("margin too small"),
             Refusal::Overflow(l) => write!(f, "overflow not excluded at layer {l}"),
             Refusal::NonFiniteLogits => f.write_str("non-finite logits"),
+            Refusal::ReferenceOverflow(l) => {
+                write!(f, "float64 reference: overflow not excluded at layer {l}")
+            }
             Refusal::Model => f.write_str("model cannot be certified"),
         }
     }
@@ -136,6 +195,9 @@ pub struct ModelBounds {
     pub pairs: Vec<PairBounds>,
     /// Number of classes.
     pub classes: usize,
+    /// `prod_{k<=l} ||W_k||` for `l = 0..L-1` (index 0 is 1): the Lipschitz constant of the map
+    /// from the input to layer `l`, used by the measured radii.
+    pub lip_prefix: Vec<f64>,
     /// Deviation base case `D_0`: 0, or `lambda sqrt(n_1)` under FTZ (Appendix).
     pub d0: f64,
     /// When set, no instance can be certified in a sound mode, and why.
@@ -204,9 +266,11 @@ impl ModelBounds {
         if ftz {
             pair_const = add_up(pair_const, 2.0 * lambda);
         }
-        let prefix: f64 = norms[..norms.len() - 1]
-            .iter()
-            .fold(1.0, |p, nrm| mul_up(p, nrm.spectral));
+        let mut lip_prefix = vec![1.0];
+        for nrm in &norms[..norms.len() - 1] {
+            lip_prefix.push(mul_up(lip_prefix[lip_prefix.len() - 1], nrm.spectral));
+        }
+        let prefix = lip_prefix[lip_prefix.len() - 1];
         let mut pairs = vec![PairBounds::default(); classes * classes];
         for i in 0..classes {
             for j in 0..classes {
@@ -246,6 +310,7 @@ impl ModelBounds {
             layers,
             pairs,
             classes,
+            lip_prefix,
             d0,
             vacuous,
         }
@@ -277,6 +342,46 @@ impl ModelBounds {
     }
 }
 
+impl ModelBounds {
+    /// The deterministic forward induction from `r0`, recording `r_l` and `D_l` for
+    /// `l = 0..L-1` (sec. 4 and 5); overflow is checked at every layer `1..=L`.
+    pub fn deviation_profile(&self, r0: f64) -> Result<(Vec<f64>, Vec<f64>), Refusal> {
+        let depth = self.layers.len();
+        let mut radii = Vec::with_capacity(depth);
+        let mut devs = Vec::with_capacity(depth);
+        let (mut r, mut d) = (r0, self.d0);
+        for (l, lb) in self.layers.iter().enumerate() {
+            radii.push(r);
+            devs.push(d);
+            if !overflow_free(&lb.overflow, r, d) {
+                return Err(Refusal::Overflow(l + 1));
+            }
+            if l + 1 < depth {
+                d = deviation_step(lb.alpha, d, lb.kappa_abs, r, lb.beta_const);
+                r = radius_step(lb.spectral, r, lb.bias_l2);
+            }
+        }
+        Ok((radii, devs))
+    }
+
+    /// The deviation recursion driven by given radii `r_0..r_{L-1}` (any valid bounds on the
+    /// real activation norms over the ball: Lemma "Measured radii"), with the overflow checks
+    /// at every layer `1..=L` using the same radii. Returns `D_{L-1}`.
+    pub fn chain_with_radii(&self, radii: &[f64]) -> Result<f64, Refusal> {
+        let mut d = self.d0;
+        let last = self.layers.len() - 1;
+        for (l, (lb, &r)) in self.layers.iter().zip(radii).enumerate() {
+            if !overflow_free(&lb.overflow, r, d) {
+                return Err(Refusal::Overflow(l + 1));
+            }
+            if l < last {
+                d = deviation_step(lb.alpha, d, lb.kappa_abs, r, lb.beta_const);
+            }
+        }
+        Ok(d)
+    }
+}
+
 /// Index of the largest logit (the first on ties), or `None` when a logit is not finite.
 pub fn predicted_class(logits: &[f64]) -> Option<usize> {
     if logits.iter().any(|v| !v.is_finite()) {
@@ -297,54 +402,6 @@ pub fn margin_lower(logits: &[f64], i: usize, j: usize) -> f64 {
     sub_down(logits[i], logits[j])
 }
 
-/// Classical real-arithmetic certificate: `m_hat_{ij}(x) > L_{ij} eps` for every `j != i`.
-/// **Unsound** for floating-point execution (paper sec. 2.3): the ceiling and the baseline.
-pub fn real_certificate(mb: &ModelBounds, logits: &[f64], eps_up: f64) -> Verdict {
-    let i = predicted_class(logits).ok_or(Refusal::NonFiniteLogits)?;
-    for j in (0..mb.classes).filter(|&j| j != i) {
-        let rhs = mul_up(mb.pair(i, j).lip, eps_up);
-        // written so that a NaN refuses
-        if margin_lower(logits, i, j) > rhs {
-            continue;
-        }
-        return Err(Refusal::Margin);
-    }
-    Ok(())
-}
-
-/// The Standard floating-point certificate (Theorem "Floating-point robustness certificate"):
-/// overflow excluded over the ball and, for every `j != i`,
-/// `m_hat_{ij}(x) - L_{ij} eps - (E_ctr + E_ball) > 0`, where `E_ctr` uses the radii and
-/// deviation from `r_0 = ||x||` and `E_ball` those from `r_0 = ||x|| + eps`.
-///
-/// `x_norm_up` is an upper bound on `||x||_2` of the (converted) input, `eps_up` an upper
-/// bound on the radius.
-pub fn standard_certificate(
-    mb: &ModelBounds,
-    logits: &[f64],
-    x_norm_up: f64,
-    eps_up: f64,
-) -> Verdict {
-    if mb.vacuous.is_some() {
-        return Err(Refusal::Model);
-    }
-    let i = predicted_class(logits).ok_or(Refusal::NonFiniteLogits)?;
-    let (r_ball, d_ball) = mb.hidden_chain(add_up(x_norm_up, eps_up))?;
-    let (r_ctr, d_ctr) = mb.hidden_chain(x_norm_up)?;
-    for j in (0..mb.classes).filter(|&j| j != i) {
-        let p = mb.pair(i, j);
-        let e_ctr = final_pair_bounds(p.alpha, d_ctr, p.kappa_abs, r_ctr, p.beta_const);
-        let e_ball = final_pair_bounds(p.alpha, d_ball, p.kappa_abs, r_ball, p.beta_const);
-        let rhs = add_up(mul_up(p.lip, eps_up), add_up(e_ctr, e_ball));
-        // written so that a NaN refuses
-        if margin_lower(logits, i, j) > rhs {
-            continue;
-        }
-        return Err(Refusal::Margin);
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,8 +415,9 @@ mod tests {
 
     #[test]
     fn mode_names_round_trip() {
-        for m in [Mode::Real, Mode::Standard] {
+        for m in Mode::ALL {
             assert_eq!(Mode::parse(m.name()), Some(m));
+            assert!(MODE_NAMES.contains(m.name()));
         }
         assert!(!Mode::Real.is_sound());
         assert!(Mode::Standard.is_sound());

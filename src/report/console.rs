@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::certify::Mode;
 use crate::report::{GateReport, Report};
 
 fn fmt_pct(x: Option<f64>) -> String {
@@ -30,15 +31,24 @@ fn gate_block(out: &mut String, g: &GateReport) {
         g.n
     );
     let _ = writeln!(out, "       accuracy {}", fmt_pct(g.accuracy_pct));
-    for (name, m) in &g.modes {
+    let ordered = Mode::ALL.iter().filter_map(|mode| {
+        g.modes
+            .get(mode.name())
+            .map(|m| (mode.name().to_string(), m))
+    });
+    for (name, m) in ordered {
         let label = if m.sound {
             name.clone()
         } else {
             format!("{name} (UNSOUND for fp execution)")
         };
+        let ratio = m
+            .conservatism_ratio
+            .map(|r| format!("  fp degradation {r:.3} x L eps"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "       {label:<36} certified {:>6} ({:>7})  VRA {:>8}",
+            "       {label:<36} certified {:>6} ({:>7})  VRA {:>8}{ratio}",
             m.certified,
             format!("{:.2}%", m.certified_pct),
             fmt_pct(m.vra_pct)

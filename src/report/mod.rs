@@ -29,8 +29,11 @@ pub struct ModeReport {
     pub sound: bool,
     /// Why the remaining points were not certified.
     pub refusals: BTreeMap<String, usize>,
-    /// Seconds spent on this mode's certificates (forward pass excluded).
+    /// Seconds spent on this mode's certificates (forward passes excluded).
     pub seconds: f64,
+    /// Mean floating-point degradation relative to the real right-hand side `L eps`
+    /// (the paper's conservatism ratio; null for `real`).
+    pub conservatism_ratio: Option<f64>,
 }
 
 /// Timing of a gate.
@@ -38,8 +41,10 @@ pub struct ModeReport {
 pub struct Timing {
     /// Seconds computing the norms (near 0 when cached).
     pub norms_s: f64,
-    /// Seconds for the forward pass and all certificates.
+    /// Seconds for the forward passes and all certificates.
     pub certify_s: f64,
+    /// Seconds of the float64 reference pass (included in `certify_s`).
+    pub reference_s: f64,
 }
 
 /// One gate (or the single `certify` run).
@@ -135,6 +140,7 @@ impl GateReport {
                         sound: m.mode.is_sound(),
                         refusals: m.refusals.clone(),
                         seconds: m.seconds,
+                        conservatism_ratio: m.conservatism.map(|c| (c * 1e6).round() / 1e6),
                     },
                 )
             })
@@ -166,6 +172,7 @@ impl GateReport {
             timing: Timing {
                 norms_s: outcome.norms_s,
                 certify_s: outcome.certify_s,
+                reference_s: outcome.reference_s,
             },
             model: facts.model.clone(),
             model_hash: facts.model_hash.clone(),

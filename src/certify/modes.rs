@@ -1,0 +1,322 @@
+//! Per-instance certificates of every mode.
+//!
+//! Each sound certificate has the shape of Theorem "Floating-point robustness certificate":
+//! for every competing class `j`,
+//! `c_j - L_{ij} eps - b_j > 0`, where `c_j` is a sound **lower bound on the real centre margin**
+//! `m_{ij}(x)` and `b_j` a sound **upper bound on the ball deviation** `|m_hat_{ij}(x') - m_{ij}(x')|`
+//! for all `x'` in the ball (overflow excluded by the same chain). Then for every `x'`:
+//! `m_hat(x') >= m(x') - b_j >= m(x) - L eps - b_j >= c_j - L eps - b_j > 0`.
+//! The two bounds are independent, so any valid centre variant combines with any valid ball
+//! variant (the paper's closing remark of sec. 7; `docs/soundness.md`):
+//!
+//! | centre variant `c_j` | source |
+//! |---|---|
+//! | standard: `m_hat(x) - E_ctr` | Lemma "Final-layer pairwise deviation" at `x`, deterministic radii, `eps = 0` |
+//! | hybrid: `m_hat(x) - E_ctr^hybrid` | Lemma "Hybrid deviation bound" |
+//! | measured: `m_hat(x) - E_ctr^meas` | Theorem "Measured-Radii certificate" |
+//! | float64: `m_hi(x) - E_ctr^hi` | the same Lemma applied to the float64 execution with float64 constants |
+//!
+//! | ball variant `b_j` | source |
+//! |---|---|
+//! | standard: `E_ball` | deterministic radii from `||x|| + eps` |
+//! | measured: `E_ball^meas` | Lemma "Measured radii" |
+
+use crate::certify::quantities::final_pair_bounds;
+use crate::certify::{
+    margin_lower, predicted_class, Mode, ModelBounds, PairBounds, Refusal, Verdict,
+};
+use crate::sound::{add_up, mul_up, sub_down};
+
+/// What the float64 reference execution measured at a centre.
+#[derive(Clone, Copy, Debug)]
+pub struct HiCentre<'a> {
+    /// Float64 logits `y_hi(x)`.
+    pub logits: &'a [f64],
+    /// Upper bound on `||z_hat_{L-1}(x) - z_hi_{L-1}(x)||_2` (deployment vs float64 penultimate).
+    pub gap: f64,
+    /// Upper bounds on `||z_hi_l(x)||_2` for the hidden layers `l = 1..L-1`.
+    pub norms: &'a [f64],
+}
+
+/// Everything measured at one test point.
+#[derive(Clone, Copy, Debug)]
+pub struct Centre<'a> {
+    /// Deployed logits `y_hat(x)` (exact format values).
+    pub logits: &'a [f64],
+    /// Upper bound on `||x||_2`.
+    pub x_norm: f64,
+    /// Float64 reference measurements (pre-deployment modes).
+    pub hi: Option<HiCentre<'a>>,
+}
+
+/// Outcome of one mode at one point, with the statistics the report needs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PointResult {
+    /// Certified, or why not.
+    pub verdict: Verdict,
+    /// `min_j (c_j - L_{ij} eps - b_j)` (rounded down) when the bounds could be computed.
+    pub slack: Option<f64>,
+    /// `sum_j (m_hat_{ij}(x) - c_j + b_j)`: the floating-point degradation summed over the
+    /// competing classes (0 for `real`), and `sum_j L_{ij} eps` — for the conservatism ratio.
+    pub degradation: Option<(f64, f64)>,
+}
+
+impl PointResult {
+    fn refused(r: Refusal) -> Self {
+        PointResult {
+            verdict: Err(r),
+            slack: None,
+            degradation: None,
+        }
+    }
+}
+
+/// The model-level bounds a certificate reads: the deployment format's and, for the
+/// pre-deployment modes, float64's.
+#[derive(Clone, Copy, Debug)]
+pub struct Certifier<'a> {
+    /// Bounds in the deployment format.
+    pub fmt: &'a ModelBounds,
+    /// Bounds with float64 constants (for the float64 reference execution).
+    pub hi: Option<&'a ModelBounds>,
+}
+
+/// `E = alpha^{ij} D + beta^{ij}(r)` (Lemma "Final-layer pairwise deviation").
+fn pair_error(p: &PairBounds, d: f64, r: f64) -> f64 {
+    final_pair_bounds(p.alpha, d, p.kappa_abs, r, p.beta_const)
+}
+
+/// A centre-deviation source: lower bound `c_j = margin_j - E(d, r)`.
+#[derive(Clone, Copy)]
+struct CentreBound<'a> {
+    /// Logits whose margin is bounded (deployed or float64).
+    logits: &'a [f64],
+    /// Pair table of the execution those logits came from.
+    bounds: &'a ModelBounds,
+    d: f64,
+    r: f64,
+}
+
+impl CentreBound<'_> {
+    fn lower(&self, i: usize, j: usize) -> f64 {
+        sub_down(
+            margin_lower(self.logits, i, j),
+            pair_error(self.bounds.pair(i, j), self.d, self.r),
+        )
+    }
+}
+
+/// A ball-deviation source: `b_j = E(d, r)` in the deployment format.
+#[derive(Clone, Copy)]
+struct BallBound {
+    d: f64,
+    r: f64,
+}
+
+impl Certifier<'_> {
+    /// Certify one point in `mode` with radius upper bound `eps`.
+    pub fn certify(&self, mode: Mode, c: &Centre<'_>, eps: f64) -> PointResult {
+        let Some(i) = predicted_class(c.logits) else {
+            return PointResult::refused(Refusal::NonFiniteLogits);
+        };
+        if mode == Mode::Real {
+            return self.real(c, i, eps);
+        }
+        let fmt = self.fmt;
+        if fmt.vacuous.is_some() {
+            return PointResult::refused(Refusal::Model);
+        }
+        let depth = fmt.layers.len();
+        let deterministic = matches!(mode, Mode::Standard | Mode::Hybrid | Mode::Best);
+
+        // deterministic chains (sec. 4-5): ball from ||x|| + eps, centre from ||x||
+        let std_ball = deterministic.then(|| fmt.hidden_chain(add_up(c.x_norm, eps)));
+        let std_ctr = deterministic.then(|| fmt.hidden_chain(c.x_norm));
+
+        // float64 reference: deviation profile D^hi_l(x, 0) with float64 constants
+        let reference = if mode.needs_reference() {
+            match (self.hi, c.hi) {
+                (Some(hb), Some(h)) => Some((hb, h, hb.deviation_profile(c.x_norm))),
+                _ => return PointResult::refused(Refusal::Model),
+            }
+        } else {
+            None
+        };
+
+        let mut centres: Vec<Result<CentreBound<'_>, Refusal>> = Vec::with_capacity(4);
+        let mut balls: Vec<Result<BallBound, Refusal>> = Vec::with_capacity(2);
+
+        if matches!(mode, Mode::Standard | Mode::Best) {
+            if let Some(ctr) = std_ctr {
+                centres.push(ctr.map(|(r, d)| CentreBound {
+                    logits: c.logits,
+                    bounds: fmt,
+                    d,
+                    r,
+                }));
+            }
+        }
+        if matches!(mode, Mode::Standard | Mode::Hybrid | Mode::Best) {
+            if let Some(ball) = std_ball {
+                balls.push(ball.map(|(r, d)| BallBound { d, r }));
+            }
+        }
+        if let Some((hb, h, profile)) = reference {
+            match profile {
+                Err(Refusal::Overflow(l)) => {
+                    if mode != Mode::Best {
+                        return PointResult::refused(Refusal::ReferenceOverflow(l));
+                    }
+                    centres.push(Err(Refusal::ReferenceOverflow(l)));
+                }
+                Err(e) => return PointResult::refused(e),
+                Ok((det_radii, dhi)) => {
+                    let d_hybrid = add_up(h.gap, dhi[depth - 1]);
+                    // hybrid centre: deterministic centre radius; overflow at x from the centre chain
+                    if matches!(mode, Mode::Hybrid | Mode::Best) {
+                        if let Some(ctr) = std_ctr {
+                            centres.push(ctr.map(|(r, _)| CentreBound {
+                                logits: c.logits,
+                                bounds: fmt,
+                                d: d_hybrid,
+                                r,
+                            }));
+                        }
+                    }
+                    // measured radii r^meas_l(x, e) = ||z_hi_l|| + prod_{k<=l} ||W_k|| e + D^hi_l
+                    let measured = |e: f64| -> Vec<f64> {
+                        (0..depth)
+                            .map(|l| {
+                                let norm = if l == 0 { c.x_norm } else { h.norms[l - 1] };
+                                add_up(add_up(norm, mul_up(fmt.lip_prefix[l], e)), dhi[l])
+                            })
+                            .collect()
+                    };
+                    if matches!(mode, Mode::Measured | Mode::Float64Centre | Mode::Best) {
+                        let r_ball = measured(eps);
+                        balls.push(fmt.chain_with_radii(&r_ball).map(|d| BallBound {
+                            d,
+                            r: r_ball[depth - 1],
+                        }));
+                    }
+                    if matches!(mode, Mode::Measured | Mode::Best) {
+                        let r_ctr = measured(0.0);
+                        centres.push(fmt.chain_with_radii(&r_ctr).map(|_| CentreBound {
+                            logits: c.logits,
+                            bounds: fmt,
+                            d: d_hybrid,
+                            r: r_ctr[depth - 1],
+                        }));
+                    }
+                    if matches!(mode, Mode::Float64Centre | Mode::Best) {
+                        if predicted_class(h.logits).is_some() {
+                            centres.push(Ok(CentreBound {
+                                logits: h.logits,
+                                bounds: hb,
+                                d: dhi[depth - 1],
+                                r: det_radii[depth - 1],
+                            }));
+                        } else {
+                            centres.push(Err(Refusal::NonFiniteLogits));
+                        }
+                    }
+                }
+            }
+        }
+        self.combine(c, i, eps, &centres, &balls)
+    }
+
+    /// Per competing class: best centre bound, smallest ball bound; certified when every slack
+    /// is positive.
+    fn combine(
+        &self,
+        c: &Centre<'_>,
+        i: usize,
+        eps: f64,
+        centres: &[Result<CentreBound<'_>, Refusal>],
+        balls: &[Result<BallBound, Refusal>],
+    ) -> PointResult {
+        let ok_centres: Vec<&CentreBound<'_>> =
+            centres.iter().filter_map(|x| x.as_ref().ok()).collect();
+        let ok_balls: Vec<&BallBound> = balls.iter().filter_map(|x| x.as_ref().ok()).collect();
+        if ok_balls.is_empty() {
+            return PointResult::refused(first_err_ball(balls));
+        }
+        if ok_centres.is_empty() {
+            return PointResult::refused(first_err_centre(centres));
+        }
+        let fmt = self.fmt;
+        let mut slack = f64::INFINITY;
+        let (mut deg, mut leps) = (0.0, 0.0);
+        for j in (0..fmt.classes).filter(|&j| j != i) {
+            let p = fmt.pair(i, j);
+            let lower = ok_centres
+                .iter()
+                .map(|cb| cb.lower(i, j))
+                .fold(f64::NEG_INFINITY, f64::max);
+            let ball = ok_balls
+                .iter()
+                .map(|b| pair_error(p, b.d, b.r))
+                .fold(f64::INFINITY, f64::min);
+            let l_eps = mul_up(p.lip, eps);
+            let s = sub_down(sub_down(lower, l_eps), ball);
+            // NaN-safe minimum: a NaN slack makes the point uncertified
+            slack = if s.is_nan() || slack.is_nan() {
+                f64::NAN
+            } else {
+                slack.min(s)
+            };
+            deg += (c.logits[i] - c.logits[j]) - lower + ball;
+            leps += l_eps;
+        }
+        let verdict = if slack > 0.0 {
+            Ok(())
+        } else {
+            Err(Refusal::Margin)
+        };
+        PointResult {
+            verdict,
+            slack: Some(slack),
+            degradation: Some((deg, leps)),
+        }
+    }
+
+    /// Classical real-arithmetic check `m_hat_{ij}(x) > L_{ij} eps` for every `j != i`.
+    /// **Unsound** for floating-point execution (paper sec. 2.3): the ceiling and the baseline.
+    fn real(&self, c: &Centre<'_>, i: usize, eps: f64) -> PointResult {
+        let fmt = self.fmt;
+        let mut slack = f64::INFINITY;
+        let mut leps = 0.0;
+        for j in (0..fmt.classes).filter(|&j| j != i) {
+            let l_eps = mul_up(fmt.pair(i, j).lip, eps);
+            let s = sub_down(margin_lower(c.logits, i, j), l_eps);
+            slack = if s.is_nan() || slack.is_nan() {
+                f64::NAN
+            } else {
+                slack.min(s)
+            };
+            leps += l_eps;
+        }
+        PointResult {
+            verdict: if slack > 0.0 {
+                Ok(())
+            } else {
+                Err(Refusal::Margin)
+            },
+            slack: Some(slack),
+            degradation: Some((0.0, leps)),
+        }
+    }
+}
+
+fn first_err_ball(v: &[Result<BallBound, Refusal>]) -> Refusal {
+    v.iter()
+        .find_map(|x| x.as_ref().err().copied())
+        .unwrap_or(Refusal::Model)
+}
+
+fn first_err_centre(v: &[Result<CentreBound<'_>, Refusal>]) -> Refusal {
+    v.iter()
+        .find_map(|x| x.as_ref().err().copied())
+        .unwrap_or(Refusal::Model)
+}

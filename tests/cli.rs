@@ -1,0 +1,1594 @@
+//! End-to-end tests of the `lipfp` binary: `check` and `certify` on small models built here,
+//! the exit-code contract (0 pass, 1 a gate failed, 2 usage/policy/model/data error), the error
+//! messages (they name the file, key, node or index at fault) and the JSON report.
+//!
+//! The test model is `x [N, 4] -> Gemm(8) -> Relu -> Gemm(3)` with
+//! `W1 = [I_4; 0.5 I_4]`, `W2 = [e_0; e_1; e_2]` (rows of the 8-wide identity) and zero biases,
+//! so the logit of class `c` is exactly `x_c`. Point `i` of class `k = i % 3` has `x_k = 1` and
+//! jitter in `[0, 0.3)` elsewhere (float16 values, so every input dtype holds the same points):
+//! the predicted class is `k`, every margin is above `0.7` and the margin Lipschitz constants
+//! are `sqrt(2) * sqrt(1.25) < 1.6`. Hence at radius `0.001` the real check certifies every
+//! point and the standard certificate (whose floating-point terms are ~1e-6 here) does too;
+//! at radius `100` nothing is certified. Two labels are deliberately wrong, so the accuracy is
+//! 28/30 and the VRA is at most 28.
+//!
+//! Every run gets `--cache-dir` inside its temporary directory (or `LIPFP_CACHE_DIR` removed
+//! and a policy `[cache] dir`), so the tests never touch the user's cache.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::onnx_builder::*;
+use npyz::WriterBuilder;
+use serde_json::Value;
+
+/// Number of test points.
+const N: usize = 30;
+/// Classes of the test model.
+const CLASSES: usize = 3;
+/// Input width of the test model.
+const WIDTH: usize = 4;
+/// Indices whose label is deliberately wrong.
+const MISLABELLED: [usize; 2] = [4, 17];
+
+// ---------------------------------------------------------------------------------------------
+// running the binary
+
+/// The outcome of one run of the binary.
+#[derive(Debug)]
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code, code,
+            "expected exit code {code}, got {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// Assert an input error (exit 2) whose `lipfp: error:` line contains every needle.
+    fn assert_error(&self, needles: &[&str]) -> &Self {
+        self.assert_code(2);
+        for n in needles {
+            assert!(
+                self.stderr.contains(n),
+                "stderr does not contain {n:?}:\n{}",
+                self.stderr
+            );
+        }
+        self
+    }
+}
+
+fn run_cmd(mut cmd: Command) -> Out {
+    let out = cmd.output().expect("run the lipfp binary");
+    Out {
+        code: out.status.code().expect("lipfp exited with a code"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn lipfp<I, S>(args: I) -> Out
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lipfp"));
+    cmd.args(args).env_remove("LIPFP_CACHE_DIR");
+    run_cmd(cmd)
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read the JSON report {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("the JSON report parses")
+}
+
+/// The single gate of a `certify` report.
+fn only_gate(report: &Value) -> &Value {
+    let gates = report["gates"].as_array().expect("gates is an array");
+    assert_eq!(gates.len(), 1, "{report:#}");
+    &gates[0]
+}
+
+fn gate<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["gates"]
+        .as_array()
+        .expect("gates is an array")
+        .iter()
+        .find(|g| g["name"] == name)
+        .unwrap_or_else(|| panic!("no gate `{name}` in {report:#}"))
+}
+
+fn uint(v: &Value) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("{v} is not an unsigned integer"))
+}
+
+fn certified(g: &Value, mode: &str) -> u64 {
+    uint(&g["modes"][mode]["certified"])
+}
+
+/// Figures every report must satisfy, whatever the radius: counts within `n`, VRA within the
+/// certified points, standard within real, percentages consistent, real labelled unsound.
+fn assert_consistent(g: &Value) {
+    let n = uint(&g["n"]);
+    let modes = g["modes"].as_object().expect("modes is an object");
+    assert!(
+        modes.contains_key("real"),
+        "the real ceiling is always reported: {g:#}"
+    );
+    assert_eq!(g["modes"]["real"]["sound"], false, "{g:#}");
+    for (name, m) in modes {
+        let c = uint(&m["certified"]);
+        assert!(c <= n, "{name}: {g:#}");
+        let pct = m["certified_pct"].as_f64().unwrap();
+        assert!(
+            (pct - 100.0 * c as f64 / n as f64).abs() < 1e-3,
+            "{name}: {g:#}"
+        );
+        if !m["vra"].is_null() {
+            assert!(uint(&m["vra"]) <= c, "{name}: vra > certified: {g:#}");
+            let vpct = m["vra_pct"].as_f64().unwrap();
+            assert!((vpct - 100.0 * uint(&m["vra"]) as f64 / n as f64).abs() < 1e-3);
+        } else {
+            assert!(m["vra_pct"].is_null(), "{g:#}");
+        }
+        let refused: u64 = m["refusals"]
+            .as_object()
+            .expect("refusals is an object")
+            .values()
+            .map(uint)
+            .sum();
+        assert_eq!(
+            c + refused,
+            n,
+            "{name}: every point is certified or refused: {g:#}"
+        );
+    }
+    if let Some(s) = modes.get("standard") {
+        assert_eq!(s["sound"], true, "{g:#}");
+        assert!(
+            uint(&s["certified"]) <= certified(g, "real"),
+            "standard certified more than the real ceiling: {g:#}"
+        );
+        if !s["vra"].is_null() {
+            assert!(uint(&s["vra"]) <= uint(&g["modes"]["real"]["vra"]), "{g:#}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// test data
+
+/// Write an `.npy` array of `shape` in C order with the type's default dtype.
+fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) {
+    assert_eq!(shape.iter().product::<u64>() as usize, data.len());
+    let f = std::io::BufWriter::new(std::fs::File::create(path).expect("create .npy"));
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(f)
+        .begin_nd()
+        .expect("begin .npy");
+    w.extend(data.iter().copied()).expect("write .npy");
+    w.finish().expect("finish .npy");
+}
+
+/// Write an `.npy` array with an explicit dtype (e.g. `">f4"`) and order; `data` is given in
+/// that order.
+fn write_npy_as<T: npyz::Serialize + Copy>(
+    path: &Path,
+    dtype: &str,
+    order: npyz::Order,
+    shape: &[u64],
+    data: &[T],
+) {
+    let dtype = npyz::DType::Plain(dtype.parse::<npyz::TypeStr>().expect("a dtype string"));
+    let f = std::io::BufWriter::new(std::fs::File::create(path).expect("create .npy"));
+    let mut w = npyz::WriteOptions::new()
+        .dtype(dtype)
+        .order(order)
+        .shape(shape)
+        .writer(f)
+        .begin_nd()
+        .expect("begin .npy");
+    w.extend(data.iter().copied()).expect("write .npy");
+    w.finish().expect("finish .npy");
+}
+
+/// A `x [N, n_in] -> Gemm -> act -> Gemm -> logits` model; `w1` is `[hidden, n_in]` and `w2`
+/// `[classes, hidden]`, row-major (PyTorch's Linear layout, `transB = 1`).
+fn two_layer(
+    n_in: usize,
+    hidden: usize,
+    classes: usize,
+    w1: &[f32],
+    w2: &[f32],
+    act: &str,
+) -> ModelBuilder {
+    let mut b = ModelBuilder::new();
+    b.input_f32("input", &[n_in])
+        .output_f32("logits", classes)
+        .init_f32("fc1.weight", &[hidden, n_in], w1)
+        .init_f32("fc1.bias", &[hidden], &vec![0.0; hidden])
+        .init_f32("fc2.weight", &[classes, hidden], w2)
+        .init_f32("fc2.bias", &[classes], &vec![0.0; classes])
+        .node(
+            "Gemm",
+            "/fc1/Gemm",
+            &["input", "fc1.weight", "fc1.bias"],
+            &["/fc1/Gemm_output_0"],
+            vec![attr_int("transB", 1)],
+        )
+        .node(
+            act,
+            &format!("/act/{act}"),
+            &["/fc1/Gemm_output_0"],
+            &["/act/output_0"],
+            vec![],
+        )
+        .node(
+            "Gemm",
+            "/fc2/Gemm",
+            &["/act/output_0", "fc2.weight", "fc2.bias"],
+            &["logits"],
+            vec![attr_int("transB", 1)],
+        );
+    b
+}
+
+/// `W1 = [I_4; 0.5 I_4]` (8 x 4).
+fn w1() -> Vec<f32> {
+    let mut w = vec![0.0f32; 8 * WIDTH];
+    for j in 0..WIDTH {
+        w[j * WIDTH + j] = 1.0;
+        w[(WIDTH + j) * WIDTH + j] = 0.5;
+    }
+    w
+}
+
+/// `W2 = [e_0; e_1; e_2]` (3 x 8): the logit of class `c` is hidden unit `c`.
+fn w2() -> Vec<f32> {
+    let mut w = vec![0.0f32; CLASSES * 8];
+    for c in 0..CLASSES {
+        w[c * 8 + c] = 1.0;
+    }
+    w
+}
+
+fn test_model() -> ModelBuilder {
+    two_layer(WIDTH, 8, CLASSES, &w1(), &w2(), "Relu")
+}
+
+/// The test points as float16 values: point `i` has `x_{i % 3} = 1` and jitter in `[0, 0.3)`.
+fn points() -> Vec<half::f16> {
+    let mut rng = Lcg::new(7);
+    let mut x = Vec::with_capacity(N * WIDTH);
+    for i in 0..N {
+        for j in 0..WIDTH {
+            let v = if j == i % CLASSES {
+                1.0
+            } else {
+                0.3 * rng.unit_f64() as f32
+            };
+            x.push(half::f16::from_f32(v));
+        }
+    }
+    x
+}
+
+/// Labels: the true class, except at [`MISLABELLED`].
+fn labels() -> Vec<i64> {
+    (0..N)
+        .map(|i| {
+            let k = (i % CLASSES) as i64;
+            if MISLABELLED.contains(&i) {
+                (k + 1) % CLASSES as i64
+            } else {
+                k
+            }
+        })
+        .collect()
+}
+
+fn x_f32() -> Vec<f32> {
+    points().iter().map(|h| h.to_f32()).collect()
+}
+
+fn x_f64() -> Vec<f64> {
+    points().iter().map(|h| h.to_f64()).collect()
+}
+
+/// Percentage rounded to 4 decimals, as the report writes it.
+fn pct4(k: usize, n: usize) -> f64 {
+    ((100.0 * k as f64 / n as f64) * 1e4).round() / 1e4
+}
+
+/// A temporary directory holding the test model (`model.onnx`), float32 inputs (`x.npy`),
+/// int64 labels (`y.npy`) and a cache directory.
+struct Fx {
+    dir: tempfile::TempDir,
+}
+
+impl Fx {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        test_model().write(dir.path(), "model.onnx");
+        write_npy(
+            &dir.path().join("x.npy"),
+            &[N as u64, WIDTH as u64],
+            &x_f32(),
+        );
+        write_npy(&dir.path().join("y.npy"), &[N as u64], &labels());
+        Fx { dir }
+    }
+
+    fn p(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.p("cache")
+    }
+
+    /// `lipfp -q certify --cache-dir <tmp>/cache <args>`.
+    fn certify<S: AsRef<OsStr>>(&self, args: &[S]) -> Out {
+        let mut v: Vec<&OsStr> = vec![
+            OsStr::new("-q"),
+            OsStr::new("certify"),
+            OsStr::new("--cache-dir"),
+        ];
+        let cache = self.cache();
+        v.push(cache.as_os_str());
+        v.extend(args.iter().map(|a| a.as_ref()));
+        lipfp(v)
+    }
+
+    /// `certify --model model.onnx --inputs <inputs> [--labels <labels>] <args> --json out`.
+    fn certify_json(&self, inputs: &str, labels: Option<&str>, args: &[&str], json: &str) -> Out {
+        let mut v: Vec<PathBuf> = vec!["--model".into(), self.p("model.onnx")];
+        v.push("--inputs".into());
+        v.push(self.p(inputs));
+        if let Some(l) = labels {
+            v.push("--labels".into());
+            v.push(self.p(l));
+        }
+        v.extend(args.iter().map(PathBuf::from));
+        v.push("--json".into());
+        v.push(self.p(json));
+        self.certify(&v)
+    }
+
+    /// Write `policy` as `lipfp.toml` and run `check --config lipfp.toml --json check.json
+    /// --cache-dir <tmp>/cache`.
+    fn check(&self, policy: &str) -> Out {
+        std::fs::write(self.p("lipfp.toml"), policy).expect("write policy");
+        lipfp([
+            OsStr::new("-q"),
+            OsStr::new("check"),
+            OsStr::new("--config"),
+            self.p("lipfp.toml").as_os_str(),
+            OsStr::new("--json"),
+            self.p("check.json").as_os_str(),
+            OsStr::new("--cache-dir"),
+            self.cache().as_os_str(),
+        ])
+    }
+
+    fn check_json(&self) -> Value {
+        read_json(&self.p("check.json"))
+    }
+}
+
+/// The policy header for the fixture's files (paths relative to the policy).
+const HEAD: &str = r#"
+[model]
+path = "model.onnx"
+format = "float32"
+
+[data]
+inputs = "x.npy"
+labels = "y.npy"
+"#;
+
+/// A policy with the fixture's files and `gates` appended.
+fn policy(gates: &str) -> String {
+    format!("{HEAD}\n{gates}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1, 2, 4: check verdicts
+
+#[test]
+fn check_passing_policy_exits_0() {
+    let fx = Fx::new();
+    let out = fx.check(&policy(
+        r#"
+[[gate]]
+name = "small"
+epsilon = "0.001"
+mode = "standard"
+min_accuracy_pct = 50.0
+min_certified_pct = 50.0
+min_vra_pct = 50.0
+max_fp_cost_pp = 5.0
+
+[[gate]]
+name = "medium"
+epsilon = "0.5"
+
+[[gate]]
+name = "real-ceiling"
+epsilon = "0.001"
+mode = "real"
+min_certified_pct = 100
+"#,
+    ));
+    out.assert_code(0);
+    assert!(out.stdout.contains("PASS"), "{}", out.stdout);
+    assert!(!out.stdout.contains("FAIL"), "{}", out.stdout);
+    let r = fx.check_json();
+    assert!(r["lipfp_version"].is_string());
+    assert!(
+        r["policy"].as_str().unwrap().ends_with("lipfp.toml"),
+        "{r:#}"
+    );
+    assert_eq!(r["gates"].as_array().unwrap().len(), 3);
+
+    let g = gate(&r, "small");
+    assert_consistent(g);
+    assert_eq!(g["passed"], true, "{g:#}");
+    assert_eq!(g["failures"].as_array().unwrap().len(), 0);
+    assert_eq!(g["format"], "float32");
+    assert_eq!(g["ftz"], false);
+    assert_eq!(g["mode"], "standard");
+    assert_eq!(g["epsilon"], "0.001");
+    assert!(g["epsilons"].is_null());
+    assert_eq!(uint(&g["n"]), N as u64);
+    assert_eq!(uint(&g["gram_iterations"]), 12);
+    assert_eq!(g["model_hash"].as_str().unwrap().len(), 64);
+    // margins > 0.7 against Lipschitz constants < 1.6 at radius 0.001: everything certified
+    assert_eq!(g["accuracy_pct"].as_f64().unwrap(), pct4(N - 2, N), "{g:#}");
+    assert_eq!(certified(g, "real"), N as u64, "{g:#}");
+    assert_eq!(certified(g, "standard"), N as u64, "{g:#}");
+    assert_eq!(uint(&g["modes"]["standard"]["vra"]), (N - 2) as u64);
+    assert_eq!(g["modes"]["standard"]["sound"], true);
+
+    // a larger radius certifies no more points, in either mode
+    let m = gate(&r, "medium");
+    assert_consistent(m);
+    assert!(m["passed"].is_null(), "{m:#}");
+    for mode in ["real", "standard"] {
+        assert!(certified(m, mode) <= certified(g, mode), "{mode}: {r:#}");
+    }
+    // the gates share the model: same hash
+    assert_eq!(m["model_hash"], g["model_hash"]);
+
+    let c = gate(&r, "real-ceiling");
+    assert_consistent(c);
+    assert_eq!(c["mode"], "real");
+    assert_eq!(c["passed"], true);
+    // a real gate computes only the real ceiling
+    assert!(c["modes"].get("standard").is_none(), "{c:#}");
+}
+
+#[test]
+fn check_failing_policy_exits_1_naming_the_threshold() {
+    let fx = Fx::new();
+    let out = fx.check(&policy(
+        r#"
+[[gate]]
+name = "huge"
+epsilon = "100"
+min_certified_pct = 100
+
+[[gate]]
+name = "fine"
+epsilon = "0.001"
+min_certified_pct = 90
+"#,
+    ));
+    out.assert_code(1);
+    assert!(out.stdout.contains("FAIL"), "{}", out.stdout);
+    assert!(out.stdout.contains("min_certified_pct"), "{}", out.stdout);
+    let r = fx.check_json();
+    let g = gate(&r, "huge");
+    assert_consistent(g);
+    assert_eq!(g["passed"], false, "{g:#}");
+    assert_eq!(g["epsilon"], "100");
+    // margins <= 1 < 100 * sqrt(2) * ||W1||: nothing is certified
+    assert_eq!(certified(g, "real"), 0, "{g:#}");
+    assert_eq!(certified(g, "standard"), 0, "{g:#}");
+    let failures = g["failures"].as_array().unwrap();
+    assert!(!failures.is_empty(), "{g:#}");
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.as_str().unwrap().contains("min_certified_pct")),
+        "{g:#}"
+    );
+    // the other gate still passes and is reported
+    assert_eq!(gate(&r, "fine")["passed"], true, "{r:#}");
+}
+
+#[test]
+fn gate_without_thresholds_reports_and_passes() {
+    let fx = Fx::new();
+    let out = fx.check(&policy(
+        r#"
+[[gate]]
+name = "report-only"
+epsilon = "100"
+"#,
+    ));
+    out.assert_code(0);
+    assert!(out.stdout.contains("REPORT"), "{}", out.stdout);
+    let r = fx.check_json();
+    let g = gate(&r, "report-only");
+    assert_consistent(g);
+    assert!(g["passed"].is_null(), "{g:#}");
+    assert_eq!(g["failures"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn fp_cost_threshold_compares_standard_with_real() {
+    // at "0.001" both modes certify every point (cost 0); at "100" neither does (cost 0):
+    // max_fp_cost_pp = 0 passes in both cases, so the threshold is evaluated, not just parsed
+    let fx = Fx::new();
+    let out = fx.check(&policy(
+        r#"
+[[gate]]
+name = "a"
+epsilon = "0.001"
+max_fp_cost_pp = 0
+
+[[gate]]
+name = "b"
+epsilon = "100"
+max_fp_cost_pp = 0
+"#,
+    ));
+    out.assert_code(0);
+    let r = fx.check_json();
+    for name in ["a", "b"] {
+        let g = gate(&r, name);
+        assert_eq!(g["passed"], true, "{g:#}");
+        assert_eq!(certified(g, "real"), certified(g, "standard"), "{g:#}");
+    }
+}
+
+#[test]
+fn check_uses_the_policy_cache_dir_relative_to_the_policy() {
+    let fx = Fx::new();
+    let text = format!(
+        "{HEAD}\n[cache]\ndir = \"policy-cache\"\n\n[[gate]]\nname = \"g\"\nepsilon = \"0.001\"\n"
+    );
+    std::fs::write(fx.p("lipfp.toml"), text).unwrap();
+    // run from another directory: the paths resolve against the policy file, not the cwd
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lipfp"));
+    cmd.current_dir(std::env::temp_dir())
+        .env_remove("LIPFP_CACHE_DIR")
+        .arg("-q")
+        .arg("check")
+        .arg("--config")
+        .arg(fx.p("lipfp.toml"));
+    let out = run_cmd(cmd);
+    out.assert_code(0);
+    let entries: Vec<_> = std::fs::read_dir(fx.p("policy-cache"))
+        .expect("the policy's cache directory was created")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        entries
+            .iter()
+            .any(|f| f.starts_with("norms-") && f.ends_with(".pb")),
+        "{entries:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3: policy errors
+
+#[test]
+fn broken_toml_is_a_policy_error() {
+    let fx = Fx::new();
+    let out = fx.check("[model\npath = \"model.onnx\"\n");
+    out.assert_error(&["lipfp: error:", "lipfp.toml", "invalid policy"]);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert!(!fx.p("check.json").exists(), "no report on an input error");
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let fx = Fx::new();
+    let out = fx.check(&policy(
+        r#"
+[[gate]]
+name = "g"
+epsilon = "0.001"
+min_vra = 90
+"#,
+    ));
+    out.assert_error(&["lipfp.toml", "min_vra"]);
+    let out = fx.check(&HEAD.replace("format = \"float32\"", "fromat = \"float32\""));
+    out.assert_error(&["lipfp.toml", "fromat"]);
+}
+
+#[test]
+fn missing_policy_file_is_an_error() {
+    let fx = Fx::new();
+    let out = lipfp([
+        OsStr::new("-q"),
+        OsStr::new("check"),
+        OsStr::new("--config"),
+        fx.p("nope.toml").as_os_str(),
+        OsStr::new("--cache-dir"),
+        fx.cache().as_os_str(),
+    ]);
+    out.assert_error(&["nope.toml", "not found"]);
+}
+
+#[test]
+fn label_thresholds_without_labels_are_rejected() {
+    let fx = Fx::new();
+    let head = HEAD.replace("labels = \"y.npy\"\n", "");
+    for key in ["min_vra_pct", "min_accuracy_pct"] {
+        let out = fx.check(&format!(
+            "{head}\n[[gate]]\nname = \"g\"\nepsilon = \"0.001\"\n{key} = 50\n"
+        ));
+        out.assert_error(&["lipfp.toml", key, "labels"]);
+    }
+    // without labels, the label-free thresholds still work
+    let out = fx.check(&format!(
+        "{head}\n[[gate]]\nname = \"g\"\nepsilon = \"0.001\"\nmin_certified_pct = 50\n"
+    ));
+    out.assert_code(0);
+    let r = fx.check_json();
+    let g = gate(&r, "g");
+    assert!(g["accuracy_pct"].is_null(), "{g:#}");
+    assert!(g["modes"]["standard"]["vra"].is_null(), "{g:#}");
+}
+
+#[test]
+fn numeric_epsilon_suggests_a_decimal_string() {
+    let fx = Fx::new();
+    let out = fx.check(&policy(
+        r#"
+[[gate]]
+name = "g"
+epsilon = 0.3
+"#,
+    ));
+    out.assert_error(&["lipfp.toml", "epsilon", "decimal string"]);
+}
+
+#[test]
+fn other_policy_errors_name_the_field() {
+    let fx = Fx::new();
+    let cases: [(&str, &[&str]); 6] = [
+        ("[[gate]]\nname = \"g\"\nepsilon = \"-1\"\n", &["epsilon", "negative"]),
+        ("[[gate]]\nname = \"g\"\nepsilon = \"abc\"\n", &["epsilon", "abc"]),
+        ("[[gate]]\nname = \"g\"\nepsilon = \"0.1\"\nmode = \"bogus\"\n", &["mode", "bogus"]),
+        ("[[gate]]\nname = \"g\"\n", &["missing epsilon"]),
+        (
+            "[[gate]]\nname = \"g\"\nepsilon = \"0.1\"\nmin_certified_pct = 150\n",
+            &["min_certified_pct", "between 0 and 100"],
+        ),
+        (
+            "[[gate]]\nname = \"g\"\nepsilon = \"0.1\"\n[[gate]]\nname = \"g\"\nepsilon = \"0.2\"\n",
+            &["duplicate gate name"],
+        ),
+    ];
+    for (gates, needles) in cases {
+        let out = fx.check(&policy(gates));
+        out.assert_error(needles);
+    }
+    // a policy without any gate
+    fx.check(HEAD).assert_error(&["no [[gate]]"]);
+    // an unknown format
+    fx.check(&policy("[[gate]]\nname = \"g\"\nepsilon = \"0.1\"\n").replace("float32", "float8"))
+        .assert_error(&["[model] format", "float8"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5: certify without labels
+
+#[test]
+fn certify_without_labels_reports_no_accuracy() {
+    let fx = Fx::new();
+    let out = fx.certify_json("x.npy", None, &["--epsilon", "0.001"], "r.json");
+    out.assert_code(0);
+    assert!(out.stdout.contains("REPORT"), "{}", out.stdout);
+    let r = read_json(&fx.p("r.json"));
+    assert!(r["policy"].is_null(), "{r:#}");
+    let g = only_gate(&r);
+    assert_consistent(g);
+    assert_eq!(g["name"], "certify");
+    assert!(g["passed"].is_null(), "{g:#}");
+    assert!(g["accuracy_pct"].is_null(), "{g:#}");
+    for mode in ["real", "standard"] {
+        assert!(g["modes"][mode]["vra"].is_null(), "{g:#}");
+        assert!(g["modes"][mode]["vra_pct"].is_null(), "{g:#}");
+    }
+    assert_eq!(uint(&g["n"]), N as u64);
+    assert_eq!(certified(g, "standard"), N as u64, "{g:#}");
+}
+
+#[test]
+fn certify_with_labels_matches_the_derived_figures() {
+    let fx = Fx::new();
+    fx.certify_json(
+        "x.npy",
+        Some("y.npy"),
+        &["--epsilon", "0.001", "--mode", "standard,real"],
+        "small.json",
+    )
+    .assert_code(0);
+    fx.certify_json(
+        "x.npy",
+        Some("y.npy"),
+        &["--epsilon", "100", "--mode", "standard,real"],
+        "huge.json",
+    )
+    .assert_code(0);
+    let small = read_json(&fx.p("small.json"));
+    let g = only_gate(&small);
+    assert_consistent(g);
+    assert_eq!(g["mode"], "standard");
+    assert_eq!(g["accuracy_pct"].as_f64().unwrap(), pct4(N - 2, N));
+    for mode in ["real", "standard"] {
+        assert_eq!(certified(g, mode), N as u64, "{g:#}");
+        assert_eq!(uint(&g["modes"][mode]["vra"]), (N - 2) as u64, "{g:#}");
+    }
+    let huge = read_json(&fx.p("huge.json"));
+    let h = only_gate(&huge);
+    assert_consistent(h);
+    for mode in ["real", "standard"] {
+        assert_eq!(certified(h, mode), 0, "{h:#}");
+        assert_eq!(uint(&h["modes"][mode]["vra"]), 0, "{h:#}");
+    }
+    // the accuracy does not depend on the radius
+    assert_eq!(h["accuracy_pct"], g["accuracy_pct"]);
+
+    // at radius 0.5 the real check certifies exactly the points whose margin x_k - max_{j != k}
+    // x_j exceeds L * 0.5 with L = ||e_i - e_j|| ||W1|| = sqrt(2) sqrt(1.25); the standard
+    // certificate agrees when no margin is within its (~1e-6) floating-point terms of the bound
+    let bound = (2.5f64).sqrt() * 0.5;
+    let margins: Vec<f64> = x_f64()
+        .chunks(WIDTH)
+        .enumerate()
+        .map(|(i, r)| {
+            let k = i % CLASSES;
+            let other = (0..CLASSES)
+                .filter(|&j| j != k)
+                .map(|j| r[j])
+                .fold(f64::MIN, f64::max);
+            r[k] - other
+        })
+        .collect();
+    assert!(
+        margins.iter().all(|m| (m - bound).abs() > 1e-3),
+        "a margin is too close to the bound for an exact expectation: {margins:?}"
+    );
+    let expect = margins.iter().filter(|&&m| m > bound).count() as u64;
+    let expect_vra = margins
+        .iter()
+        .enumerate()
+        .filter(|&(i, &m)| m > bound && !MISLABELLED.contains(&i))
+        .count() as u64;
+    assert!(
+        0 < expect && expect < N as u64,
+        "radius 0.5 should split the set: {expect}"
+    );
+    fx.certify_json(
+        "x.npy",
+        Some("y.npy"),
+        &["--epsilon", "0.5", "--mode", "standard,real"],
+        "mid.json",
+    )
+    .assert_code(0);
+    let mid = read_json(&fx.p("mid.json"));
+    let m = only_gate(&mid);
+    assert_consistent(m);
+    for mode in ["real", "standard"] {
+        assert_eq!(certified(m, mode), expect, "{mode}: {m:#}");
+        assert_eq!(uint(&m["modes"][mode]["vra"]), expect_vra, "{mode}: {m:#}");
+    }
+    assert_eq!(
+        m["modes"]["standard"]["refusals"]["margin too small"],
+        N as u64 - expect
+    );
+
+    // --mode real reports the real ceiling only, as the gate's mode
+    fx.certify_json(
+        "x.npy",
+        Some("y.npy"),
+        &["--epsilon", "0.001", "--mode", "real"],
+        "real.json",
+    )
+    .assert_code(0);
+    let real = read_json(&fx.p("real.json"));
+    let rg = only_gate(&real);
+    assert_eq!(rg["mode"], "real");
+    assert!(rg["modes"].get("standard").is_none(), "{rg:#}");
+    assert_eq!(certified(rg, "real"), N as u64);
+}
+
+#[test]
+fn ftz_and_float64_formats_run() {
+    let fx = Fx::new();
+    fx.certify_json(
+        "x.npy",
+        Some("y.npy"),
+        &["--epsilon", "0.001"],
+        "plain.json",
+    )
+    .assert_code(0);
+    fx.certify_json(
+        "x.npy",
+        Some("y.npy"),
+        &["--epsilon", "0.001", "--ftz"],
+        "ftz.json",
+    )
+    .assert_code(0);
+    fx.certify_json(
+        "x.npy",
+        Some("y.npy"),
+        &["--epsilon", "0.001", "--format", "float64"],
+        "f64.json",
+    )
+    .assert_code(0);
+    let plain = read_json(&fx.p("plain.json"));
+    let ftz = read_json(&fx.p("ftz.json"));
+    let f64r = read_json(&fx.p("f64.json"));
+    let (p, z, d) = (only_gate(&plain), only_gate(&ftz), only_gate(&f64r));
+    for g in [p, z, d] {
+        assert_consistent(g);
+    }
+    assert_eq!(z["ftz"], true);
+    assert_eq!(d["format"], "float64");
+    // the FTZ error constants dominate the gradual-underflow ones: it certifies no more
+    assert!(
+        certified(z, "standard") <= certified(p, "standard"),
+        "{ftz:#}"
+    );
+    // the weights and inputs are exact in every format: same logits, same real figures
+    assert_eq!(certified(d, "real"), certified(p, "real"));
+    // a different format is a different converted network (and a different cache entry)
+    assert_ne!(d["model_hash"], p["model_hash"]);
+    assert_eq!(z["model_hash"], p["model_hash"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6: model errors
+
+#[test]
+fn sigmoid_between_the_layers_is_rejected_naming_the_node() {
+    let fx = Fx::new();
+    two_layer(WIDTH, 8, CLASSES, &w1(), &w2(), "Sigmoid").write(fx.dir.path(), "sigmoid.onnx");
+    let out = fx.certify(&[
+        OsStr::new("--model"),
+        fx.p("sigmoid.onnx").as_os_str(),
+        OsStr::new("--inputs"),
+        fx.p("x.npy").as_os_str(),
+        OsStr::new("--epsilon"),
+        OsStr::new("0.1"),
+    ]);
+    out.assert_error(&["sigmoid.onnx", "/act/Sigmoid", "Sigmoid", "Supported"]);
+}
+
+#[test]
+fn conv_model_is_rejected_naming_the_node() {
+    let fx = Fx::new();
+    let mut b = ModelBuilder::new();
+    let mut rng = Lcg::new(3);
+    b.input(
+        "image",
+        lipfp::onnx::proto::tensor_proto::DataType::Float,
+        &batched(&[1, 4, 4]),
+    )
+    .output_f32("logits", CLASSES)
+    .init_f32("conv.weight", &[2, 1, 3, 3], &rng.f32s(18, 0.5))
+    .init_f32("conv.bias", &[2], &[0.0, 0.0])
+    .init_f32("fc.weight", &[CLASSES, 8], &rng.f32s(CLASSES * 8, 0.5))
+    .init_f32("fc.bias", &[CLASSES], &[0.0; CLASSES])
+    .node(
+        "Conv",
+        "/conv/Conv",
+        &["image", "conv.weight", "conv.bias"],
+        &["/conv/Conv_output_0"],
+        vec![attr_ints("kernel_shape", &[3, 3])],
+    )
+    .node(
+        "Relu",
+        "/relu/Relu",
+        &["/conv/Conv_output_0"],
+        &["/relu/Relu_output_0"],
+        vec![],
+    )
+    .node(
+        "Flatten",
+        "/flatten/Flatten",
+        &["/relu/Relu_output_0"],
+        &["/flatten/Flatten_output_0"],
+        vec![attr_int("axis", 1)],
+    )
+    .node(
+        "Gemm",
+        "/fc/Gemm",
+        &["/flatten/Flatten_output_0", "fc.weight", "fc.bias"],
+        &["logits"],
+        vec![attr_int("transB", 1)],
+    );
+    b.write(fx.dir.path(), "conv.onnx");
+    let x = vec![0.5f32; N * 16];
+    write_npy(&fx.p("img.npy"), &[N as u64, 1, 4, 4], &x);
+    let out = fx.certify(&[
+        OsStr::new("--model"),
+        fx.p("conv.onnx").as_os_str(),
+        OsStr::new("--inputs"),
+        fx.p("img.npy").as_os_str(),
+        OsStr::new("--epsilon"),
+        OsStr::new("0.1"),
+    ]);
+    out.assert_error(&["conv.onnx", "/conv/Conv", "(op Conv)"]);
+}
+
+#[test]
+fn missing_model_file_is_not_found() {
+    let fx = Fx::new();
+    let out = fx.certify(&[
+        OsStr::new("--model"),
+        fx.p("absent.onnx").as_os_str(),
+        OsStr::new("--inputs"),
+        fx.p("x.npy").as_os_str(),
+        OsStr::new("--epsilon"),
+        OsStr::new("0.1"),
+    ]);
+    out.assert_error(&["absent.onnx", "not found"]);
+    // through a policy too
+    let out = fx.check(
+        &policy("[[gate]]\nname = \"g\"\nepsilon = \"0.1\"\n").replace("model.onnx", "gone.onnx"),
+    );
+    out.assert_error(&["gone.onnx", "not found"]);
+}
+
+#[test]
+fn garbage_model_file_is_a_model_error() {
+    let fx = Fx::new();
+    std::fs::write(fx.p("garbage.onnx"), b"\xff\xff\xff this is not protobuf").unwrap();
+    let out = fx.certify(&[
+        OsStr::new("--model"),
+        fx.p("garbage.onnx").as_os_str(),
+        OsStr::new("--inputs"),
+        fx.p("x.npy").as_os_str(),
+        OsStr::new("--epsilon"),
+        OsStr::new("0.1"),
+    ]);
+    out.assert_error(&["garbage.onnx"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7: data errors and dtypes
+
+/// `certify` on the fixture model with the given inputs and labels files.
+fn certify_data(fx: &Fx, inputs: &str, labels: Option<&str>) -> Out {
+    fx.certify_json(inputs, labels, &["--epsilon", "0.001"], "data.json")
+}
+
+#[test]
+fn nan_input_names_the_index() {
+    let fx = Fx::new();
+    let mut x = x_f32();
+    x[7 * WIDTH + 2] = f32::NAN;
+    write_npy(&fx.p("x_nan.npy"), &[N as u64, WIDTH as u64], &x);
+    certify_data(&fx, "x_nan.npy", Some("y.npy")).assert_error(&[
+        "x_nan.npy",
+        "input 7",
+        "feature 2",
+        "not finite",
+    ]);
+    let mut x = x_f64();
+    x[11 * WIDTH] = f64::INFINITY;
+    write_npy(&fx.p("x_inf.npy"), &[N as u64, WIDTH as u64], &x);
+    certify_data(&fx, "x_inf.npy", None).assert_error(&["x_inf.npy", "input 11", "not finite"]);
+}
+
+#[test]
+fn input_overflowing_the_format_names_the_index() {
+    let fx = Fx::new();
+    let mut x = x_f32();
+    x[3 * WIDTH + 1] = 1.0e6; // above float16's 65504
+    write_npy(&fx.p("x_big.npy"), &[N as u64, WIDTH as u64], &x);
+    fx.certify_json(
+        "x_big.npy",
+        None,
+        &["--epsilon", "0.001", "--format", "float16"],
+        "big.json",
+    )
+    .assert_error(&["x_big.npy", "input 3", "overflows float16"]);
+}
+
+#[test]
+fn wrong_per_example_shape_is_rejected() {
+    let fx = Fx::new();
+    write_npy(&fx.p("x5.npy"), &[N as u64, 5], &vec![0.5f32; N * 5]);
+    certify_data(&fx, "x5.npy", None).assert_error(&["x5.npy", "per-example shape [5]", "input"]);
+    write_npy(&fx.p("x1d.npy"), &[N as u64], &vec![0.5f32; N]);
+    certify_data(&fx, "x1d.npy", None).assert_error(&["x1d.npy", "per-example shape []"]);
+}
+
+#[test]
+fn unsupported_dtypes_are_rejected() {
+    let fx = Fx::new();
+    write_npy(
+        &fx.p("x_int.npy"),
+        &[N as u64, WIDTH as u64],
+        &vec![1i32; N * WIDTH],
+    );
+    certify_data(&fx, "x_int.npy", None).assert_error(&["x_int.npy", "not supported"]);
+    write_npy(&fx.p("y_float.npy"), &[N as u64], &vec![0.0f32; N]);
+    certify_data(&fx, "x.npy", Some("y_float.npy")).assert_error(&["y_float.npy", "integer dtype"]);
+    std::fs::write(fx.p("x_garbage.npy"), b"definitely not npy").unwrap();
+    certify_data(&fx, "x_garbage.npy", None).assert_error(&["x_garbage.npy", ".npy"]);
+    certify_data(&fx, "x_absent.npy", None).assert_error(&["x_absent.npy", "not found"]);
+}
+
+#[test]
+fn empty_test_set_is_rejected() {
+    let fx = Fx::new();
+    write_npy::<f32>(&fx.p("x_empty.npy"), &[0, WIDTH as u64], &[]);
+    certify_data(&fx, "x_empty.npy", None).assert_error(&["x_empty.npy", "empty"]);
+}
+
+#[test]
+fn labels_out_of_range_name_the_index() {
+    let fx = Fx::new();
+    let mut y = labels();
+    y[5] = 3;
+    write_npy(&fx.p("y_range.npy"), &[N as u64], &y);
+    certify_data(&fx, "x.npy", Some("y_range.npy")).assert_error(&[
+        "y_range.npy",
+        "label 3",
+        "index 5",
+        "out of range",
+    ]);
+    let mut y = labels();
+    y[9] = -1;
+    write_npy(&fx.p("y_neg.npy"), &[N as u64], &y);
+    certify_data(&fx, "x.npy", Some("y_neg.npy")).assert_error(&[
+        "y_neg.npy",
+        "label -1",
+        "index 9",
+    ]);
+}
+
+#[test]
+fn labels_of_the_wrong_length_are_rejected() {
+    let fx = Fx::new();
+    let y = labels();
+    write_npy(&fx.p("y_short.npy"), &[(N - 1) as u64], &y[..N - 1]);
+    certify_data(&fx, "x.npy", Some("y_short.npy")).assert_error(&["y_short.npy", "[30]", "[29]"]);
+    // [N, 2] is not a label vector either
+    let y2: Vec<i64> = y.iter().flat_map(|&v| [v, v]).collect();
+    write_npy(&fx.p("y_2d.npy"), &[N as u64, 2], &y2);
+    certify_data(&fx, "x.npy", Some("y_2d.npy")).assert_error(&["y_2d.npy", "[30]"]);
+}
+
+#[test]
+fn input_and_label_dtypes_are_accepted() {
+    let fx = Fx::new();
+    let shape = [N as u64, WIDTH as u64];
+    write_npy(&fx.p("x16.npy"), &shape, &points());
+    write_npy(&fx.p("x32.npy"), &shape, &x_f32());
+    write_npy(&fx.p("x64.npy"), &shape, &x_f64());
+    let y = labels();
+    let y8: Vec<u8> = y.iter().map(|&v| v as u8).collect();
+    let y32: Vec<i32> = y.iter().map(|&v| v as i32).collect();
+    write_npy(&fx.p("y8.npy"), &[N as u64], &y8);
+    write_npy(&fx.p("y32.npy"), &[N as u64], &y32);
+    write_npy(&fx.p("y64.npy"), &[N as u64], &y);
+    // an [N, 1] column of labels is accepted too
+    write_npy(&fx.p("ycol.npy"), &[N as u64, 1], &y);
+    let mut reports = Vec::new();
+    for (x, yl) in [
+        ("x16.npy", "y8.npy"),
+        ("x32.npy", "y32.npy"),
+        ("x64.npy", "y64.npy"),
+        ("x16.npy", "y64.npy"),
+        ("x64.npy", "y8.npy"),
+        ("x32.npy", "ycol.npy"),
+    ] {
+        let json = format!("{x}-{yl}.json");
+        fx.certify_json(x, Some(yl), &["--epsilon", "0.001"], &json)
+            .assert_code(0);
+        let r = read_json(&fx.p(&json));
+        let g = only_gate(&r).clone();
+        assert_consistent(&g);
+        // every value is a float16 value: nothing changed in the conversion to float32
+        assert!(
+            !g["notes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n.as_str().unwrap().contains("input values changed")),
+            "{g:#}"
+        );
+        reports.push(g);
+    }
+    // the same points and labels in every dtype: the same figures
+    for g in &reports[1..] {
+        assert_eq!(g["accuracy_pct"], reports[0]["accuracy_pct"]);
+        assert_eq!(
+            g["modes"]["standard"]["certified"],
+            reports[0]["modes"]["standard"]["certified"]
+        );
+        assert_eq!(
+            g["modes"]["standard"]["vra"],
+            reports[0]["modes"]["standard"]["vra"]
+        );
+        assert_eq!(
+            g["modes"]["real"]["certified"],
+            reports[0]["modes"]["real"]["certified"]
+        );
+    }
+    assert_eq!(reports[0]["accuracy_pct"].as_f64().unwrap(), pct4(N - 2, N));
+}
+
+#[test]
+fn big_endian_and_fortran_order_files_are_read_correctly() {
+    let fx = Fx::new();
+    let shape = [N as u64, WIDTH as u64];
+    write_npy_as(&fx.p("x_be.npy"), ">f4", npyz::Order::C, &shape, &x_f32());
+    // Fortran order: column by column
+    let x = x_f64();
+    let xf: Vec<f64> = (0..WIDTH)
+        .flat_map(|j| (0..N).map(move |i| (i, j)))
+        .map(|(i, j)| x[i * WIDTH + j])
+        .collect();
+    write_npy_as(
+        &fx.p("x_fortran.npy"),
+        "<f8",
+        npyz::Order::Fortran,
+        &shape,
+        &xf,
+    );
+    let y16: Vec<i16> = labels().iter().map(|&v| v as i16).collect();
+    write_npy_as(&fx.p("y_be.npy"), ">i2", npyz::Order::C, &[N as u64], &y16);
+    let u64s: Vec<u64> = labels().iter().map(|&v| v as u64).collect();
+    write_npy_as(
+        &fx.p("y_u64.npy"),
+        "<u8",
+        npyz::Order::C,
+        &[N as u64],
+        &u64s,
+    );
+    let args = ["--epsilon", "0.5", "--mode", "standard,real"];
+    let mut figures = Vec::new();
+    for (x, y) in [
+        ("x.npy", "y.npy"),
+        ("x_be.npy", "y_be.npy"),
+        ("x_fortran.npy", "y_u64.npy"),
+    ] {
+        let json = format!("{x}.json");
+        fx.certify_json(x, Some(y), &args, &json).assert_code(0);
+        let r = read_json(&fx.p(&json));
+        let g = only_gate(&r);
+        assert_consistent(g);
+        figures.push((
+            g["accuracy_pct"].clone(),
+            g["modes"]["real"].clone()["certified"].clone(),
+            g["modes"]["standard"]["certified"].clone(),
+            g["modes"]["standard"]["vra"].clone(),
+        ));
+    }
+    assert_eq!(figures[0], figures[1], "big-endian files");
+    assert_eq!(figures[0], figures[2], "Fortran-order inputs");
+}
+
+#[test]
+fn unusable_cache_is_not_an_error() {
+    let fx = Fx::new();
+    // the cache "directory" is a regular file: the run succeeds with a note
+    std::fs::write(fx.p("not-a-dir"), b"").unwrap();
+    let out = lipfp([
+        OsStr::new("-q"),
+        OsStr::new("certify"),
+        OsStr::new("--cache-dir"),
+        fx.p("not-a-dir").as_os_str(),
+        OsStr::new("--model"),
+        fx.p("model.onnx").as_os_str(),
+        OsStr::new("--inputs"),
+        fx.p("x.npy").as_os_str(),
+        OsStr::new("--epsilon"),
+        OsStr::new("0.001"),
+        OsStr::new("--json"),
+        fx.p("r.json").as_os_str(),
+    ]);
+    out.assert_code(0);
+    let r = read_json(&fx.p("r.json"));
+    let g = only_gate(&r);
+    assert_eq!(g["norms_cached"], false);
+    assert!(
+        g["notes"].as_array().unwrap().iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("could not write the norm cache")),
+        "{g:#}"
+    );
+    assert_eq!(certified(g, "standard"), N as u64);
+
+    // a corrupt cache entry is a miss: recomputed, rewritten, then read back
+    fx.certify_json("x.npy", None, &["--epsilon", "0.001"], "a.json")
+        .assert_code(0);
+    let mut corrupted = 0;
+    for e in std::fs::read_dir(fx.cache()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "pb") {
+            std::fs::write(&p, b"\x08garbage").unwrap();
+            corrupted += 1;
+        }
+    }
+    assert_eq!(
+        corrupted, 1,
+        "one cache entry per network and iteration count"
+    );
+    fx.certify_json("x.npy", None, &["--epsilon", "0.001"], "b.json")
+        .assert_code(0);
+    fx.certify_json("x.npy", None, &["--epsilon", "0.001"], "c.json")
+        .assert_code(0);
+    let a = read_json(&fx.p("a.json"));
+    let b = read_json(&fx.p("b.json"));
+    let c = read_json(&fx.p("c.json"));
+    assert_eq!(only_gate(&b)["norms_cached"], false, "{b:#}");
+    assert_eq!(only_gate(&c)["norms_cached"], true, "{c:#}");
+    assert_eq!(canonical(a, false), canonical(c, false));
+}
+
+#[test]
+fn float64_inputs_that_round_get_a_note() {
+    let fx = Fx::new();
+    let mut x = x_f64();
+    x[0] += 1e-12; // not a float32 value
+    write_npy(&fx.p("x64r.npy"), &[N as u64, WIDTH as u64], &x);
+    fx.certify_json("x64r.npy", None, &["--epsilon", "0.001"], "r.json")
+        .assert_code(0);
+    let r = read_json(&fx.p("r.json"));
+    let notes = only_gate(&r)["notes"].as_array().unwrap().clone();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("1 input values changed")),
+        "{notes:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8: per-instance radii
+
+#[test]
+fn per_instance_radii() {
+    let fx = Fx::new();
+    // the first half at 0.001 (all certified, as the uniform run shows), the second at 100
+    // (nothing certified)
+    let eps: Vec<f64> = (0..N)
+        .map(|i| if i < N / 2 { 0.001 } else { 100.0 })
+        .collect();
+    write_npy(&fx.p("radii.npy"), &[N as u64], &eps);
+    fx.certify_json(
+        "x.npy",
+        Some("y.npy"),
+        &[
+            "--epsilons",
+            fx.p("radii.npy").to_str().unwrap(),
+            "--mode",
+            "standard,real",
+        ],
+        "per.json",
+    )
+    .assert_code(0);
+    fx.certify_json("x.npy", Some("y.npy"), &["--epsilon", "0.001"], "uni.json")
+        .assert_code(0);
+    let per = read_json(&fx.p("per.json"));
+    let uni = read_json(&fx.p("uni.json"));
+    let (g, u) = (only_gate(&per), only_gate(&uni));
+    assert_consistent(g);
+    assert!(g["epsilon"].is_null(), "{g:#}");
+    assert!(
+        g["epsilons"].as_str().unwrap().ends_with("radii.npy"),
+        "{g:#}"
+    );
+    assert!(u["epsilons"].is_null());
+    assert_eq!(uint(&g["n"]), N as u64);
+    assert_eq!(certified(u, "standard"), N as u64, "{u:#}");
+    // exactly the points with the small radius are certified
+    for mode in ["real", "standard"] {
+        assert_eq!(certified(g, mode), (N / 2) as u64, "{mode}: {g:#}");
+    }
+    // the mislabelled point 4 is in the certified half, 17 is not
+    assert_eq!(
+        uint(&g["modes"]["standard"]["vra"]),
+        (N / 2 - 1) as u64,
+        "{g:#}"
+    );
+
+    // through a policy, relative to the policy file
+    let out = fx.check(&policy(
+        "[[gate]]\nname = \"per\"\nepsilons = \"radii.npy\"\nmin_certified_pct = 50\n",
+    ));
+    out.assert_code(0);
+    let r = fx.check_json();
+    let pg = gate(&r, "per");
+    assert_eq!(pg["passed"], true, "{pg:#}");
+    assert!(pg["epsilon"].is_null());
+    assert_eq!(certified(pg, "standard"), (N / 2) as u64);
+}
+
+#[test]
+fn per_instance_radii_errors() {
+    let fx = Fx::new();
+    write_npy(
+        &fx.p("radii_short.npy"),
+        &[(N - 3) as u64],
+        &vec![0.001f64; N - 3],
+    );
+    fx.certify_json(
+        "x.npy",
+        None,
+        &["--epsilons", fx.p("radii_short.npy").to_str().unwrap()],
+        "e.json",
+    )
+    .assert_error(&["radii_short.npy", "[30]", "[27]"]);
+    assert!(!fx.p("e.json").exists());
+
+    let mut eps = vec![0.001f64; N];
+    eps[12] = -0.5;
+    write_npy(&fx.p("radii_neg.npy"), &[N as u64], &eps);
+    fx.certify_json(
+        "x.npy",
+        None,
+        &["--epsilons", fx.p("radii_neg.npy").to_str().unwrap()],
+        "e.json",
+    )
+    .assert_error(&["radii_neg.npy", "index 12"]);
+
+    eps[12] = f64::NAN;
+    write_npy(&fx.p("radii_nan.npy"), &[N as u64], &eps);
+    fx.certify_json(
+        "x.npy",
+        None,
+        &["--epsilons", fx.p("radii_nan.npy").to_str().unwrap()],
+        "e.json",
+    )
+    .assert_error(&["radii_nan.npy", "index 12"]);
+
+    // the wrong length through a policy is exit 2 too, not a failed gate
+    fx.check(&policy(
+        "[[gate]]\nname = \"per\"\nepsilons = \"radii_short.npy\"\nmin_certified_pct = 50\n",
+    ))
+    .assert_error(&["radii_short.npy", "[30]"]);
+    // epsilon and epsilons together
+    fx.check(&policy(
+        "[[gate]]\nname = \"both\"\nepsilon = \"0.1\"\nepsilons = \"radii_short.npy\"\n",
+    ))
+    .assert_error(&["either epsilon or epsilons"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9: bfloat16 with n*u >= 1
+
+#[test]
+fn bfloat16_wide_input_is_vacuous_for_the_standard_mode() {
+    const WIDE: usize = 300;
+    let fx = Fx::new();
+    // W1 = [I_8 | 0] (8 x 300), W2 as before: the logit of class c is x_c
+    let mut w = vec![0.0f32; 8 * WIDE];
+    for j in 0..8 {
+        w[j * WIDE + j] = 1.0;
+    }
+    two_layer(WIDE, 8, CLASSES, &w, &w2(), "Relu").write(fx.dir.path(), "wide.onnx");
+    // point i: x_{i%3} = 1, x_{(i+1)%3} = 0.25 (bfloat16 values): margin 0.75
+    let mut x = vec![0.0f32; N * WIDE];
+    for i in 0..N {
+        x[i * WIDE + i % CLASSES] = 1.0;
+        x[i * WIDE + (i + 1) % CLASSES] = 0.25;
+    }
+    write_npy(&fx.p("xw.npy"), &[N as u64, WIDE as u64], &x);
+    let run = |format: &str, json: &str| {
+        fx.certify(&[
+            OsStr::new("--model"),
+            fx.p("wide.onnx").as_os_str(),
+            OsStr::new("--inputs"),
+            fx.p("xw.npy").as_os_str(),
+            OsStr::new("--epsilon"),
+            OsStr::new("0.001"),
+            OsStr::new("--format"),
+            OsStr::new(format),
+            OsStr::new("--json"),
+            fx.p(json).as_os_str(),
+        ])
+    };
+    let out = run("bfloat16", "bf16.json");
+    out.assert_code(0);
+    assert!(out.stdout.contains("n*u"), "{}", out.stdout);
+    let r = read_json(&fx.p("bf16.json"));
+    let g = only_gate(&r);
+    assert_consistent(g);
+    assert_eq!(g["format"], "bfloat16");
+    assert_eq!(certified(g, "standard"), 0, "{g:#}");
+    // the real ceiling is unaffected: margins 0.75 >> sqrt(2) * 0.001
+    assert_eq!(certified(g, "real"), N as u64, "{g:#}");
+    let notes = g["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n.as_str().unwrap().contains("n*u")),
+        "{notes:?}"
+    );
+    // the note is not duplicated by the model-level refusal
+    assert_eq!(
+        notes
+            .iter()
+            .filter(|n| n.as_str().unwrap().contains("n*u"))
+            .count(),
+        1,
+        "{notes:?}"
+    );
+
+    // in float32, n*u = 300 * 2^-24 is tiny: the same network certifies
+    run("float32", "f32.json").assert_code(0);
+    let r = read_json(&fx.p("f32.json"));
+    let g = only_gate(&r);
+    assert_eq!(certified(g, "standard"), N as u64, "{g:#}");
+    assert!(
+        !g["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("n*u")),
+        "{g:#}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10: determinism and the norm cache
+
+/// The report without its timings (`timing`, per-mode `seconds`) and, when `cache_state` is
+/// false, without `norms_cached`.
+fn canonical(mut r: Value, cache_state: bool) -> String {
+    for g in r["gates"].as_array_mut().unwrap() {
+        let g = g.as_object_mut().unwrap();
+        assert!(g.remove("timing").is_some());
+        if !cache_state {
+            assert!(g.remove("norms_cached").is_some());
+        }
+        for m in g["modes"].as_object_mut().unwrap().values_mut() {
+            assert!(m.as_object_mut().unwrap().remove("seconds").is_some());
+        }
+    }
+    serde_json::to_string(&r).unwrap()
+}
+
+#[test]
+fn certify_is_deterministic_and_caches_the_norms() {
+    let fx = Fx::new();
+    let args = ["--epsilon", "0.5", "--mode", "standard,real"];
+    for k in 1..=3 {
+        fx.certify_json("x.npy", Some("y.npy"), &args, &format!("run{k}.json"))
+            .assert_code(0);
+    }
+    let r1 = read_json(&fx.p("run1.json"));
+    let r2 = read_json(&fx.p("run2.json"));
+    let r3 = read_json(&fx.p("run3.json"));
+    assert_eq!(only_gate(&r1)["norms_cached"], false, "{r1:#}");
+    assert_eq!(only_gate(&r2)["norms_cached"], true, "{r2:#}");
+    assert_eq!(only_gate(&r3)["norms_cached"], true, "{r3:#}");
+    assert_eq!(canonical(r2.clone(), true), canonical(r3, true));
+    // the cached norms give the same figures as the computed ones
+    assert_eq!(canonical(r1, false), canonical(r2, false));
+
+    // a fresh cache directory computes the norms again, with the same result
+    let other = fx.p("other-cache");
+    let out = lipfp([
+        OsStr::new("-q"),
+        OsStr::new("certify"),
+        OsStr::new("--cache-dir"),
+        other.as_os_str(),
+        OsStr::new("--model"),
+        fx.p("model.onnx").as_os_str(),
+        OsStr::new("--inputs"),
+        fx.p("x.npy").as_os_str(),
+        OsStr::new("--labels"),
+        fx.p("y.npy").as_os_str(),
+        OsStr::new("--epsilon"),
+        OsStr::new("0.5"),
+        OsStr::new("--mode"),
+        OsStr::new("standard,real"),
+        OsStr::new("--json"),
+        fx.p("run4.json").as_os_str(),
+    ]);
+    out.assert_code(0);
+    let r1 = read_json(&fx.p("run1.json"));
+    let r4 = read_json(&fx.p("run4.json"));
+    assert_eq!(canonical(r1, true), canonical(r4, true));
+
+    // the console output is identical too, up to the timing line
+    let strip = |s: &str| {
+        s.lines()
+            .filter(|l| !l.trim_start().starts_with("time:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let a = fx.certify_json("x.npy", Some("y.npy"), &args, "run5.json");
+    let b = fx.certify_json("x.npy", Some("y.npy"), &args, "run6.json");
+    assert_eq!(strip(&a.stdout), strip(&b.stdout));
+    assert!(a.stdout.contains("UNSOUND"), "{}", a.stdout);
+}
+
+#[test]
+fn gram_iterations_key_the_cache() {
+    let fx = Fx::new();
+    let run = |iters: &str, json: &str| {
+        fx.certify_json(
+            "x.npy",
+            None,
+            &["--epsilon", "0.001", "--gram-iterations", iters],
+            json,
+        )
+        .assert_code(0);
+        read_json(&fx.p(json))
+    };
+    let a = run("12", "a.json");
+    let b = run("6", "b.json");
+    assert_eq!(only_gate(&a)["norms_cached"], false);
+    // a different iteration count is a different cache entry
+    assert_eq!(only_gate(&b)["norms_cached"], false, "{b:#}");
+    assert_eq!(uint(&only_gate(&b)["gram_iterations"]), 6);
+    fx.certify_json(
+        "x.npy",
+        None,
+        &["--epsilon", "0.001", "--gram-iterations", "0"],
+        "c.json",
+    )
+    .assert_error(&["--gram-iterations"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11: usage errors
+
+#[test]
+fn bad_epsilon_and_mode_are_usage_errors() {
+    let fx = Fx::new();
+    let base = |extra: &[&str]| {
+        let mut v: Vec<String> = vec![
+            "--model".into(),
+            fx.p("model.onnx").display().to_string(),
+            "--inputs".into(),
+            fx.p("x.npy").display().to_string(),
+        ];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        fx.certify(&v)
+    };
+    // `-1` as a separate token: rejected (by the argument parser or by the radius check)
+    base(&["--epsilon", "-1"]).assert_error(&[]);
+    let out = base(&["--epsilon=-1"]);
+    out.assert_error(&["lipfp: error:", "--epsilon", "negative"]);
+    base(&["--epsilon", "abc"]).assert_error(&["--epsilon", "abc"]);
+    base(&["--epsilon", "0.1", "--mode", "bogus"]).assert_error(&["unknown mode", "bogus"]);
+    base(&["--epsilon", "0.1", "--mode", ","]).assert_error(&["--mode"]);
+    base(&["--epsilon", "0.1", "--format", "float8"]).assert_error(&["float8"]);
+    // neither or both radii
+    base(&[]).assert_error(&["--epsilon"]);
+    base(&["--epsilon", "0.1", "--epsilons", "r.npy"]).assert_error(&["--epsilon"]);
+    // no report was written for any of them
+    assert!(!fx.p("data.json").exists());
+}
