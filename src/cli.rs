@@ -14,7 +14,7 @@ use crate::error::LipfpError;
 use crate::format::Format;
 use crate::gate::{evaluate, GateVerdict};
 use crate::norms::DEFAULT_GRAM_ITERATIONS;
-use crate::policy::{Policy, Radius};
+use crate::policy::{Policy, Radius, Target};
 use crate::progress::Progress;
 use crate::report::{self, GateReport, Report, SubjectFacts};
 use crate::run::{self, Subject, SubjectSpec};
@@ -215,32 +215,40 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
 
 fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     let policy = Policy::load(&a.config)?;
-    let spec = SubjectSpec {
-        model: policy.model.clone(),
-        format: policy.format,
-        ftz: policy.ftz,
-        inputs: policy.inputs.clone(),
-        labels: policy.labels.clone(),
-        gram_iterations: policy.gram_iterations,
-        cache_dir: run::resolve_cache_dir(a.cache_dir.as_deref(), policy.cache_dir.as_deref()),
-        reference: policy
-            .gates
-            .iter()
-            .any(|g| g.modes.iter().any(|m| m.needs_reference())),
-    };
-    let subject = run::prepare(&spec, progress)?;
+    let cache_dir = run::resolve_cache_dir(a.cache_dir.as_deref(), policy.cache_dir.as_deref());
+    // one subject per distinct target, prepared in the order gates first name it
+    let mut subjects: Vec<(Target, Subject)> = Vec::new();
     let mut gates = Vec::with_capacity(policy.gates.len());
     for g in &policy.gates {
-        progress.stage(&format!(
-            "gate `{}`: certifying {} points",
-            g.name,
-            subject.n()
-        ));
-        let outcome = run::certify(&subject, &g.radius, &g.modes)?;
+        if !subjects.iter().any(|(t, _)| *t == g.target) {
+            let t = &g.target;
+            let spec = SubjectSpec {
+                model: t.model.clone(),
+                format: t.format,
+                ftz: t.ftz,
+                inputs: t.inputs.clone(),
+                labels: t.labels.clone(),
+                gram_iterations: t.gram_iterations,
+                cache_dir: cache_dir.clone(),
+                reference: policy
+                    .gates
+                    .iter()
+                    .filter(|o| o.target == *t)
+                    .any(|o| o.modes.iter().any(|m| m.needs_reference())),
+            };
+            subjects.push((t.clone(), run::prepare(&spec, progress)?));
+        }
+        let subject = &subjects
+            .iter()
+            .find(|(t, _)| *t == g.target)
+            .expect("prepared above")
+            .1;
+        progress.stage(&format!("gate `{}`: certifying {} points", g.name, subject.n()));
+        let outcome = run::certify(subject, &g.radius, &g.modes)?;
         let verdict = evaluate(&g.thresholds, g.mode(), &outcome);
         gates.push(GateReport::new(
             &g.name,
-            &facts(&subject, policy.gram_iterations),
+            &facts(subject, g.target.gram_iterations),
             &g.radius,
             g.mode(),
             &outcome,

@@ -55,7 +55,16 @@ impl LipfpError {
         }
     }
 
-    /// A node whose op type or configuration is not supported.
+    /// A problem at one node (its configuration, inputs or weight values).
+    pub fn at_node(path: &Path, node: &str, op: &str, message: impl Into<String>) -> Self {
+        LipfpError::Model {
+            path: path.to_path_buf(),
+            node: Some((node.to_string(), op.to_string())),
+            message: message.into(),
+        }
+    }
+
+    /// A node whose op type is not supported: the message lists the supported set.
     pub fn unsupported(path: &Path, node: &str, op: &str, why: &str) -> Self {
         LipfpError::Model {
             path: path.to_path_buf(),

@@ -409,18 +409,12 @@ fn read_input_shape(path: &Path, input: &proto::ValueInfoProto) -> Result<Vec<us
 impl Builder<'_> {
     fn get(&self, name: &str, label: &str, op: &str) -> Result<&Value, LipfpError> {
         match self.values.get(name) {
-            Some(Value::Unusable(why)) => Err(LipfpError::unsupported(
-                self.path,
-                label,
-                op,
-                &format!("input `{name}` cannot be used: {why}"),
-            )),
+            Some(Value::Unusable(why)) => Err(self.fail(label, op, format!("input `{name}` cannot be used: {why}"))),
             Some(v) => Ok(v),
-            None => Err(LipfpError::unsupported(
-                self.path,
+            None => Err(self.fail(
                 label,
                 op,
-                &format!("input `{name}` is not produced by any earlier node, initializer or graph input"),
+                format!("input `{name}` is not produced by any earlier node, initializer or graph input"),
             )),
         }
     }
@@ -432,7 +426,7 @@ impl Builder<'_> {
     }
 
     fn fail(&self, label: &str, op: &str, why: impl Into<String>) -> LipfpError {
-        LipfpError::unsupported(self.path, label, op, &why.into())
+        LipfpError::at_node(self.path, label, op, why)
     }
 
     fn node(&mut self, node: &proto::NodeProto, label: &str) -> Result<(), LipfpError> {

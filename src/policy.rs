@@ -15,8 +15,10 @@ use crate::sound::rational_to_f64_up;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPolicy {
-    model: RawModel,
-    data: RawData,
+    #[serde(default)]
+    model: Option<RawModel>,
+    #[serde(default)]
+    data: Option<RawData>,
     #[serde(default)]
     cache: Option<RawCache>,
     #[serde(default, rename = "gate")]
@@ -26,23 +28,19 @@ struct RawPolicy {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawModel {
-    path: String,
-    #[serde(default = "default_format")]
-    format: String,
+    path: Option<String>,
     #[serde(default)]
-    ftz: bool,
+    format: Option<String>,
+    #[serde(default)]
+    ftz: Option<bool>,
     #[serde(default)]
     gram_iterations: Option<u32>,
-}
-
-fn default_format() -> String {
-    "float32".into()
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawData {
-    inputs: String,
+    inputs: Option<String>,
     #[serde(default)]
     labels: Option<String>,
 }
@@ -57,6 +55,16 @@ struct RawCache {
 #[serde(deny_unknown_fields)]
 struct RawGate {
     name: String,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    inputs: Option<String>,
+    #[serde(default)]
+    labels: Option<String>,
+    #[serde(default)]
+    format: Option<String>,
+    #[serde(default)]
+    ftz: Option<bool>,
     #[serde(default)]
     epsilon: Option<toml::Value>,
     #[serde(default)]
@@ -168,11 +176,31 @@ impl Gate {
     }
 }
 
+/// What a gate certifies: a model in a format on a test set. Gates with equal targets share
+/// one load, one norm computation and one forward pass.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    /// ONNX model.
+    pub model: PathBuf,
+    /// Deployment format.
+    pub format: Format,
+    /// Flush-to-zero execution.
+    pub ftz: bool,
+    /// Gram iterations for the spectral norms.
+    pub gram_iterations: u32,
+    /// Test inputs.
+    pub inputs: PathBuf,
+    /// Test labels.
+    pub labels: Option<PathBuf>,
+}
+
 /// One `[[gate]]`.
 #[derive(Clone, Debug)]
 pub struct Gate {
     /// Gate name (unique within the policy).
     pub name: String,
+    /// Model, format and data (the gate's keys override `[model]` and `[data]`).
+    pub target: Target,
     /// Perturbation radius.
     pub radius: Radius,
     /// Modes to compute; the thresholds apply to the first.
@@ -186,18 +214,6 @@ pub struct Gate {
 pub struct Policy {
     /// The policy file.
     pub path: PathBuf,
-    /// ONNX model.
-    pub model: PathBuf,
-    /// Deployment format.
-    pub format: Format,
-    /// Flush-to-zero execution.
-    pub ftz: bool,
-    /// Gram iterations for the spectral norms.
-    pub gram_iterations: u32,
-    /// Test inputs.
-    pub inputs: PathBuf,
-    /// Test labels.
-    pub labels: Option<PathBuf>,
     /// Norm cache directory, when the policy sets one.
     pub cache_dir: Option<PathBuf>,
     /// The gates, in file order.
@@ -225,16 +241,25 @@ impl Policy {
             toml::from_str(text).map_err(|e| err(format!("invalid policy: {e}")))?;
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &str| base.join(p);
-        let format: Format = raw
-            .model
-            .format
-            .parse()
-            .map_err(|m: String| err(format!("[model] format: {m}")))?;
-        let gram_iterations = raw.model.gram_iterations.unwrap_or(DEFAULT_GRAM_ITERATIONS);
+        let model = raw.model.unwrap_or(RawModel {
+            path: None,
+            format: None,
+            ftz: None,
+            gram_iterations: None,
+        });
+        let data = raw.data.unwrap_or(RawData {
+            inputs: None,
+            labels: None,
+        });
+        let gram_iterations = model.gram_iterations.unwrap_or(DEFAULT_GRAM_ITERATIONS);
         if !(1..=64).contains(&gram_iterations) {
-            return Err(err(format!(
-                "[model] gram_iterations = {gram_iterations}: must be between 1 and 64"
-            )));
+            return Err(err(format!("[model] gram_iterations = {gram_iterations}: must be between 1 and 64")));
+        }
+        let parse_format = |text: &str, at: &str| -> Result<Format, LipfpError> {
+            text.parse().map_err(|m: String| err(format!("{at} format: {m}")))
+        };
+        if let Some(f) = &model.format {
+            parse_format(f, "[model]")?;
         }
         if raw.gates.is_empty() {
             return Err(err("the policy has no [[gate]]".into()));
@@ -281,7 +306,22 @@ impl Policy {
                     }
                 }
             }
-            if raw.data.labels.is_none() {
+            let target = Target {
+                model: resolve(g.model.as_deref().or(model.path.as_deref()).ok_or_else(|| {
+                    err(format!("{at}: no model: set [model] path or the gate's model"))
+                })?),
+                format: match g.format.as_deref().or(model.format.as_deref()) {
+                    Some(f) => parse_format(f, &at)?,
+                    None => Format::Float32,
+                },
+                ftz: g.ftz.or(model.ftz).unwrap_or(false),
+                gram_iterations,
+                inputs: resolve(g.inputs.as_deref().or(data.inputs.as_deref()).ok_or_else(|| {
+                    err(format!("{at}: no test inputs: set [data] inputs or the gate's inputs"))
+                })?),
+                labels: g.labels.as_deref().or(data.labels.as_deref()).map(resolve),
+            };
+            if target.labels.is_none() {
                 for (key, v) in [
                     ("min_accuracy_pct", thresholds.min_accuracy_pct),
                     ("min_vra_pct", thresholds.min_vra_pct),
@@ -295,6 +335,7 @@ impl Policy {
             }
             gates.push(Gate {
                 name: g.name,
+                target,
                 radius,
                 modes,
                 thresholds,
@@ -302,12 +343,6 @@ impl Policy {
         }
         Ok(Policy {
             path: path.to_path_buf(),
-            model: resolve(&raw.model.path),
-            format,
-            ftz: raw.model.ftz,
-            gram_iterations,
-            inputs: resolve(&raw.data.inputs),
-            labels: raw.data.labels.as_deref().map(resolve),
             cache_dir: raw.cache.map(|c| resolve(&c.dir)),
             gates,
         })
@@ -336,9 +371,11 @@ min_vra_pct = 90
     #[test]
     fn parses_and_resolves_paths() {
         let p = Policy::parse(Path::new("/a/b/lipfp.toml"), GOOD).unwrap();
-        assert_eq!(p.model, PathBuf::from("/a/b/m.onnx"));
+        let t = &p.gates[0].target;
+        assert_eq!(t.model, PathBuf::from("/a/b/m.onnx"));
+        assert_eq!(t.format, Format::Float32);
         assert_eq!(p.gates[0].modes, vec![Mode::Standard]);
-        assert_eq!(p.gram_iterations, 12);
+        assert_eq!(t.gram_iterations, 12);
         match &p.gates[0].radius {
             Radius::Uniform { text, up } => {
                 assert_eq!(text, "0.3");
@@ -346,6 +383,22 @@ min_vra_pct = 90
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn gates_override_model_data_and_format() {
+        let text = GOOD.to_string()
+            + "\n[[gate]]\nname = \"h\"\nepsilon = \"0.1\"\nformat = \"float16\"\nmodel = \"other.onnx\"\ninputs = \"x2.npy\"\n";
+        let p = Policy::parse(Path::new("/p/lipfp.toml"), &text).unwrap();
+        let t = &p.gates[1].target;
+        assert_eq!(t.format, Format::Float16);
+        assert_eq!(t.model, PathBuf::from("/p/other.onnx"));
+        assert_eq!(t.inputs, PathBuf::from("/p/x2.npy"));
+        assert_eq!(t.labels, Some(PathBuf::from("/p/y.npy")));
+        assert_ne!(p.gates[0].target, *t);
+        let no_model = GOOD.replace("path = \"m.onnx\"", "");
+        let e = Policy::parse(Path::new("p.toml"), &no_model).unwrap_err().to_string();
+        assert!(e.contains("no model"), "{e}");
     }
 
     #[test]
