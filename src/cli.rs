@@ -243,7 +243,11 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             .find(|(t, _)| *t == g.target)
             .expect("prepared above")
             .1;
-        progress.stage(&format!("gate `{}`: certifying {} points", g.name, subject.n()));
+        progress.stage(&format!(
+            "gate `{}`: certifying {} points",
+            g.name,
+            subject.n()
+        ));
         let outcome = run::certify(subject, &g.radius, &g.modes)?;
         let verdict = evaluate(&g.thresholds, g.mode(), &outcome);
         gates.push(GateReport::new(

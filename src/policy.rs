@@ -253,10 +253,13 @@ impl Policy {
         });
         let gram_iterations = model.gram_iterations.unwrap_or(DEFAULT_GRAM_ITERATIONS);
         if !(1..=64).contains(&gram_iterations) {
-            return Err(err(format!("[model] gram_iterations = {gram_iterations}: must be between 1 and 64")));
+            return Err(err(format!(
+                "[model] gram_iterations = {gram_iterations}: must be between 1 and 64"
+            )));
         }
         let parse_format = |text: &str, at: &str| -> Result<Format, LipfpError> {
-            text.parse().map_err(|m: String| err(format!("{at} format: {m}")))
+            text.parse()
+                .map_err(|m: String| err(format!("{at} format: {m}")))
         };
         if let Some(f) = &model.format {
             parse_format(f, "[model]")?;
@@ -306,21 +309,30 @@ impl Policy {
                     }
                 }
             }
-            let target = Target {
-                model: resolve(g.model.as_deref().or(model.path.as_deref()).ok_or_else(|| {
-                    err(format!("{at}: no model: set [model] path or the gate's model"))
-                })?),
-                format: match g.format.as_deref().or(model.format.as_deref()) {
-                    Some(f) => parse_format(f, &at)?,
-                    None => Format::Float32,
-                },
-                ftz: g.ftz.or(model.ftz).unwrap_or(false),
-                gram_iterations,
-                inputs: resolve(g.inputs.as_deref().or(data.inputs.as_deref()).ok_or_else(|| {
-                    err(format!("{at}: no test inputs: set [data] inputs or the gate's inputs"))
-                })?),
-                labels: g.labels.as_deref().or(data.labels.as_deref()).map(resolve),
-            };
+            let target =
+                Target {
+                    model: resolve(g.model.as_deref().or(model.path.as_deref()).ok_or_else(
+                        || {
+                            err(format!(
+                                "{at}: no model: set [model] path or the gate's model"
+                            ))
+                        },
+                    )?),
+                    format: match g.format.as_deref().or(model.format.as_deref()) {
+                        Some(f) => parse_format(f, &at)?,
+                        None => Format::Float32,
+                    },
+                    ftz: g.ftz.or(model.ftz).unwrap_or(false),
+                    gram_iterations,
+                    inputs: resolve(g.inputs.as_deref().or(data.inputs.as_deref()).ok_or_else(
+                        || {
+                            err(format!(
+                                "{at}: no test inputs: set [data] inputs or the gate's inputs"
+                            ))
+                        },
+                    )?),
+                    labels: g.labels.as_deref().or(data.labels.as_deref()).map(resolve),
+                };
             if target.labels.is_none() {
                 for (key, v) in [
                     ("min_accuracy_pct", thresholds.min_accuracy_pct),
@@ -397,7 +409,9 @@ min_vra_pct = 90
         assert_eq!(t.labels, Some(PathBuf::from("/p/y.npy")));
         assert_ne!(p.gates[0].target, *t);
         let no_model = GOOD.replace("path = \"m.onnx\"", "");
-        let e = Policy::parse(Path::new("p.toml"), &no_model).unwrap_err().to_string();
+        let e = Policy::parse(Path::new("p.toml"), &no_model)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no model"), "{e}");
     }
 

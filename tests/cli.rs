@@ -627,6 +627,127 @@ fn check_uses_the_policy_cache_dir_relative_to_the_policy() {
     );
 }
 
+#[test]
+fn gates_override_model_data_format_and_ftz() {
+    let fx = Fx::new();
+    write_wide(&fx);
+    // the labels of the wide set are the true classes
+    let yw: Vec<u8> = (0..N).map(|i| (i % CLASSES) as u8).collect();
+    write_npy(&fx.p("yw.npy"), &[N as u64], &yw);
+    let out = fx.check(&policy(
+        r#"
+[[gate]]
+name = "base"
+epsilon = "0.001"
+min_vra_pct = 90
+
+[[gate]]
+name = "f64"
+epsilon = "0.001"
+format = "float64"
+
+[[gate]]
+name = "ftz"
+epsilon = "0.001"
+ftz = true
+mode = "best,standard"
+
+[[gate]]
+name = "wide-bf16"
+model = "wide.onnx"
+inputs = "xw.npy"
+labels = "yw.npy"
+format = "bfloat16"
+epsilon = "0.001"
+mode = "real"
+min_vra_pct = 100
+
+[[gate]]
+name = "base-again"
+epsilon = "100"
+"#,
+    ));
+    out.assert_code(0);
+    let r = fx.check_json();
+    let names: Vec<&str> = r["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["base", "f64", "ftz", "wide-bf16", "base-again"],
+        "gates in file order"
+    );
+    for name in &names {
+        assert_consistent(gate(&r, name));
+    }
+    let (base, f64g, ftz, wide, again) = (
+        gate(&r, "base"),
+        gate(&r, "f64"),
+        gate(&r, "ftz"),
+        gate(&r, "wide-bf16"),
+        gate(&r, "base-again"),
+    );
+    assert_eq!(base["format"], "float32");
+    assert_eq!(f64g["format"], "float64");
+    assert_eq!(ftz["ftz"], true);
+    assert_eq!(base["ftz"], false);
+    assert_eq!(wide["format"], "bfloat16");
+    assert!(base["model"].as_str().unwrap().ends_with("model.onnx"));
+    assert!(wide["model"].as_str().unwrap().ends_with("wide.onnx"));
+    // the hash is of the converted network: the format changes it, flush-to-zero does not
+    assert_ne!(f64g["model_hash"], base["model_hash"]);
+    assert_eq!(ftz["model_hash"], base["model_hash"]);
+    assert_eq!(again["model_hash"], base["model_hash"]);
+    assert_ne!(wide["model_hash"], base["model_hash"]);
+    // the wide gate used its own labels (every one correct) and its own format's vacuity
+    assert_eq!(wide["accuracy_pct"].as_f64().unwrap(), 100.0, "{wide:#}");
+    assert_eq!(wide["passed"], true, "{wide:#}");
+    assert_eq!(certified(wide, "real"), N as u64);
+    assert!(
+        wide["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("n*u")),
+        "{wide:#}"
+    );
+    // ... and that did not leak into the gates on the default target
+    for g in [base, f64g, ftz, again] {
+        assert_eq!(g["accuracy_pct"].as_f64().unwrap(), pct4(N - 2, N), "{g:#}");
+        assert!(g["notes"].as_array().unwrap().is_empty(), "{g:#}");
+    }
+    assert_eq!(ftz["mode"], "best");
+    assert_eq!(mode_keys(ftz), ["best", "real", "standard"]);
+    assert_eq!(certified(again, "standard"), 0);
+
+    // a gate may bring the labels [data] lacks, enabling its label thresholds
+    let head = HEAD.replace("labels = \"y.npy\"\n", "");
+    let out = fx.check(&format!(
+        "{head}\n[[gate]]\nname = \"g\"\nepsilon = \"0.001\"\nlabels = \"y.npy\"\nmin_vra_pct = 50\n"
+    ));
+    out.assert_code(0);
+    assert_eq!(gate(&fx.check_json(), "g")["passed"], true);
+
+    // no model anywhere, no inputs anywhere, a bad per-gate format
+    let no_model = "[data]\ninputs = \"x.npy\"\n\n[[gate]]\nname = \"orphan\"\nepsilon = \"0.1\"\n";
+    fx.check(no_model).assert_error(&["orphan", "no model"]);
+    let no_inputs =
+        "[model]\npath = \"model.onnx\"\n\n[[gate]]\nname = \"dry\"\nepsilon = \"0.1\"\n";
+    fx.check(no_inputs).assert_error(&["dry", "no test inputs"]);
+    fx.check(&policy(
+        "[[gate]]\nname = \"odd\"\nepsilon = \"0.1\"\nformat = \"float8\"\n",
+    ))
+    .assert_error(&["odd", "format", "float8"]);
+    // a missing per-gate model is named
+    fx.check(&policy(
+        "[[gate]]\nname = \"gone\"\nepsilon = \"0.1\"\nmodel = \"gone.onnx\"\n",
+    ))
+    .assert_error(&["gone.onnx", "not found"]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3: policy errors
 
@@ -1512,23 +1633,30 @@ fn per_instance_radii_errors() {
 // ---------------------------------------------------------------------------------------------
 // 9: bfloat16 with n*u >= 1
 
-#[test]
-fn bfloat16_wide_input_is_vacuous_for_the_standard_mode() {
-    const WIDE: usize = 300;
-    let fx = Fx::new();
-    // W1 = [I_8 | 0] (8 x 300), W2 as before: the logit of class c is x_c
+/// Input width of the wide model: `300 * 2^-8 >= 1` in bfloat16.
+const WIDE: usize = 300;
+
+/// Write `wide.onnx` (`W1 = [I_8 | 0]`, 8 x 300, `W2` as in the test model: the logit of class
+/// `c` is `x_c`) and `xw.npy` (point `i`: `x_{i%3} = 1`, `x_{(i+1)%3} = 0.25`, bfloat16
+/// values; margin 0.75) into the fixture.
+fn write_wide(fx: &Fx) {
     let mut w = vec![0.0f32; 8 * WIDE];
     for j in 0..8 {
         w[j * WIDE + j] = 1.0;
     }
     two_layer(WIDE, 8, CLASSES, &w, &w2(), "Relu").write(fx.dir.path(), "wide.onnx");
-    // point i: x_{i%3} = 1, x_{(i+1)%3} = 0.25 (bfloat16 values): margin 0.75
     let mut x = vec![0.0f32; N * WIDE];
     for i in 0..N {
         x[i * WIDE + i % CLASSES] = 1.0;
         x[i * WIDE + (i + 1) % CLASSES] = 0.25;
     }
     write_npy(&fx.p("xw.npy"), &[N as u64, WIDE as u64], &x);
+}
+
+#[test]
+fn bfloat16_wide_input_is_vacuous_for_the_standard_mode() {
+    let fx = Fx::new();
+    write_wide(&fx);
     let run = |format: &str, json: &str| {
         fx.certify(&[
             OsStr::new("--model"),
@@ -1706,12 +1834,14 @@ fn bad_epsilon_and_mode_are_usage_errors() {
             fx.p("model.onnx").display().to_string(),
             "--inputs".into(),
             fx.p("x.npy").display().to_string(),
+            "--json".into(),
+            fx.p("usage.json").display().to_string(),
         ];
         v.extend(extra.iter().map(|s| s.to_string()));
         fx.certify(&v)
     };
     // `-1` as a separate token: rejected (by the argument parser or by the radius check)
-    base(&["--epsilon", "-1"]).assert_error(&[]);
+    base(&["--epsilon", "-1"]).assert_error(&["-1"]);
     let out = base(&["--epsilon=-1"]);
     out.assert_error(&["lipfp: error:", "--epsilon", "negative"]);
     base(&["--epsilon", "abc"]).assert_error(&["--epsilon", "abc"]);
@@ -1722,5 +1852,8 @@ fn bad_epsilon_and_mode_are_usage_errors() {
     base(&[]).assert_error(&["--epsilon"]);
     base(&["--epsilon", "0.1", "--epsilons", "r.npy"]).assert_error(&["--epsilon"]);
     // no report was written for any of them
-    assert!(!fx.p("data.json").exists());
+    assert!(!fx.p("usage.json").exists());
+    // while a valid command line writes one
+    base(&["--epsilon", "0.1"]).assert_code(0);
+    assert!(fx.p("usage.json").exists());
 }

@@ -27,13 +27,20 @@ fn root_policy_passes() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
     let gates = report["gates"].as_array().unwrap();
     assert!(gates.len() >= 3);
     assert!(gates.iter().all(|g| g["passed"] == true));
     // a float32 standard gate, a pre-deployment gate and a lower-precision gate
-    assert!(gates.iter().any(|g| g["format"] == "float32" && g["mode"] == "standard"));
+    assert!(gates
+        .iter()
+        .any(|g| g["format"] == "float32" && g["mode"] == "standard"));
     assert!(gates.iter().any(|g| g["mode"] == "best"));
     assert!(gates.iter().any(|g| g["format"] == "float16"));
 }
@@ -51,7 +58,12 @@ fn figures(example: &str, eps: &str) -> (f64, f64) {
         reference: false,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();
-    let out = run::certify(&subject, &Radius::parse_decimal(eps).unwrap(), &[Mode::Standard]).unwrap();
+    let out = run::certify(
+        &subject,
+        &Radius::parse_decimal(eps).unwrap(),
+        &[Mode::Standard],
+    )
+    .unwrap();
     let n = out.n as f64;
     let acc = 100.0 * out.correct.unwrap() as f64 / n;
     let vra = 100.0 * out.mode(Mode::Standard).unwrap().vra.unwrap() as f64 / n;

@@ -1231,7 +1231,10 @@ fn rejects_gemm_with_alpha() {
     b.output_f32("y", 3);
     let msg = load_err(&b.write(dir.path(), "m.onnx"), Format::Float32, false);
     assert_names_node(&msg, "/fc1/Gemm", "Gemm");
-    assert!(msg.contains("alpha") && msg.contains("supported: alpha = beta = 1"), "{msg}");
+    assert!(
+        msg.contains("alpha") && msg.contains("supported: alpha = beta = 1"),
+        "{msg}"
+    );
 }
 
 #[test]

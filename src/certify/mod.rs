@@ -37,6 +37,7 @@ pub enum Mode {
     /// Measured-Radii (Theorem "Measured-Radii certificate"): radii from the float64 execution.
     Measured,
     /// Beyond the paper: a float64 lower bound on the real centre margin, with the measured ball.
+    #[serde(rename = "float64-centre")]
     Float64Centre,
     /// Per competing class, the best sound centre bound and the smallest sound ball bound.
     Best,
