@@ -24,7 +24,7 @@ use crate::certify::quantities::{a_dot_fwd, gamma_n};
 use crate::format::Format;
 use crate::model::{hex, DenseNet};
 use crate::proto_gen;
-use crate::sound::{add_up, div_up, mul_up, pow2_ceil, sqrt_up};
+use crate::sound::{add_up, div_up, l2_norm_down, mul_up, pow2_ceil, sqrt_up};
 
 /// Default number of Gram iterations (the paper's "gram-12").
 pub const DEFAULT_GRAM_ITERATIONS: u32 = 12;
@@ -186,18 +186,36 @@ fn cache_path(dir: &Path, key: &str) -> PathBuf {
     dir.join(format!("norms-{key}.pb"))
 }
 
-/// Read a cache entry; anything missing, unreadable or inconsistent is a miss.
-fn read_cache(dir: &Path, key: &str, layers: usize, iterations: u32) -> Option<Vec<LayerNorms>> {
+/// A sound lower bound on `||W||_2` (and on `|| |W| ||_2`, which is at least `||W||_2`): the
+/// largest row or column norm, rounded down.
+pub fn spectral_lower_bound(w: ArrayView2<f64>) -> f64 {
+    let rows = w
+        .rows()
+        .into_iter()
+        .map(|r| l2_norm_down(r.iter().copied()));
+    let cols = w
+        .columns()
+        .into_iter()
+        .map(|c| l2_norm_down(c.iter().copied()));
+    rows.chain(cols).fold(0.0, f64::max)
+}
+
+/// Read a cache entry; anything missing, unreadable or inconsistent is a miss. An entry whose
+/// bounds fall below a sound lower bound of the weights' norms is corrupt and also a miss.
+fn read_cache(dir: &Path, key: &str, net: &DenseNet, iterations: u32) -> Option<Vec<LayerNorms>> {
+    let layers = net.layers.len();
     let bytes = fs::read(cache_path(dir, key)).ok()?;
     let entry = proto_gen::NormCache::decode(bytes.as_slice()).ok()?;
     if entry.key != key || entry.gram_iterations != iterations || entry.layers.len() != layers {
         return None;
     }
-    let ok = |x: f64| x.is_finite() && x >= 0.0;
     entry
         .layers
         .iter()
-        .map(|l| {
+        .zip(&net.layers)
+        .map(|(l, layer)| {
+            let lower = spectral_lower_bound(layer.w.view());
+            let ok = |x: f64| x.is_finite() && x >= lower;
             (ok(l.spectral) && ok(l.abs_spectral)).then_some(LayerNorms {
                 spectral: l.spectral,
                 abs_spectral: l.abs_spectral,
@@ -244,7 +262,7 @@ pub fn norms_cached(
 ) -> Result<(NetworkNorms, Option<String>), NormError> {
     let key = cache_key(net, iterations);
     if let Some(dir) = cache_dir {
-        if let Some(layers) = read_cache(dir, &key, net.layers.len(), iterations) {
+        if let Some(layers) = read_cache(dir, &key, net, iterations) {
             return Ok((
                 NetworkNorms {
                     layers,
@@ -345,6 +363,59 @@ mod tests {
             gram_iter_fp(Array2::<f64>::zeros((3, 4)).view(), 12).unwrap(),
             0.0
         );
+    }
+
+    #[test]
+    fn lower_bound_is_below_the_gram_bound() {
+        let mut seed = 7u64;
+        let m = Array2::from_shape_fn((30, 12), |_| lcg(&mut seed));
+        let lower = spectral_lower_bound(m.view());
+        assert!(lower > 0.0 && lower <= power_lower_bound(&m) * (1.0 + 1e-12));
+        assert!(lower <= gram_iter_fp(m.view(), 12).unwrap());
+    }
+
+    fn tiny_net() -> DenseNet {
+        use crate::model::{Activation, Dense};
+        let mut seed = 11u64;
+        let layer = |m: usize, n: usize, seed: &mut u64, act| Dense {
+            w: Array2::from_shape_fn((m, n), |_| lcg(seed) as f32 as f64),
+            b: vec![0.0; m],
+            act,
+            nodes: vec![],
+        };
+        DenseNet {
+            layers: vec![
+                layer(6, 5, &mut seed, Activation::Relu),
+                layer(3, 6, &mut seed, Activation::Identity),
+            ],
+            input_name: "x".into(),
+            input_shape: vec![5],
+            format: Format::Float32,
+            converted_changed: 0,
+            path: PathBuf::from("tiny.onnx"),
+        }
+    }
+
+    #[test]
+    fn cache_round_trips_and_rejects_shrunk_entries() {
+        let net = tiny_net();
+        let dir = tempfile::tempdir().unwrap();
+        let (first, warn) = norms_cached(&net, 12, Some(dir.path())).unwrap();
+        assert!(!first.from_cache && warn.is_none());
+        let (second, _) = norms_cached(&net, 12, Some(dir.path())).unwrap();
+        assert!(second.from_cache);
+        assert_eq!(first.layers, second.layers);
+        // a tampered entry claiming a smaller norm than the weights allow is not trusted
+        let path = cache_path(dir.path(), &first.key);
+        let mut entry = proto_gen::NormCache::decode(fs::read(&path).unwrap().as_slice()).unwrap();
+        entry.layers[0].spectral = 1e-6;
+        fs::write(&path, entry.encode_to_vec()).unwrap();
+        let (third, _) = norms_cached(&net, 12, Some(dir.path())).unwrap();
+        assert!(!third.from_cache);
+        assert_eq!(third.layers, first.layers);
+        // another iteration count is another entry
+        let (other, _) = norms_cached(&net, 5, Some(dir.path())).unwrap();
+        assert!(!other.from_cache && other.key != first.key);
     }
 
     #[test]

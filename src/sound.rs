@@ -102,6 +102,17 @@ pub fn l2_norm_up(v: impl IntoIterator<Item = f64>) -> f64 {
     }
 }
 
+/// Lower bound on the Euclidean norm of a vector of exact `f64` values (each square and each
+/// partial sum rounded down, then a square root rounded down).
+pub fn l2_norm_down(v: impl IntoIterator<Item = f64>) -> f64 {
+    let mut s = 0.0f64;
+    for x in v {
+        let sq = (x * x).next_down().max(0.0);
+        s = add_down(s, sq).max(0.0);
+    }
+    s.sqrt().next_down().max(0.0)
+}
+
 /// Smallest power of two `>= x`, for finite `x > 0` (used as an exact rescaling factor).
 pub fn pow2_ceil(x: f64) -> f64 {
     debug_assert!(x > 0.0 && x.is_finite());
@@ -197,6 +208,15 @@ mod tests {
         // and it is tight: within 1e-12 relative of the f64 norm
         let approx: f64 = v.iter().map(|x| x * x).sum::<f64>().sqrt();
         assert!((n - approx) / approx < 1e-12);
+    }
+
+    #[test]
+    fn l2_norm_down_is_below_exact_norm() {
+        let v: Vec<f64> = samples().into_iter().filter(|x| x.abs() < 1e150).collect();
+        let n = l2_norm_down(v.iter().copied());
+        let sum: Rational = v.iter().map(|&x| exact(x) * exact(x)).sum();
+        assert!(exact(n) * exact(n) <= sum);
+        assert!(n > 0.0 && l2_norm_up(v.iter().copied()) / n < 1.0 + 1e-12);
     }
 
     #[test]
