@@ -250,14 +250,16 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         ));
         let outcome = run::certify(subject, &g.radius, &g.modes)?;
         let verdict = evaluate(&g.thresholds, g.mode(), &outcome);
-        gates.push(GateReport::new(
+        let mut gate = GateReport::new(
             &g.name,
             &facts(subject, g.target.gram_iterations),
             &g.radius,
             g.mode(),
             &outcome,
             &verdict,
-        ));
+        );
+        gate.policy_line = Some(g.line);
+        gates.push(gate);
     }
     let report = Report {
         lipfp_version: env!("CARGO_PKG_VERSION").into(),

@@ -54,7 +54,7 @@ struct RawCache {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawGate {
-    name: String,
+    name: toml::Spanned<String>,
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
@@ -199,6 +199,8 @@ pub struct Target {
 pub struct Gate {
     /// Gate name (unique within the policy).
     pub name: String,
+    /// 1-based line of the gate's `name` key in the policy file.
+    pub line: usize,
     /// Model, format and data (the gate's keys override `[model]` and `[data]`).
     pub target: Target,
     /// Perturbation radius.
@@ -269,11 +271,13 @@ impl Policy {
         }
         let mut gates = Vec::with_capacity(raw.gates.len());
         for (k, g) in raw.gates.into_iter().enumerate() {
-            let at = format!("[[gate]] #{} (`{}`)", k + 1, g.name);
-            if g.name.trim().is_empty() {
+            let line = 1 + text[..g.name.span().start.min(text.len())].matches('\n').count();
+            let name = g.name.into_inner();
+            let at = format!("[[gate]] #{} (`{}`, line {line})", k + 1, name);
+            if name.trim().is_empty() {
                 return Err(err(format!("[[gate]] #{}: name must not be empty", k + 1)));
             }
-            if gates.iter().any(|x: &Gate| x.name == g.name) {
+            if gates.iter().any(|x: &Gate| x.name == name) {
                 return Err(err(format!("{at}: duplicate gate name")));
             }
             let radius = match (&g.epsilon, &g.epsilons) {
@@ -346,7 +350,8 @@ impl Policy {
                 }
             }
             gates.push(Gate {
-                name: g.name,
+                name,
+                line,
                 target,
                 radius,
                 modes,
@@ -383,6 +388,7 @@ min_vra_pct = 90
     #[test]
     fn parses_and_resolves_paths() {
         let p = Policy::parse(Path::new("/a/b/lipfp.toml"), GOOD).unwrap();
+        assert_eq!(p.gates[0].line, 11);
         let t = &p.gates[0].target;
         assert_eq!(t.model, PathBuf::from("/a/b/m.onnx"));
         assert_eq!(t.format, Format::Float32);

@@ -84,6 +84,8 @@ pub struct GateReport {
     pub norms_cached: bool,
     /// Conversions, vacuity and cache notes.
     pub notes: Vec<String>,
+    /// 1-based line of the gate in the policy file (`check` only).
+    pub policy_line: Option<usize>,
 }
 
 /// Everything a run reports.
@@ -179,6 +181,7 @@ impl GateReport {
             gram_iterations: facts.gram_iterations,
             norms_cached: facts.norms_cached,
             notes,
+            policy_line: None,
         }
     }
 }
