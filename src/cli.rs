@@ -1,23 +1,29 @@
 //! Command-line interface: argument definitions, the commands, and the exit-code contract.
 //!
 //! Exit codes (the one documented place):
-//! * `0` — success; for `check`, every gate passed (or had no thresholds);
-//! * `1` — `check`: at least one gate failed its thresholds;
-//! * `2` — usage, policy, model or data error (nothing was certified or reported as complete).
+//! * `0` — success; for `check` and `report`, every gate passed (or had no thresholds);
+//! * `1` — at least one gate failed its thresholds;
+//! * `2` — usage, policy, model or data error: nothing was certified or reported as complete
+//!   (a JUnit file, when asked for, then holds one `error` testcase);
+//! * anything else — an unexpected failure (a bug: please report it).
 
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::baseline::Baseline;
+use crate::certificates::{self, GateMeta};
 use crate::certify::{parse_mode_list, Mode};
 use crate::error::LipfpError;
 use crate::format::Format;
 use crate::gate::{evaluate, GateVerdict};
+use crate::inspect;
 use crate::norms::DEFAULT_GRAM_ITERATIONS;
-use crate::policy::{Policy, Radius, Target};
+use crate::policy::{Policy, Radius, Target, Thresholds};
 use crate::progress::Progress;
+use crate::proto_gen::CertificateFile;
 use crate::report::{self, GateReport, Report, SubjectFacts};
-use crate::run::{self, Subject, SubjectSpec};
+use crate::run::{self, Shard, Subject, SubjectSpec};
 
 /// Process exit status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +62,22 @@ pub enum Command {
     Check(CheckArgs),
     /// Certify one model on one test set and print the figures.
     Certify(CertifyArgs),
+    /// Re-render reports from certificate files (e.g. the shards of a CI matrix), without
+    /// recomputing; exit 0 pass, 1 a gate failed, 2 error.
+    Report(ReportArgs),
+    /// Show how a model is read: layers, ONNX nodes, norms, n*u per format, hash.
+    Inspect(InspectArgs),
+}
+
+/// Where reports go.
+#[derive(Debug, Args)]
+pub struct ReportOutputs {
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write a JUnit XML report here (one testcase per gate).
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
 }
 
 /// `lipfp check`.
@@ -64,9 +86,15 @@ pub struct CheckArgs {
     /// Policy file.
     #[arg(long, short, default_value = "lipfp.toml")]
     pub config: PathBuf,
-    /// Write the JSON report here.
+    /// Report destinations.
+    #[command(flatten)]
+    pub out: ReportOutputs,
+    /// Write per-instance certificates (protobuf) here, for `lipfp report`.
     #[arg(long)]
-    pub json: Option<PathBuf>,
+    pub certificates: Option<PathBuf>,
+    /// Certify only shard K of N of every test set (1-based, e.g. 2/4).
+    #[arg(long)]
+    pub shard: Option<String>,
     /// Norm cache directory (default: $LIPFP_CACHE_DIR, the policy's [cache] dir, or the user cache).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
@@ -110,25 +138,94 @@ pub struct CertifyArgs {
     /// Norm cache directory (default: $LIPFP_CACHE_DIR or the user cache).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
-    /// Write the JSON report here.
+    /// Report destinations.
+    #[command(flatten)]
+    pub out: ReportOutputs,
+    /// Write per-instance certificates (protobuf) here, for `lipfp report`.
     #[arg(long)]
-    pub json: Option<PathBuf>,
+    pub certificates: Option<PathBuf>,
+    /// Certify only shard K of N of the test set (1-based, e.g. 2/4).
+    #[arg(long)]
+    pub shard: Option<String>,
+}
+
+/// `lipfp report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Certificate files written by `--certificates` (shards of one run are merged).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Report destinations.
+    #[command(flatten)]
+    pub out: ReportOutputs,
+    /// Baseline JSON report for the `max_*_drop_pp` thresholds recorded in the files.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+}
+
+/// `lipfp inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// ONNX model.
+    pub model: PathBuf,
+    /// Deployment format the weights are converted to.
+    #[arg(long, default_value = "float32")]
+    pub format: String,
+    /// Gram iterations for the spectral norms.
+    #[arg(long, default_value_t = DEFAULT_GRAM_ITERATIONS)]
+    pub gram_iterations: u32,
+    /// Norm cache directory (default: $LIPFP_CACHE_DIR or the user cache).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Run a parsed command line; errors are printed here and mapped to exit codes.
 pub fn run(cli: Cli) -> Exit {
     let progress = Progress::new(cli.quiet);
-    let result = match cli.command {
-        Command::Check(a) => check(&a, &progress),
-        Command::Certify(a) => certify(&a, &progress),
+    let (result, junit, suite) = match &cli.command {
+        Command::Check(a) => (
+            check(a, &progress),
+            a.out.junit.as_deref(),
+            suite_name(&a.config.display().to_string()),
+        ),
+        Command::Certify(a) => (
+            certify(a, &progress),
+            a.out.junit.as_deref(),
+            suite_name("certify"),
+        ),
+        Command::Report(a) => (
+            report_files(a, &progress),
+            a.out.junit.as_deref(),
+            suite_name("report"),
+        ),
+        Command::Inspect(a) => (inspect_model(a, &progress), None, String::new()),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("lipfp: error: {e}");
+            if let Some(path) = junit {
+                // dashboards still get a report: one error testcase, never a partial pass
+                let xml = report::junit::render_error(&suite, &e.to_string());
+                if let Err(w) = report::junit::write(&xml, path) {
+                    eprintln!("lipfp: error: {w}");
+                }
+            }
             Exit::InputError
         }
     }
+}
+
+fn suite_name(what: &str) -> String {
+    format!("lipfp: {what}")
+}
+
+fn parse_shard(text: Option<&str>) -> Result<Option<Shard>, LipfpError> {
+    text.map(|t| Shard::parse(t).map_err(|m| LipfpError::Usage(format!("--shard {m}"))))
+        .transpose()
 }
 
 fn facts<'a>(subject: &'a Subject, gram_iterations: u32) -> SubjectFacts<'a> {
@@ -147,12 +244,43 @@ fn facts<'a>(subject: &'a Subject, gram_iterations: u32) -> SubjectFacts<'a> {
     }
 }
 
-fn emit(report: &Report, json: Option<&Path>) -> Result<(), LipfpError> {
+/// Render every requested report from one in-memory result.
+fn emit(
+    report: &Report,
+    out: &ReportOutputs,
+    suite: &str,
+    policy_file: Option<&str>,
+) -> Result<(), LipfpError> {
     print!("{}", report::console::render(report));
-    if let Some(p) = json {
+    if let Some(p) = &out.json {
         report::json::write(report, p)?;
     }
+    if let Some(p) = &out.junit {
+        report::junit::write(&report::junit::render(report, suite), p)?;
+    }
+    if std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true") {
+        for line in report::github::error_annotations(report, policy_file.unwrap_or("")) {
+            println!("{line}");
+        }
+        let append = |var: &str, text: String| {
+            if let Some(path) = std::env::var_os(var) {
+                if let Err(e) = report::github::append(Path::new(&path), &text) {
+                    eprintln!("lipfp: warning: could not append to ${var}: {e}");
+                }
+            }
+        };
+        append("GITHUB_STEP_SUMMARY", report::github::step_summary(report));
+        append("GITHUB_OUTPUT", report::github::outputs(report));
+    }
     Ok(())
+}
+
+fn exit_for(report: &Report) -> Exit {
+    if report.gates.iter().any(|g| g.passed == Some(false)) {
+        Exit::PolicyFailed
+    } else {
+        Exit::Pass
+    }
 }
 
 fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
@@ -188,6 +316,7 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         gram_iterations: a.gram_iterations,
         cache_dir: run::resolve_cache_dir(a.cache_dir.as_deref(), None),
         reference: modes.iter().any(|m| m.needs_reference()),
+        shard: parse_shard(a.shard.as_deref())?,
     };
     let subject = run::prepare(&spec, progress)?;
     progress.stage(&format!("certifying {} points", subject.n()));
@@ -204,21 +333,56 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         &outcome,
         &verdict,
     );
+    if let Some(path) = &a.certificates {
+        let meta = GateMeta {
+            name: "certify",
+            radius: &radius,
+            mode: modes[0],
+            thresholds: &Thresholds::default(),
+            gram_iterations: a.gram_iterations,
+            policy_line: 0,
+        };
+        let file = CertificateFile {
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            policy: String::new(),
+            gates: vec![certificates::gate_certificates(&meta, &subject, &outcome)],
+        };
+        certificates::write(&file, path)?;
+    }
     let report = Report {
         lipfp_version: env!("CARGO_PKG_VERSION").into(),
         policy: None,
         gates: vec![gate],
     };
-    emit(&report, a.json.as_deref())?;
+    emit(&report, &a.out, &suite_name("certify"), None)?;
     Ok(Exit::Pass)
+}
+
+/// The baseline of a policy: `None` when the policy has none, or when it is missing and not
+/// required (a warning).
+fn load_baseline(policy: &Policy, progress: &Progress) -> Result<Option<Baseline>, LipfpError> {
+    let Some((path, required)) = &policy.baseline else {
+        return Ok(None);
+    };
+    if !path.exists() && !required {
+        progress.warn(&format!(
+            "baseline report {} not found; the drop thresholds are skipped (set required = true to make this an error)",
+            path.display()
+        ));
+        return Ok(None);
+    }
+    Baseline::load(path).map(Some)
 }
 
 fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     let policy = Policy::load(&a.config)?;
+    let shard = parse_shard(a.shard.as_deref())?;
+    let baseline = load_baseline(&policy, progress)?;
     let cache_dir = run::resolve_cache_dir(a.cache_dir.as_deref(), policy.cache_dir.as_deref());
     // one subject per distinct target, prepared in the order gates first name it
     let mut subjects: Vec<(Target, Subject)> = Vec::new();
     let mut gates = Vec::with_capacity(policy.gates.len());
+    let mut certs = Vec::new();
     for g in &policy.gates {
         if !subjects.iter().any(|(t, _)| *t == g.target) {
             let t = &g.target;
@@ -235,6 +399,7 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
                     .iter()
                     .filter(|o| o.target == *t)
                     .any(|o| o.modes.iter().any(|m| m.needs_reference())),
+                shard,
             };
             subjects.push((t.clone(), run::prepare(&spec, progress)?));
         }
@@ -249,7 +414,10 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             subject.n()
         ));
         let outcome = run::certify(subject, &g.radius, &g.modes)?;
-        let verdict = evaluate(&g.thresholds, g.mode(), &outcome);
+        let base = baseline
+            .as_ref()
+            .and_then(|b| b.figures(&g.name, g.mode().name()));
+        let mut verdict = evaluate(&g.thresholds, g.mode(), &outcome, base);
         let mut gate = GateReport::new(
             &g.name,
             &facts(subject, g.target.gram_iterations),
@@ -258,19 +426,120 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             &outcome,
             &verdict,
         );
+        if baseline.is_some() && base.is_none() {
+            gate.notes.push(format!(
+                "the baseline report has no gate `{}` in mode {}; drop thresholds skipped",
+                g.name,
+                g.mode()
+            ));
+        }
+        if shard.is_some() && verdict.passed.is_some() {
+            // a shard's figures are partial: thresholds are judged on the merged report
+            verdict.passed = None;
+            gate.passed = None;
+            gate.notes
+                .push("thresholds are evaluated by `lipfp report` on the merged shards".into());
+        }
         gate.policy_line = Some(g.line);
+        gates.push(gate);
+        if a.certificates.is_some() {
+            let meta = GateMeta {
+                name: &g.name,
+                radius: &g.radius,
+                mode: g.mode(),
+                thresholds: &g.thresholds,
+                gram_iterations: g.target.gram_iterations,
+                policy_line: g.line,
+            };
+            certs.push(certificates::gate_certificates(&meta, subject, &outcome));
+        }
+    }
+    let policy_name = policy.path.display().to_string();
+    if let Some(path) = &a.certificates {
+        let file = CertificateFile {
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            policy: policy_name.clone(),
+            gates: certs,
+        };
+        certificates::write(&file, path)?;
+    }
+    let report = Report {
+        lipfp_version: env!("CARGO_PKG_VERSION").into(),
+        policy: Some(policy_name.clone()),
+        gates,
+    };
+    emit(
+        &report,
+        &a.out,
+        &suite_name(&policy_name),
+        Some(&policy_name),
+    )?;
+    Ok(exit_for(&report))
+}
+
+fn report_files(a: &ReportArgs, progress: &Progress) -> Result<Exit, LipfpError> {
+    let mut files = Vec::with_capacity(a.files.len());
+    for p in &a.files {
+        files.push((p.clone(), certificates::read(p)?));
+    }
+    let baseline = a.baseline.as_deref().map(Baseline::load).transpose()?;
+    let policy = files
+        .iter()
+        .map(|(_, f)| f.policy.clone())
+        .find(|p| !p.is_empty());
+    progress.stage(&format!("merging {} certificate files", files.len()));
+    let merged = certificates::merge(&files)?;
+    let mut gates = Vec::with_capacity(merged.len());
+    for m in &merged {
+        let base = baseline
+            .as_ref()
+            .and_then(|b| b.figures(&m.name, m.mode.name()));
+        let verdict = evaluate(&m.thresholds, m.mode, &m.outcome, base);
+        let facts = SubjectFacts {
+            model: m.model.clone(),
+            model_hash: m.model_hash.clone(),
+            format: m.format,
+            ftz: m.ftz,
+            gram_iterations: m.gram_iterations,
+            norms_cached: m.norms_cached,
+            notes: &m.notes,
+        };
+        let mut gate = GateReport::new(&m.name, &facts, &m.radius, m.mode, &m.outcome, &verdict);
+        gate.policy_line = (m.policy_line > 0).then_some(m.policy_line);
         gates.push(gate);
     }
     let report = Report {
         lipfp_version: env!("CARGO_PKG_VERSION").into(),
-        policy: Some(policy.path.display().to_string()),
+        policy: policy.clone(),
         gates,
     };
-    emit(&report, a.json.as_deref())?;
-    let failed = report.gates.iter().any(|g| g.passed == Some(false));
-    Ok(if failed {
-        Exit::PolicyFailed
+    let suite = suite_name(policy.as_deref().unwrap_or("report"));
+    emit(&report, &a.out, &suite, policy.as_deref())?;
+    Ok(exit_for(&report))
+}
+
+fn inspect_model(a: &InspectArgs, progress: &Progress) -> Result<Exit, LipfpError> {
+    let format: Format = a.format.parse().map_err(LipfpError::Usage)?;
+    if !(1..=64).contains(&a.gram_iterations) {
+        return Err(LipfpError::Usage(
+            "--gram-iterations must be between 1 and 64".into(),
+        ));
+    }
+    let cache = run::resolve_cache_dir(a.cache_dir.as_deref(), None);
+    let info = inspect::inspect(
+        &a.model,
+        format,
+        a.gram_iterations,
+        cache.as_deref(),
+        progress,
+    )?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&info).expect("inspection serialises")
+        );
     } else {
-        Exit::Pass
-    })
+        print!("{}", inspect::render(&info));
+    }
+    Ok(Exit::Pass)
 }

@@ -1,5 +1,6 @@
 //! Gate verdicts: compare a run's figures with a gate's thresholds.
 
+use crate::baseline::BaselineFigures;
 use crate::certify::Mode;
 use crate::policy::Thresholds;
 use crate::run::CertifyOutcome;
@@ -22,8 +23,14 @@ pub struct GateVerdict {
     pub failures: Vec<String>,
 }
 
-/// Evaluate `thresholds` against the figures of `mode` in `outcome`.
-pub fn evaluate(thresholds: &Thresholds, mode: Mode, outcome: &CertifyOutcome) -> GateVerdict {
+/// Evaluate `thresholds` against the figures of `mode` in `outcome` (and, for the drop
+/// thresholds, against the same gate's figures in a baseline report).
+pub fn evaluate(
+    thresholds: &Thresholds,
+    mode: Mode,
+    outcome: &CertifyOutcome,
+    baseline: Option<&BaselineFigures>,
+) -> GateVerdict {
     if thresholds.is_empty() {
         return GateVerdict {
             passed: None,
@@ -78,6 +85,35 @@ pub fn evaluate(thresholds: &Thresholds, mode: Mode, outcome: &CertifyOutcome) -
         thresholds.max_fp_cost_pp,
         false,
     );
+    if let Some(b) = baseline {
+        let drop = |what: &str,
+                    before: Option<f64>,
+                    now: Option<f64>,
+                    key: &str,
+                    limit: Option<f64>| {
+            let (Some(before), Some(now), Some(limit)) = (before, now, limit) else {
+                return None;
+            };
+            let d = before - now;
+            (d > limit).then(|| {
+                format!("{mode} {what} dropped {d:.2} pp (baseline {before:.2}% -> now {now:.2}%) > {key} {limit}")
+            })
+        };
+        failures.extend(drop(
+            "VRA",
+            b.vra_pct,
+            m.vra.map(|v| pct(v, n)),
+            "max_vra_drop_pp",
+            thresholds.max_vra_drop_pp,
+        ));
+        failures.extend(drop(
+            "certified",
+            Some(b.certified_pct),
+            Some(pct(m.certified, n)),
+            "max_certified_drop_pp",
+            thresholds.max_certified_drop_pp,
+        ));
+    }
     GateVerdict {
         passed: Some(failures.is_empty()),
         failures,

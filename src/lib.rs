@@ -4,6 +4,8 @@
 //! Data flows one way: policy -> model + data -> norms (once, cached) -> per-instance
 //! certificates (parallel) -> gate verdicts -> reporters.
 
+pub mod baseline;
+pub mod certificates;
 pub mod certify;
 pub mod cli;
 pub mod data;
@@ -11,6 +13,7 @@ pub mod error;
 pub mod exec;
 pub mod format;
 pub mod gate;
+pub mod inspect;
 pub mod model;
 pub mod norms;
 pub mod onnx;

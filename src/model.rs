@@ -42,6 +42,8 @@ pub struct Dense {
     pub act: Activation,
     /// Names (or `op#index` when unnamed) of the ONNX nodes this layer was read from.
     pub nodes: Vec<String>,
+    /// Op types of those nodes, in the same order.
+    pub ops: Vec<String>,
 }
 
 impl Dense {
@@ -628,6 +630,7 @@ impl Builder<'_> {
                             .expect("a stage after Input has a layer");
                         last.act = Activation::Relu;
                         last.nodes.push(label.to_string());
+                        last.ops.push(op.to_string());
                     }
                     Stage::Activated => {}
                 }
@@ -789,6 +792,7 @@ impl Builder<'_> {
             b,
             act: Activation::Identity,
             nodes: vec![label.to_string()],
+            ops: vec![op.to_string()],
         });
         self.chain_id += 1;
         let mut shape = a.shape.clone();
@@ -921,6 +925,7 @@ impl Builder<'_> {
         let last = self.layers.last_mut().expect("Product stage has a layer");
         last.b = bc;
         last.nodes.push(label.to_string());
+        last.ops.push(op.to_string());
         self.chain_id += 1;
         self.set(
             node,

@@ -382,6 +382,7 @@ mod tests {
             b: vec![0.0; m],
             act,
             nodes: vec![],
+            ops: vec![],
         };
         DenseNet {
             layers: vec![

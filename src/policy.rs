@@ -21,8 +21,18 @@ struct RawPolicy {
     data: Option<RawData>,
     #[serde(default)]
     cache: Option<RawCache>,
+    #[serde(default)]
+    baseline: Option<RawBaseline>,
     #[serde(default, rename = "gate")]
     gates: Vec<RawGate>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBaseline {
+    report: String,
+    #[serde(default)]
+    required: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -79,6 +89,10 @@ struct RawGate {
     min_vra_pct: Option<f64>,
     #[serde(default)]
     max_fp_cost_pp: Option<f64>,
+    #[serde(default)]
+    max_vra_drop_pp: Option<f64>,
+    #[serde(default)]
+    max_certified_drop_pp: Option<f64>,
 }
 
 /// The perturbation radius of a gate.
@@ -160,6 +174,10 @@ pub struct Thresholds {
     pub min_vra_pct: Option<f64>,
     /// Maximum floating-point cost: real certified rate minus the mode's, in points.
     pub max_fp_cost_pp: Option<f64>,
+    /// Maximum drop of the mode's VRA against the baseline report's gate of the same name.
+    pub max_vra_drop_pp: Option<f64>,
+    /// Maximum drop of the mode's certified rate against the baseline.
+    pub max_certified_drop_pp: Option<f64>,
 }
 
 impl Thresholds {
@@ -218,6 +236,8 @@ pub struct Policy {
     pub path: PathBuf,
     /// Norm cache directory, when the policy sets one.
     pub cache_dir: Option<PathBuf>,
+    /// Baseline report for regression thresholds, and whether it must exist.
+    pub baseline: Option<(PathBuf, bool)>,
     /// The gates, in file order.
     pub gates: Vec<Gate>,
 }
@@ -271,7 +291,9 @@ impl Policy {
         }
         let mut gates = Vec::with_capacity(raw.gates.len());
         for (k, g) in raw.gates.into_iter().enumerate() {
-            let line = 1 + text[..g.name.span().start.min(text.len())].matches('\n').count();
+            let line = 1 + text[..g.name.span().start.min(text.len())]
+                .matches('\n')
+                .count();
             let name = g.name.into_inner();
             let at = format!("[[gate]] #{} (`{}`, line {line})", k + 1, name);
             if name.trim().is_empty() {
@@ -300,12 +322,16 @@ impl Policy {
                 min_certified_pct: g.min_certified_pct,
                 min_vra_pct: g.min_vra_pct,
                 max_fp_cost_pp: g.max_fp_cost_pp,
+                max_vra_drop_pp: g.max_vra_drop_pp,
+                max_certified_drop_pp: g.max_certified_drop_pp,
             };
             for (key, v) in [
                 ("min_accuracy_pct", thresholds.min_accuracy_pct),
                 ("min_certified_pct", thresholds.min_certified_pct),
                 ("min_vra_pct", thresholds.min_vra_pct),
                 ("max_fp_cost_pp", thresholds.max_fp_cost_pp),
+                ("max_vra_drop_pp", thresholds.max_vra_drop_pp),
+                ("max_certified_drop_pp", thresholds.max_certified_drop_pp),
             ] {
                 if let Some(v) = v {
                     if !(0.0..=100.0).contains(&v) {
@@ -341,6 +367,7 @@ impl Policy {
                 for (key, v) in [
                     ("min_accuracy_pct", thresholds.min_accuracy_pct),
                     ("min_vra_pct", thresholds.min_vra_pct),
+                    ("max_vra_drop_pp", thresholds.max_vra_drop_pp),
                 ] {
                     if v.is_some() {
                         return Err(err(format!(
@@ -361,6 +388,7 @@ impl Policy {
         Ok(Policy {
             path: path.to_path_buf(),
             cache_dir: raw.cache.map(|c| resolve(&c.dir)),
+            baseline: raw.baseline.map(|b| (resolve(&b.report), b.required)),
             gates,
         })
     }

@@ -41,6 +41,48 @@ pub struct SubjectSpec {
     pub cache_dir: Option<PathBuf>,
     /// Run the float64 reference execution (needed by the pre-deployment modes).
     pub reference: bool,
+    /// Certify only this slice of the test set.
+    pub shard: Option<Shard>,
+}
+
+/// Shard `index` (0-based) of `count` contiguous slices of the test set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// 0-based shard index.
+    pub index: usize,
+    /// Number of shards.
+    pub count: usize,
+}
+
+impl Shard {
+    /// Parse `K/N` (1-based `K`, as CI matrices count).
+    pub fn parse(text: &str) -> Result<Shard, String> {
+        let (k, n) = text
+            .split_once('/')
+            .ok_or_else(|| format!("`{text}`: write the shard as K/N, e.g. 2/4"))?;
+        let k: usize = k
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{text}`: K is not a number"))?;
+        let n: usize = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{text}`: N is not a number"))?;
+        if n == 0 || k == 0 || k > n {
+            return Err(format!("`{text}`: need 1 <= K <= N"));
+        }
+        Ok(Shard {
+            index: k - 1,
+            count: n,
+        })
+    }
+
+    /// The slice `[first, first + len)` of a test set of `total` points.
+    pub fn range(self, total: usize) -> (usize, usize) {
+        let first = total * self.index / self.count;
+        let end = total * (self.index + 1) / self.count;
+        (first, end - first)
+    }
 }
 
 /// Per-point measurements of the float64 reference execution.
@@ -87,6 +129,10 @@ pub struct Subject {
     pub notes: Vec<String>,
     /// Flush-to-zero constants in use.
     pub ftz: bool,
+    /// Global index of the first point (non-zero for a shard).
+    pub first: usize,
+    /// Size of the whole test set (larger than `n()` for a shard).
+    pub total: usize,
 }
 
 impl Subject {
@@ -118,7 +164,8 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
             net.converted_changed, spec.format
         ));
     }
-    let inputs = data::load_inputs(&spec.inputs, &net, spec.format)?;
+    let mut inputs = data::load_inputs(&spec.inputs, &net, spec.format)?;
+    let total = inputs.n;
     if inputs.converted_changed > 0 {
         notes.push(format!(
             "{} input values changed when converted from {} to {}; balls are centred at the converted inputs",
@@ -128,10 +175,33 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
     if inputs.n == 0 {
         return Err(LipfpError::data(&spec.inputs, "the test set is empty"));
     }
-    let labels = match &spec.labels {
+    let mut labels = match &spec.labels {
         Some(p) => Some(data::load_labels(p, inputs.n, net.classes())?),
         None => None,
     };
+    let (first, count) = spec.shard.map(|s| s.range(total)).unwrap_or((0, total));
+    if let Some(s) = spec.shard {
+        if count == 0 {
+            return Err(LipfpError::Usage(format!(
+                "shard {}/{} of {total} points is empty",
+                s.index + 1,
+                s.count
+            )));
+        }
+        inputs.values.truncate((first + count) * inputs.dim);
+        inputs.values.drain(..first * inputs.dim);
+        inputs.n = count;
+        if let Some(l) = labels.as_mut() {
+            l.truncate(first + count);
+            l.drain(..first);
+        }
+        notes.push(format!(
+            "shard {}/{}: points {first}..{} of {total}; merge the shards' certificate files with `lipfp report` for the whole set",
+            s.index + 1,
+            s.count,
+            first + count
+        ));
+    }
 
     progress.stage(&format!(
         "norms: {} layers, {} Gram iterations",
@@ -207,6 +277,8 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
         reference,
         notes,
         ftz: spec.ftz,
+        first,
+        total,
     })
 }
 
@@ -278,6 +350,10 @@ pub struct ModeOutcome {
     pub refusals: BTreeMap<String, usize>,
     /// Per-point verdicts.
     pub verdicts: Vec<bool>,
+    /// Per-point reason for not certifying (`None` when certified).
+    pub refusal_of: Vec<Option<Refusal>>,
+    /// Sums of the floating-point degradation and of `L eps` (the conservatism ratio's terms).
+    pub degradation_sums: (f64, f64),
     /// Per-point certification slack `min_j (c_j - L eps - b_j)` (NaN when not computed).
     pub slacks: Vec<f64>,
     /// Conservatism ratio `E[E_ctr + E_ball] / E[L eps]` over points and competing classes
@@ -317,7 +393,10 @@ impl CertifyOutcome {
 fn radii(subject: &Subject, radius: &Radius) -> Result<Vec<f64>, LipfpError> {
     match radius {
         Radius::Uniform { up, .. } => Ok(vec![*up; subject.n()]),
-        Radius::PerInstance(p) => data::load_epsilons(p, subject.n()),
+        Radius::PerInstance(p) => {
+            let all = data::load_epsilons(p, subject.total)?;
+            Ok(all[subject.first..subject.first + subject.n()].to_vec())
+        }
     }
 }
 
@@ -406,6 +485,8 @@ pub fn certify(
             vra,
             refusals,
             verdicts: ok,
+            refusal_of: results.iter().map(|r| r.verdict.err()).collect(),
+            degradation_sums: (deg, leps),
             slacks: results
                 .iter()
                 .map(|r| r.slack.unwrap_or(f64::NAN))

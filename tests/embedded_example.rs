@@ -56,6 +56,7 @@ fn figures(example: &str, eps: &str) -> (f64, f64) {
         gram_iterations: 12,
         cache_dir: None,
         reference: false,
+        shard: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();
     let out = run::certify(

@@ -38,6 +38,7 @@ fn run_set(
         gram_iterations: iterations,
         cache_dir: Some(cache.to_path_buf()),
         reference: true,
+        shard: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).expect("benchmark loads");
     let outcome = run::certify(&subject, radius, &Mode::SOUND).expect("certifies");

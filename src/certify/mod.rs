@@ -135,6 +135,36 @@ pub enum Refusal {
     Model,
 }
 
+impl Refusal {
+    /// A stable machine-readable code (`margin`, `overflow:3`, ...), as stored in certificate
+    /// files.
+    pub fn code(self) -> String {
+        match self {
+            Refusal::Margin => "margin".into(),
+            Refusal::Overflow(l) => format!("overflow:{l}"),
+            Refusal::NonFiniteLogits => "non_finite_logits".into(),
+            Refusal::ReferenceOverflow(l) => format!("reference_overflow:{l}"),
+            Refusal::Model => "model".into(),
+        }
+    }
+
+    /// Parse a [`Refusal::code`].
+    pub fn from_code(code: &str) -> Option<Refusal> {
+        let layer = |s: &str| s.parse::<usize>().ok();
+        match code.split_once(':') {
+            Some(("overflow", l)) => layer(l).map(Refusal::Overflow),
+            Some(("reference_overflow", l)) => layer(l).map(Refusal::ReferenceOverflow),
+            Some(_) => None,
+            None => match code {
+                "margin" => Some(Refusal::Margin),
+                "non_finite_logits" => Some(Refusal::NonFiniteLogits),
+                "model" => Some(Refusal::Model),
+                _ => None,
+            },
+        }
+    }
+}
+
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -412,6 +442,21 @@ mod tests {
         assert_eq!(predicted_class(&[1.0, 3.0, 3.0]), Some(1));
         assert_eq!(predicted_class(&[1.0, f64::NAN]), None);
         assert_eq!(predicted_class(&[f64::INFINITY, 0.0]), None);
+    }
+
+    #[test]
+    fn refusal_codes_round_trip() {
+        for r in [
+            Refusal::Margin,
+            Refusal::Overflow(3),
+            Refusal::NonFiniteLogits,
+            Refusal::ReferenceOverflow(2),
+            Refusal::Model,
+        ] {
+            assert_eq!(Refusal::from_code(&r.code()), Some(r));
+        }
+        assert_eq!(Refusal::from_code("bogus"), None);
+        assert_eq!(Refusal::from_code("overflow:x"), None);
     }
 
     #[test]

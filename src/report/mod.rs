@@ -2,7 +2,9 @@
 //! computes nothing.
 
 pub mod console;
+pub mod github;
 pub mod json;
+pub mod junit;
 
 use std::collections::BTreeMap;
 

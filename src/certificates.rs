@@ -1,0 +1,368 @@
+//! Certificate files (`proto/lipfp.proto`, `CertificateFile`): per-instance results and run
+//! metadata, written by `--certificates` and merged by `lipfp report` (the basis for sharding a
+//! large test set across CI jobs). Merging rebuilds the engine's [`CertifyOutcome`] so the
+//! reports come from the same code path as a direct run.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use prost::Message;
+
+use crate::certify::{Mode, Refusal};
+use crate::error::LipfpError;
+use crate::format::Format;
+use crate::policy::{Radius, Thresholds};
+use crate::proto_gen::{self, CertificateFile, GateCertificates, Instance};
+use crate::run::{CertifyOutcome, ModeOutcome, Subject};
+
+/// What a gate was about, beyond its outcome.
+pub struct GateMeta<'a> {
+    /// Gate name.
+    pub name: &'a str,
+    /// Radius.
+    pub radius: &'a Radius,
+    /// Mode the thresholds apply to.
+    pub mode: Mode,
+    /// Thresholds.
+    pub thresholds: &'a Thresholds,
+    /// Gram iterations.
+    pub gram_iterations: u32,
+    /// 1-based line in the policy (0 when not from a policy).
+    pub policy_line: usize,
+}
+
+fn to_proto_thresholds(t: &Thresholds) -> proto_gen::Thresholds {
+    proto_gen::Thresholds {
+        min_accuracy_pct: t.min_accuracy_pct,
+        min_certified_pct: t.min_certified_pct,
+        min_vra_pct: t.min_vra_pct,
+        max_fp_cost_pp: t.max_fp_cost_pp,
+        max_vra_drop_pp: t.max_vra_drop_pp,
+        max_certified_drop_pp: t.max_certified_drop_pp,
+    }
+}
+
+fn from_proto_thresholds(t: Option<&proto_gen::Thresholds>) -> Thresholds {
+    t.map(|t| Thresholds {
+        min_accuracy_pct: t.min_accuracy_pct,
+        min_certified_pct: t.min_certified_pct,
+        min_vra_pct: t.min_vra_pct,
+        max_fp_cost_pp: t.max_fp_cost_pp,
+        max_vra_drop_pp: t.max_vra_drop_pp,
+        max_certified_drop_pp: t.max_certified_drop_pp,
+    })
+    .unwrap_or_default()
+}
+
+/// The certificates of one gate run.
+pub fn gate_certificates(
+    meta: &GateMeta<'_>,
+    subject: &Subject,
+    outcome: &CertifyOutcome,
+) -> GateCertificates {
+    let instances = (0..outcome.n)
+        .map(|k| Instance {
+            index: (subject.first + k) as u64,
+            label: subject.labels.as_ref().map(|l| l[k] as i64).unwrap_or(-1),
+            prediction: subject.predictions[k].map(|p| p as i64).unwrap_or(-1),
+            certified: outcome.modes.iter().map(|m| m.verdicts[k]).collect(),
+            slack: outcome.modes.iter().map(|m| m.slacks[k]).collect(),
+            refusal: outcome
+                .modes
+                .iter()
+                .map(|m| m.refusal_of[k].map(Refusal::code).unwrap_or_default())
+                .collect(),
+        })
+        .collect();
+    let (epsilon, epsilons) = match meta.radius {
+        Radius::Uniform { text, .. } => (text.clone(), String::new()),
+        Radius::PerInstance(p) => (String::new(), p.display().to_string()),
+    };
+    GateCertificates {
+        gate: meta.name.to_string(),
+        model: subject.net.path.display().to_string(),
+        model_hash: subject.net.hash(),
+        format: subject.net.format.name().to_string(),
+        ftz: subject.ftz,
+        epsilon,
+        epsilons,
+        gram_iterations: meta.gram_iterations,
+        modes: outcome
+            .modes
+            .iter()
+            .map(|m| m.mode.name().to_string())
+            .collect(),
+        threshold_mode: meta.mode.name().to_string(),
+        thresholds: Some(to_proto_thresholds(meta.thresholds)),
+        total: subject.total as u64,
+        first: subject.first as u64,
+        count: outcome.n as u64,
+        has_labels: subject.labels.is_some(),
+        norms_s: outcome.norms_s,
+        certify_s: outcome.certify_s,
+        reference_s: outcome.reference_s,
+        norms_cached: subject
+            .norms
+            .as_ref()
+            .map(|n| n.from_cache)
+            .unwrap_or(false),
+        notes: subject.notes.clone(),
+        degradation_sum: outcome.modes.iter().map(|m| m.degradation_sums.0).collect(),
+        leps_sum: outcome.modes.iter().map(|m| m.degradation_sums.1).collect(),
+        mode_seconds: outcome.modes.iter().map(|m| m.seconds).collect(),
+        instances,
+        policy_line: meta.policy_line as u32,
+    }
+}
+
+/// Write a certificate file atomically.
+pub fn write(file: &CertificateFile, path: &Path) -> Result<(), LipfpError> {
+    let io = |e: std::io::Error| LipfpError::Io {
+        path: path.to_path_buf(),
+        message: format!("could not write the certificate file: {e}"),
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let tmp = path.with_extension("pb.tmp");
+    std::fs::write(&tmp, file.encode_to_vec()).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// Read a certificate file.
+pub fn read(path: &Path) -> Result<CertificateFile, LipfpError> {
+    let bytes = std::fs::read(path).map_err(|e| LipfpError::Io {
+        path: path.to_path_buf(),
+        message: if e.kind() == std::io::ErrorKind::NotFound {
+            "file not found".into()
+        } else {
+            e.to_string()
+        },
+    })?;
+    CertificateFile::decode(bytes.as_slice())
+        .map_err(|e| LipfpError::data(path, format!("not a lipfp certificate file: {e}")))
+}
+
+/// A gate reassembled from one or more certificate files.
+pub struct MergedGate {
+    /// Gate name.
+    pub name: String,
+    /// The reassembled outcome (every point of the test set, in index order).
+    pub outcome: CertifyOutcome,
+    /// Radius.
+    pub radius: Radius,
+    /// Mode the thresholds apply to.
+    pub mode: Mode,
+    /// Thresholds.
+    pub thresholds: Thresholds,
+    /// Model file, hash, format, ftz, iterations, cached flag.
+    pub model: String,
+    /// Hash of the converted network.
+    pub model_hash: String,
+    /// Format.
+    pub format: Format,
+    /// Flush-to-zero.
+    pub ftz: bool,
+    /// Gram iterations.
+    pub gram_iterations: u32,
+    /// Whether every shard read its norms from the cache.
+    pub norms_cached: bool,
+    /// Notes (deduplicated, shard notes dropped).
+    pub notes: Vec<String>,
+    /// 1-based policy line (0 when unknown).
+    pub policy_line: usize,
+}
+
+/// Merge the gates of several certificate files: shards of the same gate are concatenated,
+/// checked to agree on what was certified and to cover the test set exactly once.
+pub fn merge(
+    files: &[(std::path::PathBuf, CertificateFile)],
+) -> Result<Vec<MergedGate>, LipfpError> {
+    let mut by_gate: BTreeMap<String, Vec<(&Path, &GateCertificates)>> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for (path, f) in files {
+        for g in &f.gates {
+            if !by_gate.contains_key(&g.gate) {
+                order.push(g.gate.clone());
+            }
+            by_gate
+                .entry(g.gate.clone())
+                .or_default()
+                .push((path.as_path(), g));
+        }
+    }
+    let mut merged = Vec::with_capacity(order.len());
+    for name in order {
+        let parts = &by_gate[&name];
+        let (path0, g0) = parts[0];
+        for (p, g) in parts.iter().skip(1) {
+            let same = g.model_hash == g0.model_hash
+                && g.format == g0.format
+                && g.ftz == g0.ftz
+                && g.epsilon == g0.epsilon
+                && g.epsilons == g0.epsilons
+                && g.modes == g0.modes
+                && g.total == g0.total
+                && g.gram_iterations == g0.gram_iterations
+                && g.has_labels == g0.has_labels;
+            if !same {
+                return Err(LipfpError::data(
+                    p,
+                    format!(
+                        "gate `{name}` was certified differently than in {} (model, format, radius, modes, \
+                         test-set size or labels differ); refusing to merge",
+                        path0.display()
+                    ),
+                ));
+            }
+        }
+        let total = g0.total as usize;
+        let mut instances: Vec<Option<&Instance>> = vec![None; total];
+        for (p, g) in parts {
+            for inst in &g.instances {
+                let k = inst.index as usize;
+                if k >= total {
+                    return Err(LipfpError::data(
+                        p,
+                        format!("gate `{name}`: index {k} beyond the test set ({total})"),
+                    ));
+                }
+                if instances[k].is_some() {
+                    return Err(LipfpError::data(
+                        p,
+                        format!("gate `{name}`: point {k} appears in more than one shard"),
+                    ));
+                }
+                instances[k] = Some(inst);
+            }
+        }
+        let missing = instances.iter().filter(|i| i.is_none()).count();
+        if missing > 0 {
+            let first_missing = instances.iter().position(|i| i.is_none()).unwrap_or(0);
+            return Err(LipfpError::data(
+                path0,
+                format!(
+                    "gate `{name}`: {missing} of {total} points are missing (first: {first_missing}); \
+                     give every shard's certificate file"
+                ),
+            ));
+        }
+        let instances: Vec<&Instance> = instances.into_iter().flatten().collect();
+        let modes: Vec<Mode> = g0
+            .modes
+            .iter()
+            .map(|m| {
+                Mode::parse(m).ok_or_else(|| LipfpError::data(path0, format!("unknown mode `{m}`")))
+            })
+            .collect::<Result<_, _>>()?;
+        let width = modes.len();
+        let malformed = |i: &&&Instance| {
+            i.certified.len() != width
+                || i.slack.len() != width
+                || i.refusal.len() != width
+                || i.refusal
+                    .iter()
+                    .zip(&i.certified)
+                    .any(|(r, &c)| c != r.is_empty() || (!c && Refusal::from_code(r).is_none()))
+        };
+        if let Some(bad) = instances.iter().find(malformed) {
+            return Err(LipfpError::data(
+                path0,
+                format!("gate `{name}`: point {} has malformed results", bad.index),
+            ));
+        }
+        let labels_ok = g0.has_labels;
+        let correct = labels_ok.then(|| {
+            instances
+                .iter()
+                .filter(|i| i.prediction >= 0 && i.prediction == i.label)
+                .count()
+        });
+        let mode_outcomes = modes
+            .iter()
+            .enumerate()
+            .map(|(m, &mode)| {
+                let verdicts: Vec<bool> = instances.iter().map(|i| i.certified[m]).collect();
+                let refusal_of: Vec<Option<Refusal>> = instances
+                    .iter()
+                    .map(|i| Refusal::from_code(&i.refusal[m]))
+                    .collect();
+                let mut refusals = BTreeMap::new();
+                for r in refusal_of.iter().flatten() {
+                    *refusals.entry(r.to_string()).or_insert(0) += 1;
+                }
+                let sum = |v: &dyn Fn(&GateCertificates) -> f64| {
+                    parts.iter().map(|(_, g)| v(g)).sum::<f64>()
+                };
+                let deg = sum(&|g| g.degradation_sum.get(m).copied().unwrap_or(0.0));
+                let leps = sum(&|g| g.leps_sum.get(m).copied().unwrap_or(0.0));
+                ModeOutcome {
+                    mode,
+                    certified: verdicts.iter().filter(|&&b| b).count(),
+                    vra: labels_ok.then(|| {
+                        instances
+                            .iter()
+                            .filter(|i| {
+                                i.certified[m] && i.prediction >= 0 && i.prediction == i.label
+                            })
+                            .count()
+                    }),
+                    refusals,
+                    refusal_of,
+                    degradation_sums: (deg, leps),
+                    slacks: instances.iter().map(|i| i.slack[m]).collect(),
+                    conservatism: (leps > 0.0 && mode != Mode::Real).then(|| deg / leps),
+                    seconds: sum(&|g| g.mode_seconds.get(m).copied().unwrap_or(0.0)),
+                    verdicts,
+                }
+            })
+            .collect();
+        let mode = Mode::parse(&g0.threshold_mode).ok_or_else(|| {
+            LipfpError::data(path0, format!("unknown mode `{}`", g0.threshold_mode))
+        })?;
+        let radius = if g0.epsilons.is_empty() {
+            Radius::parse_decimal(&g0.epsilon)
+                .map_err(|m| LipfpError::data(path0, format!("epsilon: {m}")))?
+        } else {
+            Radius::PerInstance(g0.epsilons.clone().into())
+        };
+        let mut notes: Vec<String> = Vec::new();
+        for (_, g) in parts {
+            for n in &g.notes {
+                if !n.starts_with("shard ") && !notes.contains(n) {
+                    notes.push(n.clone());
+                }
+            }
+        }
+        if parts.len() > 1 {
+            notes.push(format!("merged from {} certificate files", parts.len()));
+        }
+        merged.push(MergedGate {
+            name: name.clone(),
+            outcome: CertifyOutcome {
+                n: total,
+                correct,
+                modes: mode_outcomes,
+                norms_s: parts.iter().map(|(_, g)| g.norms_s).fold(0.0, f64::max),
+                certify_s: parts.iter().map(|(_, g)| g.certify_s).sum(),
+                reference_s: parts.iter().map(|(_, g)| g.reference_s).sum(),
+                model_refusal: None,
+            },
+            radius,
+            mode,
+            thresholds: from_proto_thresholds(g0.thresholds.as_ref()),
+            model: g0.model.clone(),
+            model_hash: g0.model_hash.clone(),
+            format: g0
+                .format
+                .parse()
+                .map_err(|m: String| LipfpError::data(path0, m))?,
+            ftz: g0.ftz,
+            gram_iterations: g0.gram_iterations,
+            norms_cached: parts.iter().all(|(_, g)| g.norms_cached),
+            notes,
+            policy_line: g0.policy_line as usize,
+        });
+    }
+    Ok(merged)
+}

@@ -1,0 +1,370 @@
+//! GitHub Actions reporters: the job summary (`$GITHUB_STEP_SUMMARY`), error annotations
+//! (workflow commands on stdout) and step outputs (`$GITHUB_OUTPUT`).
+//!
+//! Pure renderers over [`Report`]; the caller decides when to use them (`GITHUB_ACTIONS=true`)
+//! and where to write ([`append`]). The one derived figure is the floating-point cost (real
+//! certified rate minus the gated mode's certified rate, in percentage points).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use crate::certify::Mode;
+use crate::report::{GateReport, Report};
+
+/// GitHub rejects a job summary above 1 MiB; stay clearly below it.
+pub const SUMMARY_LIMIT_BYTES: usize = 1_000_000;
+
+/// GitHub shows at most 10 error annotations per step.
+pub const MAX_ERROR_ANNOTATIONS: usize = 10;
+
+/// The longest text put into one table cell (bytes, cut at a character boundary).
+const MAX_CELL_BYTES: usize = 2_000;
+
+/// Remove control characters (tab, newline and carriage return become spaces).
+fn one_line(s: &str) -> String {
+    s.chars()
+        .filter_map(|c| match c {
+            '\t' | '\n' | '\r' => Some(' '),
+            c if c.is_control() || c == '\u{FFFE}' || c == '\u{FFFF}' => None,
+            c => Some(c),
+        })
+        .collect()
+}
+
+/// Cut `s` to at most `max` bytes at a character boundary, marking the cut with `…`.
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Text safe inside a Markdown table cell or list item: one line, HTML special characters as
+/// entities, Markdown punctuation and `|` backslash-escaped.
+fn md(s: &str) -> String {
+    let mut out = String::new();
+    for c in truncate(&one_line(s), MAX_CELL_BYTES).chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '|' | '\\' | '`' | '*' | '_' | '[' | ']' | '~' | '#' | '!' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.2}%"))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+/// Real certified rate minus the gated mode's, when both were computed.
+fn fp_cost_pp(g: &GateReport) -> Option<f64> {
+    let real = g.modes.get(Mode::Real.name())?;
+    let m = g.modes.get(g.mode.name())?;
+    Some(real.certified_pct - m.certified_pct)
+}
+
+fn result_cell(passed: Option<bool>) -> &'static str {
+    match passed {
+        Some(true) => "✅ pass",
+        Some(false) => "❌ fail",
+        None => "➖ report",
+    }
+}
+
+/// One table row of a gate.
+fn row(g: &GateReport) -> String {
+    let m = g.modes.get(g.mode.name());
+    let format = format!("{}{}", g.format, if g.ftz { " +ftz" } else { "" });
+    let eps = match (&g.epsilon, &g.epsilons) {
+        (Some(e), _) => md(e),
+        (None, Some(p)) => format!("per-instance ({})", md(p)),
+        (None, None) => "—".into(),
+    };
+    let certified = m
+        .map(|m| format!("{:.2}% ({})", m.certified_pct, m.certified))
+        .unwrap_or_else(|| "n/a".into());
+    let vra = pct(m.and_then(|m| m.vra_pct));
+    let real = g
+        .modes
+        .get(Mode::Real.name())
+        .map(|r| format!("{:.2}% (unsound)", r.certified_pct))
+        .unwrap_or_else(|| "n/a".into());
+    let cost = fp_cost_pp(g)
+        .map(|c| format!("{c:.2} pp"))
+        .unwrap_or_else(|| "n/a".into());
+    let thresholds = if g.failures.is_empty() {
+        "—".to_string()
+    } else {
+        g.failures
+            .iter()
+            .map(|f| md(f))
+            .collect::<Vec<_>>()
+            .join("<br>")
+    };
+    format!(
+        "| {} | {} | {format} | {eps} | {} | {certified} | {vra} | {real} | {cost} | {thresholds} | {} |\n",
+        md(&g.name),
+        g.mode,
+        pct(g.accuracy_pct),
+        result_cell(g.passed)
+    )
+}
+
+/// The job summary in Markdown: a heading with the counts, one table row per gate (gate, mode,
+/// format and `+ftz`, eps, accuracy, certified, VRA, the real ceiling labelled unsound, the
+/// floating-point cost in percentage points, the failed thresholds or "—", and ✅ pass /
+/// ❌ fail / ➖ report), then the notes.
+///
+/// The text stays below [`SUMMARY_LIMIT_BYTES`]: rows and notes that do not fit are left out,
+/// with a final line saying how many.
+pub fn step_summary(report: &Report) -> String {
+    let total = report.gates.len();
+    let failed = report
+        .gates
+        .iter()
+        .filter(|g| g.passed == Some(false))
+        .count();
+    let passed = report
+        .gates
+        .iter()
+        .filter(|g| g.passed == Some(true))
+        .count();
+    let title = report
+        .policy
+        .as_deref()
+        .map(|p| format!("lipfp check: {}", md(p)))
+        .unwrap_or_else(|| "lipfp certify".into());
+    let mut out = format!(
+        "## {} {title}\n\n{passed} passed, {failed} failed, {} without thresholds ({total} gates) \
+         — lipfp {}\n\n",
+        if failed > 0 { "❌" } else { "✅" },
+        total - passed - failed,
+        md(&report.lipfp_version)
+    );
+    out.push_str(
+        "| gate | mode | format | eps | accuracy | certified | VRA | real ceiling (unsound) \
+         | fp cost | thresholds | result |\n",
+    );
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+
+    // Room kept for the closing lines (omission notice, legend).
+    let budget = SUMMARY_LIMIT_BYTES - 1_000;
+    let mut omitted_rows = 0;
+    for g in &report.gates {
+        let r = row(g);
+        if omitted_rows == 0 && out.len() + r.len() <= budget {
+            out.push_str(&r);
+        } else {
+            omitted_rows += 1;
+        }
+    }
+    out.push_str(
+        "\n_real ceiling_: the classical real-arithmetic certificate, **unsound** for \
+         floating-point execution; _fp cost_: real certified minus the gated mode's certified \
+         rate.\n",
+    );
+
+    let notes: Vec<String> = report
+        .gates
+        .iter()
+        .flat_map(|g| {
+            g.notes
+                .iter()
+                .map(move |n| format!("- **{}**: {}\n", md(&g.name), md(n)))
+        })
+        .collect();
+    let mut omitted_notes = 0;
+    if !notes.is_empty() && omitted_rows == 0 {
+        out.push_str("\n### Notes\n\n");
+        for n in &notes {
+            if omitted_notes == 0 && out.len() + n.len() <= budget {
+                out.push_str(n);
+            } else {
+                omitted_notes += 1;
+            }
+        }
+    } else {
+        omitted_notes = notes.len();
+    }
+    if omitted_rows > 0 || omitted_notes > 0 {
+        let _ = writeln!(
+            out,
+            "\n_{omitted_rows} gate rows and {omitted_notes} notes omitted: the job summary is \
+             limited to 1 MiB; see the JUnit or JSON report for every gate._"
+        );
+    }
+    out
+}
+
+/// Escape workflow-command data (the message): `%`, `\r`, `\n`.
+pub fn escape_data(s: &str) -> String {
+    s.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+/// Escape a workflow-command property value (`file`, `title`): as [`escape_data`], plus `:`
+/// and `,`.
+pub fn escape_property(s: &str) -> String {
+    escape_data(s).replace(':', "%3A").replace(',', "%2C")
+}
+
+/// One `::error file=<policy>,line=<policy_line>,title=<title>::<message>` workflow command per
+/// failing gate, at most [`MAX_ERROR_ANNOTATIONS`]; when more gates failed, a final `::warning::`
+/// line says how many were not annotated. `line=` is omitted for a gate without a policy line,
+/// and `file=` when `policy_file` is empty. Messages and properties are escaped per the
+/// workflow-command rules.
+pub fn error_annotations(report: &Report, policy_file: &str) -> Vec<String> {
+    let failing: Vec<&GateReport> = report
+        .gates
+        .iter()
+        .filter(|g| g.passed == Some(false))
+        .collect();
+    let mut out: Vec<String> = failing
+        .iter()
+        .take(MAX_ERROR_ANNOTATIONS)
+        .map(|g| {
+            let mut props = Vec::new();
+            if !policy_file.is_empty() {
+                props.push(format!("file={}", escape_property(policy_file)));
+            }
+            if let Some(line) = g.policy_line {
+                props.push(format!("line={line}"));
+            }
+            props.push(format!(
+                "title={}",
+                escape_property(&format!("lipfp gate {} failed", g.name))
+            ));
+            let verdict = if g.failures.is_empty() {
+                "gate failed its thresholds".to_string()
+            } else {
+                g.failures.join("; ")
+            };
+            let eps = g
+                .epsilon
+                .clone()
+                .or_else(|| g.epsilons.as_ref().map(|p| format!("per-instance ({p})")))
+                .unwrap_or_default();
+            let message = format!(
+                "{verdict} ({}{}, eps {eps}, mode {})",
+                g.format,
+                if g.ftz { " ftz" } else { "" },
+                g.mode
+            );
+            format!("::error {}::{}", props.join(","), escape_data(&message))
+        })
+        .collect();
+    if failing.len() > MAX_ERROR_ANNOTATIONS {
+        out.push(format!(
+            "::warning::{} more gates failed (not annotated: GitHub shows at most {} errors per \
+             step); see the job summary",
+            failing.len() - MAX_ERROR_ANNOTATIONS,
+            MAX_ERROR_ANNOTATIONS
+        ));
+    }
+    out
+}
+
+/// The output key of a gate: every character outside `[A-Za-z0-9_]` replaced by `_`.
+pub fn output_key(gate_name: &str) -> String {
+    gate_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Lines for `$GITHUB_OUTPUT`: `passed=true|false` (false when any gate failed), then per gate
+/// `<key>_vra_pct=`, `<key>_certified_pct=` (the gated mode's rates) and `<key>_passed=`
+/// (`true`, `false`, or empty for a gate without thresholds), with `<key>` from
+/// [`output_key`]. An unavailable rate (VRA without labels) is empty. When two gate names map
+/// to the same key, the later one gets `_2`, `_3`, … appended. Every value is a single line.
+pub fn outputs(report: &Report) -> String {
+    let any_failed = report.gates.iter().any(|g| g.passed == Some(false));
+    let mut out = format!("passed={}\n", !any_failed);
+    let mut used = BTreeSet::new();
+    for g in &report.gates {
+        let base = output_key(&g.name);
+        let mut key = base.clone();
+        let mut k = 2;
+        while !used.insert(key.clone()) {
+            key = format!("{base}_{k}");
+            k += 1;
+        }
+        let m = g.modes.get(g.mode.name());
+        let num = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
+        let _ = writeln!(out, "{key}_vra_pct={}", num(m.and_then(|m| m.vra_pct)));
+        let _ = writeln!(
+            out,
+            "{key}_certified_pct={}",
+            num(m.map(|m| m.certified_pct))
+        );
+        let _ = writeln!(
+            out,
+            "{key}_passed={}",
+            g.passed.map(|p| p.to_string()).unwrap_or_default()
+        );
+    }
+    out
+}
+
+/// Append `text` to the file at `path` (creating it), as for `$GITHUB_STEP_SUMMARY` and
+/// `$GITHUB_OUTPUT`; a newline is added when `text` does not end with one.
+pub fn append(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let mut buf = text.to_string();
+    if !buf.is_empty() && !buf.ends_with('\n') {
+        buf.push('\n');
+    }
+    f.write_all(buf.as_bytes())?;
+    f.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_follows_the_workflow_command_rules() {
+        assert_eq!(escape_data("50% a\r\nb: c, d"), "50%25 a%0D%0Ab: c, d");
+        assert_eq!(escape_property("a:b,c%\n"), "a%3Ab%2Cc%25%0A");
+    }
+
+    #[test]
+    fn keys_are_sanitised() {
+        assert_eq!(output_key("digits-float32.v2 é"), "digits_float32_v2__");
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        let s = "é".repeat(10);
+        let t = truncate(&s, 7);
+        assert!(t.len() <= 7 && t.ends_with('…'));
+    }
+
+    #[test]
+    fn markdown_cells_are_escaped() {
+        assert_eq!(md("a|b<c>\nd_e"), "a\\|b&lt;c&gt; d\\_e");
+    }
+}

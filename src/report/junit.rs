@@ -1,0 +1,326 @@
+//! JUnit XML report, for CI systems that display test results (Jenkins, GitLab, GitHub test
+//! reporters, Azure Pipelines).
+//!
+//! One `testsuite` per policy, one `testcase` per gate — never one per test point. A gate that
+//! fails its thresholds becomes a `failure` whose `message` is a one-line verdict and whose body
+//! repeats that line first and then every figure (GitLab shows only the body). A gate without
+//! thresholds is a passing testcase whose `system-out` says so. The `junit-report` crate has no
+//! `properties` element, so the per-gate properties (format, ftz, epsilon, mode, model hash,
+//! tool version) are `name: value` lines at the top of each testcase's `system-out`, and the tool
+//! version and policy go into the suite's `system-out`.
+//!
+//! Like every reporter this only formats [`Report`]; the one derived figure is the
+//! floating-point cost (real certified rate minus the gated mode's certified rate).
+//!
+//! The suite's `timestamp` is the time of rendering (the crate's default): the renderer is
+//! called right after the run, so it is the run's time.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use junit_report::{Duration, ReportBuilder, TestCase, TestCaseBuilder, TestSuiteBuilder};
+
+use crate::certify::Mode;
+use crate::error::LipfpError;
+use crate::report::{GateReport, ModeReport, Report};
+
+/// Classname and name of the single testcase of [`render_error`].
+const ERROR_CASE: &str = "lipfp";
+
+/// Remove the characters XML 1.0 forbids (control characters other than tab, newline and
+/// carriage return, U+FFFE and U+FFFF). C1 controls and DEL are allowed by XML 1.0 but are
+/// removed too: they only garble CI displays.
+fn xml_chars(s: &str) -> String {
+    s.chars()
+        .filter(|&c| {
+            !((c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+                || c == '\u{FFFE}'
+                || c == '\u{FFFF}')
+        })
+        .collect()
+}
+
+/// A string safe for an attribute value: forbidden characters removed, and tab, newline and
+/// carriage return turned into spaces (a parser would normalise them to spaces anyway, so the
+/// value reads back the same).
+fn attr(s: &str) -> String {
+    xml_chars(s)
+        .chars()
+        .map(|c| {
+            if matches!(c, '\t' | '\n' | '\r') {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// A string safe for a CDATA section: forbidden characters removed, and every `]]>` split
+/// across two CDATA sections (`]]` ends the first, `>` starts the second) so the text reads
+/// back unchanged.
+fn cdata(s: &str) -> String {
+    xml_chars(s).replace("]]>", "]]]]><![CDATA[>")
+}
+
+/// Seconds as a `Duration`, clamped to a non-negative finite range the `time` crate accepts.
+fn duration(seconds: f64) -> Duration {
+    if seconds.is_finite() && seconds > 0.0 {
+        Duration::seconds_f64(seconds.min(1e12))
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// The testcase classname of a gate: the model file's stem, with dots replaced by `_` (Jenkins
+/// splits a classname into package and class at its last dot).
+fn classname(model: &str) -> String {
+    let stem = Path::new(model)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "model".to_string());
+    attr(&stem.replace('.', "_"))
+}
+
+/// The one-line verdict of a failing gate: its failed thresholds joined with `"; "`.
+fn verdict_line(g: &GateReport) -> String {
+    let line = g
+        .failures
+        .iter()
+        .map(|f| attr(f).trim().to_string())
+        .filter(|f| !f.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if line.is_empty() {
+        "gate failed its thresholds".to_string()
+    } else {
+        line
+    }
+}
+
+fn fmt_pct(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.2}%"))
+        .unwrap_or_else(|| "n/a (no labels)".into())
+}
+
+/// The modes of a gate in the canonical order, then any other (unknown) names.
+fn ordered_modes(g: &GateReport) -> Vec<(&str, &ModeReport)> {
+    let mut out: Vec<(&str, &ModeReport)> = Mode::ALL
+        .iter()
+        .filter_map(|m| g.modes.get_key_value(m.name()))
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    for (k, v) in &g.modes {
+        if Mode::ALL.iter().all(|m| m.name() != k) {
+            out.push((k.as_str(), v));
+        }
+    }
+    out
+}
+
+/// Every figure of a gate, one per line.
+fn figures(g: &GateReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "points: {}", g.n);
+    let _ = writeln!(out, "accuracy: {}", fmt_pct(g.accuracy_pct));
+    let gated = g.mode.name();
+    for (name, m) in ordered_modes(g) {
+        let mut label = name.to_string();
+        if !m.sound {
+            label.push_str(" [UNSOUND for floating-point execution]");
+        }
+        if name == gated {
+            label.push_str(" [gated]");
+        }
+        let ratio = m
+            .conservatism_ratio
+            .map(|r| format!(", fp degradation {r:.3} x L eps"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{label}: certified {} ({:.2}%), VRA {}{ratio}",
+            m.certified,
+            m.certified_pct,
+            fmt_pct(m.vra_pct)
+        );
+    }
+    if let (Some(real), Some(m)) = (g.modes.get(Mode::Real.name()), g.modes.get(gated)) {
+        let _ = writeln!(
+            out,
+            "floating-point cost ({gated}): {:.2} pp (real certified minus {gated} certified)",
+            real.certified_pct - m.certified_pct
+        );
+    }
+    for f in &g.failures {
+        let _ = writeln!(out, "failed: {f}");
+    }
+    for n in &g.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    let _ = writeln!(
+        out,
+        "time: norms {:.3}s{}, certify {:.3}s",
+        g.timing.norms_s,
+        if g.norms_cached { " (cached)" } else { "" },
+        g.timing.certify_s
+    );
+    out
+}
+
+/// The per-gate properties as `name: value` lines.
+fn properties(g: &GateReport, version: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "format: {}", g.format);
+    let _ = writeln!(out, "ftz: {}", g.ftz);
+    match (&g.epsilon, &g.epsilons) {
+        (Some(e), _) => {
+            let _ = writeln!(out, "epsilon: {e}");
+        }
+        (None, Some(p)) => {
+            let _ = writeln!(out, "epsilons: {p}");
+        }
+        (None, None) => {}
+    }
+    let _ = writeln!(out, "mode: {}", g.mode);
+    let _ = writeln!(out, "model: {}", g.model);
+    let _ = writeln!(out, "model_hash: {}", g.model_hash);
+    let _ = writeln!(out, "gram_iterations: {}", g.gram_iterations);
+    if let Some(line) = g.policy_line {
+        let _ = writeln!(out, "policy_line: {line}");
+    }
+    let _ = writeln!(out, "lipfp_version: {version}");
+    out
+}
+
+/// The testcase of one gate.
+fn testcase(g: &GateReport, version: &str) -> TestCase {
+    let name = attr(&g.name);
+    let time = duration(g.timing.norms_s + g.timing.certify_s);
+    let props = properties(g, version);
+    let (mut builder, out) = match g.passed {
+        Some(false) => {
+            let line = verdict_line(g);
+            let body = format!("{line}\n\n{}", figures(g));
+            let mut b = TestCaseBuilder::failure(&name, time, "threshold", &line);
+            b.set_trace(&cdata(&body));
+            (b, props)
+        }
+        Some(true) => (
+            TestCaseBuilder::success(&name, time),
+            format!("passed\n\n{props}\n{}", figures(g)),
+        ),
+        None => (
+            TestCaseBuilder::success(&name, time),
+            format!(
+                "no thresholds: this gate reports and never fails\n\n{props}\n{}",
+                figures(g)
+            ),
+        ),
+    };
+    builder.set_classname(&classname(&g.model));
+    builder.set_system_out(&cdata(&out));
+    builder.build()
+}
+
+/// Serialise a JUnit report built by this module.
+fn to_string(report: &junit_report::Report) -> String {
+    let mut out = Vec::new();
+    report
+        .write_xml(&mut out)
+        .expect("writing XML to memory cannot fail");
+    let mut xml = String::from_utf8(out).expect("the XML is built from UTF-8 strings");
+    xml.push('\n');
+    xml
+}
+
+/// Render `report` as JUnit XML: one testsuite named `suite_name` (e.g. `"lipfp: lipfp.toml"`)
+/// with one testcase per gate.
+///
+/// Testcase name = gate name; classname = the model file's stem with dots replaced by `_`;
+/// time = norms + certify seconds. A failing gate (`passed == Some(false)`) has a `failure`
+/// whose `message` is the one-line verdict (its failed thresholds joined with `"; "`) and whose
+/// body repeats that line first, then every figure (accuracy, each mode with `real` labelled
+/// UNSOUND, the floating-point cost, the notes). The gate's properties (format, ftz, epsilon or
+/// epsilons file, mode, model, model hash, Gram iterations, tool version) are `name: value`
+/// lines in its `system-out`; a gate without thresholds is a passing testcase whose
+/// `system-out` starts with "no thresholds". Characters XML 1.0 forbids are removed.
+pub fn render(report: &Report, suite_name: &str) -> String {
+    let version = attr(&report.lipfp_version);
+    let mut suite_out = format!("lipfp_version: {version}\n");
+    if let Some(p) = &report.policy {
+        let _ = writeln!(suite_out, "policy: {p}");
+    }
+    let suite = TestSuiteBuilder::new(&attr(suite_name))
+        .add_testcases(report.gates.iter().map(|g| testcase(g, &version)))
+        .set_system_out(&cdata(&suite_out))
+        .build();
+    to_string(&ReportBuilder::new().add_testsuite(suite).build())
+}
+
+/// Render a run that failed with a usage, model, data or policy error (exit code 2): one
+/// testsuite named `suite_name` with one testcase (name and classname `lipfp`) carrying an
+/// `error` whose `message` is the error's first line and whose body is the full message.
+pub fn render_error(suite_name: &str, message: &str) -> String {
+    let first = message
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("lipfp failed");
+    let mut case = TestCaseBuilder::error(ERROR_CASE, Duration::ZERO, "error", &attr(first));
+    case.set_classname(ERROR_CASE).set_trace(&cdata(message));
+    let suite = TestSuiteBuilder::new(&attr(suite_name))
+        .add_testcase(case.build())
+        .build();
+    to_string(&ReportBuilder::new().add_testsuite(suite).build())
+}
+
+/// Write rendered XML to `path` atomically (a temporary file next to it, then a rename),
+/// creating the parent directory. Fails with [`LipfpError::Io`] naming `path`.
+pub fn write(xml: &str, path: &Path) -> Result<(), LipfpError> {
+    let io = |e: std::io::Error| LipfpError::Io {
+        path: path.to_path_buf(),
+        message: format!("could not write the JUnit report: {e}"),
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, xml).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forbidden_characters_are_removed() {
+        assert_eq!(xml_chars("a\u{1}b\tc\u{FFFF}\u{7f}"), "ab\tc");
+        assert_eq!(attr("a\nb\r\tc"), "a b  c");
+    }
+
+    #[test]
+    fn cdata_end_is_split() {
+        assert_eq!(cdata("x]]>y"), "x]]]]><![CDATA[>y");
+    }
+
+    #[test]
+    fn classname_has_no_dots() {
+        assert_eq!(classname("models/v1.2/net.v3.onnx"), "net_v3");
+        assert_eq!(classname(""), "model");
+    }
+
+    #[test]
+    fn durations_are_clamped() {
+        assert_eq!(duration(f64::NAN), Duration::ZERO);
+        assert_eq!(duration(-1.0), Duration::ZERO);
+        assert!(duration(f64::INFINITY) == Duration::ZERO);
+        assert!(duration(1e300) > Duration::ZERO);
+    }
+}
