@@ -67,6 +67,22 @@ pub enum Command {
     Report(ReportArgs),
     /// Show how a model is read: layers, ONNX nodes, norms, n*u per format, hash.
     Inspect(InspectArgs),
+    /// Measure speed and memory: the MNIST benchmark in every mode and a HIGGS-scale run.
+    Bench(BenchArgs),
+}
+
+/// `lipfp bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Directory holding benchmarks/mnist (the project's shared material).
+    #[arg(long, default_value = "../shared")]
+    pub shared: PathBuf,
+    /// Points of the generated HIGGS-scale test set (0 skips it).
+    #[arg(long, default_value_t = 500_000)]
+    pub higgs_points: usize,
+    /// Write the figures as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// Where reports go.
@@ -202,6 +218,7 @@ pub fn run(cli: Cli) -> Exit {
             suite_name("report"),
         ),
         Command::Inspect(a) => (inspect_model(a, &progress), None, String::new()),
+        Command::Bench(a) => (bench(a, &progress), None, String::new()),
     };
     match result {
         Ok(code) => code,
@@ -540,6 +557,23 @@ fn inspect_model(a: &InspectArgs, progress: &Progress) -> Result<Exit, LipfpErro
         );
     } else {
         print!("{}", inspect::render(&info));
+    }
+    Ok(Exit::Pass)
+}
+
+fn bench(a: &BenchArgs, progress: &Progress) -> Result<Exit, LipfpError> {
+    let opts = crate::bench::BenchOptions {
+        shared: a.shared.clone(),
+        higgs_points: a.higgs_points,
+    };
+    let r = crate::bench::run_bench(&opts, progress)?;
+    print!("{}", crate::bench::render(&r));
+    if let Some(p) = &a.json {
+        let text = serde_json::to_string_pretty(&r).expect("bench report serialises");
+        std::fs::write(p, text + "\n").map_err(|e| LipfpError::Io {
+            path: p.clone(),
+            message: e.to_string(),
+        })?;
     }
     Ok(Exit::Pass)
 }

@@ -5,6 +5,7 @@
 //! certificates (parallel) -> gate verdicts -> reporters.
 
 pub mod baseline;
+pub mod bench;
 pub mod certificates;
 pub mod certify;
 pub mod cli;

@@ -203,6 +203,23 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
         ));
     }
 
+    prepare_loaded(spec, net, inputs, labels, notes, (first, total), progress)
+}
+
+/// The part of [`prepare`] after loading: norms, centre forward pass and (when
+/// `spec.reference`) the float64 reference pass, for a network and inputs already in memory
+/// (`spec.model`, `spec.inputs`, `spec.labels` and `spec.shard` are not read). `span` is the
+/// global index of the first point and the size of the whole test set.
+pub fn prepare_loaded(
+    spec: &SubjectSpec,
+    net: DenseNet,
+    inputs: Inputs,
+    labels: Option<Vec<usize>>,
+    mut notes: Vec<String>,
+    span: (usize, usize),
+    progress: &Progress,
+) -> Result<Subject, LipfpError> {
+    let (first, total) = span;
     progress.stage(&format!(
         "norms: {} layers, {} Gram iterations",
         net.layers.len(),

@@ -1,0 +1,309 @@
+//! `lipfp bench`: the figures the performance work is judged by — wall seconds, microseconds per
+//! instance and peak RSS for (a) the paper's MNIST benchmark (norms from a cold cache, then every
+//! mode over the whole test set, forward passes included) and (b) a generated HIGGS-scale model
+//! (28 inputs, five hidden layers of 1024, 2 classes) on generated inputs.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use ndarray::Array2;
+use serde::Serialize;
+
+use crate::certify::Mode;
+use crate::data::{self, Inputs};
+use crate::error::LipfpError;
+use crate::format::Format;
+use crate::model::{self, Activation, Dense, DenseNet};
+use crate::norms::{self, DEFAULT_GRAM_ITERATIONS};
+use crate::policy::Radius;
+use crate::progress::Progress;
+use crate::run::{self, SubjectSpec};
+
+/// Per-instance times of the paper's Python certifier measured on this machine (MNIST,
+/// float32, ms per instance): the baseline of the speed-up column.
+pub const PAPER_PYTHON_MS: [(Mode, f64); 2] = [(Mode::Standard, 8.1), (Mode::Hybrid, 12.9)];
+
+/// One measured phase.
+#[derive(Clone, Debug, Serialize)]
+pub struct Phase {
+    /// Benchmark (`mnist` or `higgs-scale`).
+    pub suite: String,
+    /// What was measured (`norms (cold)`, a mode name, ...).
+    pub phase: String,
+    /// Wall-clock seconds.
+    pub wall_s: f64,
+    /// Points processed (none for the norms).
+    pub points: Option<usize>,
+    /// Microseconds per point.
+    pub per_instance_us: Option<f64>,
+    /// Points certified in the mode.
+    pub certified: Option<usize>,
+    /// Peak resident set size of the process so far, in MiB.
+    pub peak_rss_mib: Option<f64>,
+    /// Speed-up over the paper's Python certifier on this machine, when known.
+    pub speedup_vs_paper_python: Option<f64>,
+}
+
+/// Everything `bench` measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// Tool version.
+    pub lipfp_version: String,
+    /// Worker threads.
+    pub threads: usize,
+    /// The phases, in order.
+    pub phases: Vec<Phase>,
+    /// Suites that were skipped, and why.
+    pub skipped: Vec<String>,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Directory holding `benchmarks/mnist` (the project's `../shared`).
+    pub shared: PathBuf,
+    /// Points of the generated HIGGS-scale test set (0 skips it).
+    pub higgs_points: usize,
+}
+
+/// Peak resident set size of this process (`VmHWM`), in MiB, where the OS reports it.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// A deterministic generator (splitmix64) with Gaussian samples (Box-Muller).
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn gaussian(&mut self) -> f64 {
+        let (u, v) = (self.uniform(), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+}
+
+/// A HIGGS-scale network: 28 inputs, five hidden ReLU layers of 1024, 2 classes, Gaussian
+/// weights scaled so every layer's spectral norm is about 1.2 (a trained globally-robust
+/// network's range), small biases; float32 values.
+pub fn higgs_scale_net(seed: u64) -> DenseNet {
+    let widths = [28usize, 1024, 1024, 1024, 1024, 1024, 2];
+    let mut rng = Rng(seed);
+    let layers = widths
+        .windows(2)
+        .enumerate()
+        .map(|(k, w)| {
+            let (n, m) = (w[0], w[1]);
+            // ||W|| ~ sigma (sqrt(m) + sqrt(n)) for Gaussian entries
+            let sigma = 1.2 / ((m as f64).sqrt() + (n as f64).sqrt());
+            Dense {
+                w: Array2::from_shape_fn((m, n), |_| (rng.gaussian() * sigma) as f32 as f64),
+                b: (0..m)
+                    .map(|_| (rng.gaussian() * 0.01) as f32 as f64)
+                    .collect(),
+                act: if k + 2 < widths.len() {
+                    Activation::Relu
+                } else {
+                    Activation::Identity
+                },
+                nodes: vec![format!("dense{k}")],
+                ops: vec!["Gemm".into()],
+            }
+        })
+        .collect();
+    DenseNet {
+        layers,
+        input_name: "features".into(),
+        input_shape: vec![28],
+        format: Format::Float32,
+        converted_changed: 0,
+        path: PathBuf::from("<generated higgs-scale model>"),
+    }
+}
+
+/// `n` standardised 28-feature inputs (Gaussian, float32 values) and random binary labels.
+pub fn higgs_scale_inputs(n: usize, seed: u64) -> (Inputs, Vec<usize>) {
+    let mut rng = Rng(seed);
+    let values = (0..n * 28).map(|_| rng.gaussian() as f32 as f64).collect();
+    let labels = (0..n).map(|_| (rng.next_u64() & 1) as usize).collect();
+    (
+        Inputs {
+            path: PathBuf::from("<generated>"),
+            n,
+            dim: 28,
+            values,
+            converted_changed: 0,
+            dtype: "<f4".into(),
+        },
+        labels,
+    )
+}
+
+fn spec(model: &Path, reference: bool, cache: &Path) -> SubjectSpec {
+    SubjectSpec {
+        model: model.to_path_buf(),
+        format: Format::Float32,
+        ftz: false,
+        inputs: PathBuf::new(),
+        labels: None,
+        gram_iterations: DEFAULT_GRAM_ITERATIONS,
+        cache_dir: Some(cache.to_path_buf()),
+        reference,
+        shard: None,
+    }
+}
+
+/// Time the norms from a cold cache, then each mode end to end (forward passes included).
+fn bench_suite(
+    suite: &str,
+    net: &DenseNet,
+    inputs: &Inputs,
+    labels: &[usize],
+    eps: &str,
+    modes: &[Mode],
+    progress: &Progress,
+) -> Result<Vec<Phase>, LipfpError> {
+    let cache = std::env::temp_dir().join(format!("lipfp-bench-{}-{suite}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut phases = Vec::new();
+    progress.stage(&format!("{suite}: norms from a cold cache"));
+    let t = Instant::now();
+    norms::norms_cached(net, DEFAULT_GRAM_ITERATIONS, Some(&cache))
+        .map_err(|e| LipfpError::model(&net.path, format!("norms: {e}")))?;
+    phases.push(Phase {
+        suite: suite.into(),
+        phase: "norms (cold cache)".into(),
+        wall_s: t.elapsed().as_secs_f64(),
+        points: None,
+        per_instance_us: None,
+        certified: None,
+        peak_rss_mib: peak_rss_mib(),
+        speedup_vs_paper_python: None,
+    });
+    let radius = Radius::parse_decimal(eps).map_err(LipfpError::Usage)?;
+    for &mode in modes {
+        progress.stage(&format!("{suite}: {} points in {mode} mode", inputs.n));
+        let t = Instant::now();
+        let subject = run::prepare_loaded(
+            &spec(&net.path, mode.needs_reference(), &cache),
+            net.clone(),
+            inputs.clone(),
+            Some(labels.to_vec()),
+            Vec::new(),
+            (0, inputs.n),
+            &Progress::silent(),
+        )?;
+        let outcome = run::certify(&subject, &radius, &[mode])?;
+        let wall = t.elapsed().as_secs_f64();
+        let us = wall / inputs.n as f64 * 1e6;
+        phases.push(Phase {
+            suite: suite.into(),
+            phase: mode.name().into(),
+            wall_s: wall,
+            points: Some(inputs.n),
+            per_instance_us: Some(us),
+            certified: outcome.mode(mode).map(|m| m.certified),
+            peak_rss_mib: peak_rss_mib(),
+            speedup_vs_paper_python: (suite == "mnist")
+                .then(|| {
+                    PAPER_PYTHON_MS
+                        .iter()
+                        .find(|(m, _)| *m == mode)
+                        .map(|(_, ms)| ms * 1e3 / us)
+                })
+                .flatten(),
+        });
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+    Ok(phases)
+}
+
+/// Run the benchmark.
+pub fn run_bench(opts: &BenchOptions, progress: &Progress) -> Result<BenchReport, LipfpError> {
+    let mut phases = Vec::new();
+    let mut skipped = Vec::new();
+    let mnist = opts.shared.join("benchmarks/mnist");
+    if mnist.join("model.onnx").exists() {
+        let net = model::load(&mnist.join("model.onnx"), Format::Float32, false)?;
+        let inputs = data::load_inputs(&mnist.join("x_test.npy"), &net, Format::Float32)?;
+        let labels = data::load_labels(&mnist.join("y_test.npy"), inputs.n, net.classes())?;
+        phases.extend(bench_suite(
+            "mnist",
+            &net,
+            &inputs,
+            &labels,
+            "0.3",
+            &Mode::SOUND,
+            progress,
+        )?);
+    } else {
+        skipped.push(format!("mnist: {} not found", mnist.display()));
+    }
+    if opts.higgs_points > 0 {
+        let net = higgs_scale_net(1);
+        let (inputs, labels) = higgs_scale_inputs(opts.higgs_points, 2);
+        phases.extend(bench_suite(
+            "higgs-scale",
+            &net,
+            &inputs,
+            &labels,
+            "0.1",
+            &[Mode::Standard, Mode::Measured],
+            progress,
+        )?);
+    } else {
+        skipped.push("higgs-scale: --higgs-points 0".into());
+    }
+    Ok(BenchReport {
+        lipfp_version: env!("CARGO_PKG_VERSION").into(),
+        threads: rayon::current_num_threads(),
+        phases,
+        skipped,
+    })
+}
+
+/// The benchmark as a table.
+pub fn render(r: &BenchReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "lipfp {} bench, {} threads",
+        r.lipfp_version, r.threads
+    );
+    let _ = writeln!(
+        out,
+        "{:<12} {:<20} {:>10} {:>10} {:>12} {:>10} {:>11} {:>10}",
+        "suite", "phase", "wall s", "points", "us/point", "certified", "peak MiB", "vs paper"
+    );
+    for p in &r.phases {
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            out,
+            "{:<12} {:<20} {:>10.3} {:>10} {:>12} {:>10} {:>11} {:>10}",
+            p.suite,
+            p.phase,
+            p.wall_s,
+            opt(p.points.map(|n| n.to_string())),
+            opt(p.per_instance_us.map(|u| format!("{u:.2}"))),
+            opt(p.certified.map(|c| c.to_string())),
+            opt(p.peak_rss_mib.map(|m| format!("{m:.0}"))),
+            opt(p.speedup_vs_paper_python.map(|s| format!("{s:.0}x"))),
+        );
+    }
+    for s in &r.skipped {
+        let _ = writeln!(out, "skipped: {s}");
+    }
+    out
+}

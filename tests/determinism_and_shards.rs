@@ -1,0 +1,157 @@
+//! Determinism (identical reports with one thread and with all threads) and sharding
+//! (`lipfp report` over the shards' certificate files gives the figures of one whole run).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Run lipfp, returning the exit code.
+fn lipfp(args: &[&str], threads: Option<usize>, cache: &Path) -> i32 {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lipfp"));
+    cmd.current_dir(root())
+        .arg("-q")
+        .args(args)
+        .env("LIPFP_CACHE_DIR", cache);
+    if let Some(t) = threads {
+        cmd.env("RAYON_NUM_THREADS", t.to_string());
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.code().is_some(),
+        "lipfp crashed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.status.code().unwrap()
+}
+
+/// The JSON report without timings, cache flags and notes that name shards or merges.
+fn figures(path: &Path) -> Value {
+    let mut v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    for g in v["gates"].as_array_mut().unwrap() {
+        let g = g.as_object_mut().unwrap();
+        for key in ["timing", "norms_cached", "notes"] {
+            g.remove(key);
+        }
+        for (_, m) in g.get_mut("modes").unwrap().as_object_mut().unwrap() {
+            let m = m.as_object_mut().unwrap();
+            m.remove("seconds");
+            // a sum over points: equal up to the order of floating-point additions
+            if let Some(r) = m.get("conservatism_ratio").and_then(Value::as_f64) {
+                m.insert(
+                    "conservatism_ratio".into(),
+                    Value::from((r * 1e6).round() / 1e6),
+                );
+            }
+        }
+    }
+    v
+}
+
+fn digits_args(json: &Path) -> Vec<String> {
+    let d = "examples/digits";
+    vec![
+        "certify".into(),
+        "--model".into(),
+        format!("{d}/model.onnx"),
+        "--inputs".into(),
+        format!("{d}/x_test.npy"),
+        "--labels".into(),
+        format!("{d}/y_test.npy"),
+        "--epsilon".into(),
+        "0.3".into(),
+        "--json".into(),
+        json.display().to_string(),
+    ]
+}
+
+#[test]
+fn one_thread_and_all_threads_give_identical_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, all) = (tmp.path().join("one.json"), tmp.path().join("all.json"));
+    let a1 = digits_args(&one);
+    let a2 = digits_args(&all);
+    let args1: Vec<&str> = a1.iter().map(String::as_str).collect();
+    let args2: Vec<&str> = a2.iter().map(String::as_str).collect();
+    assert_eq!(lipfp(&args1, Some(1), tmp.path()), 0);
+    assert_eq!(lipfp(&args2, None, tmp.path()), 0);
+    assert_eq!(figures(&one), figures(&all));
+}
+
+fn sharded_equals_whole(model: &Path, inputs: &Path, labels: &Path, eps: &str, shards: usize) {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = tmp.path().join("whole.json");
+    let base: Vec<String> = vec![
+        "certify".into(),
+        "--model".into(),
+        model.display().to_string(),
+        "--inputs".into(),
+        inputs.display().to_string(),
+        "--labels".into(),
+        labels.display().to_string(),
+        "--epsilon".into(),
+        eps.into(),
+    ];
+    let run = |extra: Vec<String>| {
+        let args: Vec<String> = base.iter().cloned().chain(extra).collect();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        lipfp(&refs, None, tmp.path())
+    };
+    assert_eq!(run(vec!["--json".into(), whole.display().to_string()]), 0);
+    let mut files: Vec<PathBuf> = Vec::new();
+    for k in 1..=shards {
+        let f = tmp.path().join(format!("shard{k}.pb"));
+        assert_eq!(
+            run(vec![
+                "--shard".into(),
+                format!("{k}/{shards}"),
+                "--certificates".into(),
+                f.display().to_string()
+            ]),
+            0
+        );
+        files.push(f);
+    }
+    let merged = tmp.path().join("merged.json");
+    let mut args: Vec<String> = vec!["report".into()];
+    args.extend(files.iter().rev().map(|f| f.display().to_string()));
+    args.extend(["--json".into(), merged.display().to_string()]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(lipfp(&refs, None, tmp.path()), 0);
+    assert_eq!(figures(&whole), figures(&merged));
+    // one shard alone is not passed off as the whole set
+    let refs = ["report", files[0].to_str().unwrap()];
+    assert_eq!(lipfp(&refs, None, tmp.path()), 2);
+}
+
+#[test]
+fn digits_shards_merge_to_the_whole_run() {
+    let d = root().join("examples/digits");
+    sharded_equals_whole(
+        &d.join("model.onnx"),
+        &d.join("x_test.npy"),
+        &d.join("y_test.npy"),
+        "0.3",
+        3,
+    );
+}
+
+#[test]
+fn mnist_halves_merge_to_the_whole_run() {
+    let d = root().join("../shared/benchmarks/mnist");
+    if !d.join("model.onnx").exists() {
+        eprintln!("skipping: ../shared/benchmarks/mnist not found");
+        return;
+    }
+    sharded_equals_whole(
+        &d.join("model.onnx"),
+        &d.join("x_test.npy"),
+        &d.join("y_test.npy"),
+        "0.3",
+        2,
+    );
+}
