@@ -337,7 +337,7 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     };
     let subject = run::prepare(&spec, progress)?;
     progress.stage(&format!("certifying {} points", subject.n()));
-    let outcome = run::certify(&subject, &radius, &modes)?;
+    let outcome = run::certify_with_progress(&subject, &radius, &modes, progress)?;
     let verdict = GateVerdict {
         passed: None,
         failures: vec![],
@@ -430,7 +430,7 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             g.name,
             subject.n()
         ));
-        let outcome = run::certify(subject, &g.radius, &g.modes)?;
+        let outcome = run::certify_with_progress(subject, &g.radius, &g.modes, progress)?;
         let base = baseline
             .as_ref()
             .and_then(|b| b.figures(&g.name, g.mode().name()));

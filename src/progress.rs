@@ -1,7 +1,12 @@
-//! Progress on stderr: stage lines, quiet when asked. Reports go to files or stdout; logs never
-//! mix with them.
+//! Progress on stderr: stage lines, a bar on a terminal, periodic plain lines in CI logs, and
+//! nothing with `--quiet`. Reports go to files or stdout; logs never mix with them.
 
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Where progress goes.
 #[derive(Clone, Debug)]
@@ -9,6 +14,9 @@ pub struct Progress {
     quiet: bool,
     terminal: bool,
 }
+
+/// Seconds between plain progress lines when stderr is not a terminal.
+const LOG_INTERVAL: Duration = Duration::from_secs(5);
 
 impl Progress {
     /// Progress on stderr, unless `quiet`.
@@ -41,5 +49,69 @@ impl Progress {
     /// A warning (shown even when quiet).
     pub fn warn(&self, msg: &str) {
         eprintln!("lipfp: warning: {msg}");
+    }
+
+    /// Start counting `total` units of work labelled `what` (thread-safe; see [`Task::add`]).
+    pub fn task(&self, what: &str, total: u64) -> Task {
+        let bar = if self.quiet || !self.terminal {
+            None
+        } else {
+            let style = ProgressStyle::with_template(
+                "  {msg:<28} [{bar:30}] {pos}/{len} ({elapsed}, eta {eta})",
+            )
+            .expect("a valid progress template")
+            .progress_chars("=> ");
+            let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+                .with_style(style)
+                .with_message(what.to_string());
+            Some(bar)
+        };
+        Task {
+            what: what.to_string(),
+            total,
+            done: AtomicU64::new(0),
+            bar,
+            log: (!self.quiet && !self.terminal).then(|| Mutex::new(Instant::now())),
+        }
+    }
+}
+
+/// Units of work being counted; dropped (or [`Task::finish`]ed) when done.
+pub struct Task {
+    what: String,
+    total: u64,
+    done: AtomicU64,
+    bar: Option<ProgressBar>,
+    /// Time of the last plain line (CI logs).
+    log: Option<Mutex<Instant>>,
+}
+
+impl Task {
+    /// Record `n` more units done.
+    pub fn add(&self, n: u64) {
+        let done = self.done.fetch_add(n, Ordering::Relaxed) + n;
+        if let Some(bar) = &self.bar {
+            bar.inc(n);
+        }
+        if let Some(last) = &self.log {
+            if let Ok(mut last) = last.try_lock() {
+                if last.elapsed() >= LOG_INTERVAL && done < self.total {
+                    *last = Instant::now();
+                    eprintln!(
+                        "lipfp: {}: {done}/{} ({:.0}%)",
+                        self.what,
+                        self.total,
+                        100.0 * done as f64 / self.total.max(1) as f64
+                    );
+                }
+            }
+        }
+    }
+
+    /// Clear the bar.
+    pub fn finish(self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
     }
 }

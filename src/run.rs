@@ -19,7 +19,7 @@ use crate::format::Format;
 use crate::model::{self, DenseNet};
 use crate::norms::{self, NetworkNorms};
 use crate::policy::Radius;
-use crate::progress::Progress;
+use crate::progress::{Progress, Task};
 use crate::sound::l2_norm_up;
 
 /// What to load for a run.
@@ -252,7 +252,9 @@ pub fn prepare_loaded(
     ));
     let t = Instant::now();
     let exec = Executor::new(&net);
-    let logits = exec.logits(&inputs.values, inputs.dim);
+    let task = progress.task("forward pass", inputs.n as u64);
+    let logits = exec.logits_counted(&inputs.values, inputs.dim, Some(&task));
+    task.finish();
     let classes = net.classes();
     let predictions: Vec<Option<usize>> = logits.par_chunks(classes).map(predicted_class).collect();
     let x_norms: Vec<f64> = (0..inputs.n)
@@ -270,7 +272,9 @@ pub fn prepare_loaded(
     let reference = if spec.reference {
         progress.stage(&format!("float64 reference pass: {} points", inputs.n));
         let t = Instant::now();
-        let mut r = reference_pass(&net, &exec, &inputs);
+        let task = progress.task("float64 reference pass", inputs.n as u64);
+        let mut r = reference_pass(&net, &exec, &inputs, &task);
+        task.finish();
         r.bounds = norms
             .as_ref()
             .ok()
@@ -301,7 +305,7 @@ pub fn prepare_loaded(
 
 /// The float64 reference execution of the converted network and the deployment execution's
 /// penultimate activations, reduced per point to what the pre-deployment modes read.
-fn reference_pass(net: &DenseNet, exec: &Executor, inputs: &Inputs) -> ReferenceData {
+fn reference_pass(net: &DenseNet, exec: &Executor, inputs: &Inputs, task: &Task) -> ReferenceData {
     let hi_exec = Executor::with_format(net, Format::Float64);
     let dim = inputs.dim;
     let rows = inputs.n;
@@ -336,6 +340,7 @@ fn reference_pass(net: &DenseNet, exec: &Executor, inputs: &Inputs) -> Reference
                 };
                 gaps.push(gap);
             }
+            task.add((hi - lo) as u64);
             (hi_logits.into_iter().collect(), norms, gaps)
         })
         .collect();
@@ -423,6 +428,16 @@ pub fn certify(
     radius: &Radius,
     modes: &[Mode],
 ) -> Result<CertifyOutcome, LipfpError> {
+    certify_with_progress(subject, radius, modes, &Progress::silent())
+}
+
+/// [`certify`], showing progress per mode.
+pub fn certify_with_progress(
+    subject: &Subject,
+    radius: &Radius,
+    modes: &[Mode],
+    progress: &Progress,
+) -> Result<CertifyOutcome, LipfpError> {
     let eps = radii(subject, radius)?;
     let mut all = vec![Mode::Real];
     for &m in modes {
@@ -442,6 +457,7 @@ pub fn certify(
     let start = Instant::now();
     for mode in all {
         let t = Instant::now();
+        let task = progress.task(&format!("{mode} certificates"), subject.n() as u64);
         let results: Vec<PointResult> = match &subject.bounds {
             Err(_) => vec![
                 PointResult {
@@ -470,11 +486,16 @@ pub fn certify(
                             x_norm: subject.x_norms[i],
                             hi,
                         };
-                        certifier.certify(mode, &centre, eps[i])
+                        let r = certifier.certify(mode, &centre, eps[i]);
+                        if i % 1024 == 1023 {
+                            task.add(1024);
+                        }
+                        r
                     })
                     .collect()
             }
         };
+        task.finish();
         let seconds = t.elapsed().as_secs_f64();
         let mut refusals = BTreeMap::new();
         let (mut deg, mut leps) = (0.0, 0.0);
