@@ -1,0 +1,190 @@
+//! CI integration end to end: a policy with a passing and a failing gate under GitHub Actions
+//! (exit code, JUnit, step summary, annotations, outputs), the composite action, and baseline
+//! regression on retrained weights.
+
+use std::path::Path;
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+const TWO_GATES: &str = r#"
+[model]
+path = "MODEL"
+
+[data]
+inputs = "INPUTS"
+labels = "LABELS"
+
+[[gate]]
+name = "digits-pass"
+epsilon = "0.3"
+min_vra_pct = 50.0
+
+[[gate]]
+name = "digits-fail"
+epsilon = "0.3"
+min_vra_pct = 99.5
+"#;
+
+#[test]
+fn github_actions_run_with_one_passing_and_one_failing_gate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = root().join("examples/digits");
+    let policy = TWO_GATES
+        .replace("MODEL", &d.join("model.onnx").display().to_string())
+        .replace("INPUTS", &d.join("x_test.npy").display().to_string())
+        .replace("LABELS", &d.join("y_test.npy").display().to_string());
+    let policy_path = tmp.path().join("lipfp.toml");
+    std::fs::write(&policy_path, policy).unwrap();
+    let (junit, summary, outputs) = (
+        tmp.path().join("junit.xml"),
+        tmp.path().join("summary.md"),
+        tmp.path().join("outputs.txt"),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_lipfp"))
+        .args(["-q", "check", "--config"])
+        .arg(&policy_path)
+        .arg("--junit")
+        .arg(&junit)
+        .arg("--cache-dir")
+        .arg(tmp.path().join("cache"))
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .env("GITHUB_OUTPUT", &outputs)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<testcase").count(), 2, "{xml}");
+    assert_eq!(xml.matches("<failure").count(), 1, "{xml}");
+    assert!(xml.contains("message=\"standard VRA"), "{xml}");
+    assert!(xml.contains("min_vra_pct 99.5"), "{xml}");
+
+    let md = std::fs::read_to_string(&summary).unwrap();
+    assert!(
+        md.lines().any(|l| l.starts_with('|') && l.contains("---")),
+        "{md}"
+    );
+    assert!(
+        md.contains("digits-pass") && md.contains("digits-fail"),
+        "{md}"
+    );
+
+    let error_line = stdout
+        .lines()
+        .chain(stderr.lines())
+        .find(|l| l.starts_with("::error"))
+        .unwrap_or_else(|| panic!("no ::error line:\n{stdout}\n{stderr}"));
+    assert!(
+        error_line.contains("file=") && error_line.contains("line=15"),
+        "{error_line}"
+    );
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("::error")).count(),
+        1
+    );
+
+    let outs = std::fs::read_to_string(&outputs).unwrap();
+    assert!(outs.lines().any(|l| l == "passed=false"), "{outs}");
+    assert!(
+        outs.lines().any(|l| l.starts_with("digits_pass_vra_pct=")),
+        "{outs}"
+    );
+}
+
+#[test]
+fn the_action_is_composite_and_passes_inputs_through_env() {
+    let action = std::fs::read_to_string(root().join("ci/action.yml")).unwrap();
+    assert!(action.contains("using: composite") || action.contains("using: \"composite\""));
+    // inputs reach scripts only through env:, never interpolated into run: blocks
+    let mut in_run = false;
+    for line in action.lines() {
+        let t = line.trim_start();
+        if t.starts_with("run:") {
+            in_run = true;
+        } else if t.starts_with("- name:") || t.starts_with("env:") || t.starts_with("with:") {
+            in_run = false;
+        }
+        if in_run {
+            assert!(
+                !line.contains("${{"),
+                "expression inside a run: script: {line}"
+            );
+        }
+    }
+    assert!(root().join("ci/workflow-example.yml").exists());
+}
+
+/// The base MNIST model's report as the baseline, the biased model as "retrained weights".
+#[test]
+fn baseline_regression_names_the_vra_drop() {
+    let s = root().join("../shared/benchmarks");
+    if !s.join("mnist/model.onnx").exists() {
+        eprintln!("skipping: ../shared/benchmarks not found");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let policy = |model: &Path, baseline: Option<&Path>| {
+        let mut p = format!(
+            "[model]\npath = \"{}\"\n[data]\ninputs = \"{}\"\nlabels = \"{}\"\n",
+            model.display(),
+            s.join("mnist/x_test.npy").display(),
+            s.join("mnist/y_test.npy").display()
+        );
+        if let Some(b) = baseline {
+            p += &format!(
+                "[baseline]\nreport = \"{}\"\nrequired = true\n",
+                b.display()
+            );
+        }
+        p += "[[gate]]\nname = \"mnist\"\nepsilon = \"0.3\"\nmode = \"standard\"\nmax_vra_drop_pp = 1.0\n";
+        p
+    };
+    let run = |text: String, json: &Path| {
+        let path = tmp.path().join("p.toml");
+        std::fs::write(&path, text).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_lipfp"))
+            .args(["-q", "check", "--config"])
+            .arg(&path)
+            .arg("--json")
+            .arg(json)
+            .arg("--cache-dir")
+            .arg(tmp.path().join("cache"))
+            .output()
+            .unwrap()
+    };
+    let base_json = tmp.path().join("base.json");
+    let out = run(policy(&s.join("mnist/model.onnx"), None), &base_json);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let new_json = tmp.path().join("new.json");
+    let out = run(
+        policy(&s.join("mnist-biased-1e6/model.onnx"), Some(&base_json)),
+        &new_json,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("VRA dropped") && stdout.contains("baseline 95.17%"),
+        "{stdout}"
+    );
+    // a required baseline that is missing is an input error
+    let out = run(
+        policy(
+            &s.join("mnist/model.onnx"),
+            Some(&tmp.path().join("missing.json")),
+        ),
+        &tmp.path().join("x.json"),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.json"));
+}
