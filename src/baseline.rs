@@ -24,14 +24,8 @@ pub struct Baseline {
 impl Baseline {
     /// Read a JSON report written by `--json`.
     pub fn load(path: &Path) -> Result<Baseline, LipfpError> {
-        let text = std::fs::read_to_string(path).map_err(|e| LipfpError::Io {
-            path: path.to_path_buf(),
-            message: if e.kind() == std::io::ErrorKind::NotFound {
-                "baseline report not found".into()
-            } else {
-                e.to_string()
-            },
-        })?;
+        let bytes = crate::files::read(path, "baseline report")?;
+        let text = String::from_utf8_lossy(&bytes);
         let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
             LipfpError::data(path, format!("baseline is not a lipfp JSON report: {e}"))
         })?;

@@ -74,10 +74,8 @@ pub fn gate_certificates(
                 .collect(),
         })
         .collect();
-    let (epsilon, epsilons) = match meta.radius {
-        Radius::Uniform { text, .. } => (text.clone(), String::new()),
-        Radius::PerInstance(p) => (String::new(), p.display().to_string()),
-    };
+    let (epsilon, epsilons) = meta.radius.fields();
+    let (epsilon, epsilons) = (epsilon.unwrap_or_default(), epsilons.unwrap_or_default());
     GateCertificates {
         gate: meta.name.to_string(),
         model: subject.net.path.display().to_string(),
@@ -117,28 +115,12 @@ pub fn gate_certificates(
 
 /// Write a certificate file atomically.
 pub fn write(file: &CertificateFile, path: &Path) -> Result<(), LipfpError> {
-    let io = |e: std::io::Error| LipfpError::Io {
-        path: path.to_path_buf(),
-        message: format!("could not write the certificate file: {e}"),
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
-    let tmp = path.with_extension("pb.tmp");
-    std::fs::write(&tmp, file.encode_to_vec()).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    crate::files::write_atomic(path, &file.encode_to_vec(), "certificate file")
 }
 
 /// Read a certificate file.
 pub fn read(path: &Path) -> Result<CertificateFile, LipfpError> {
-    let bytes = std::fs::read(path).map_err(|e| LipfpError::Io {
-        path: path.to_path_buf(),
-        message: if e.kind() == std::io::ErrorKind::NotFound {
-            "file not found".into()
-        } else {
-            e.to_string()
-        },
-    })?;
+    let bytes = crate::files::read(path, "certificate file")?;
     CertificateFile::decode(bytes.as_slice())
         .map_err(|e| LipfpError::data(path, format!("not a lipfp certificate file: {e}")))
 }

@@ -293,7 +293,7 @@ fn emit(
 }
 
 fn exit_for(report: &Report) -> Exit {
-    if report.gates.iter().any(|g| g.passed == Some(false)) {
+    if report.tally().1 > 0 {
         Exit::PolicyFailed
     } else {
         Exit::Pass

@@ -20,14 +20,7 @@ struct Array<T> {
 }
 
 fn open(path: &Path) -> Result<NpyFile<BufReader<File>>, LipfpError> {
-    let f = File::open(path).map_err(|e| LipfpError::Io {
-        path: path.to_path_buf(),
-        message: if e.kind() == std::io::ErrorKind::NotFound {
-            "file not found".into()
-        } else {
-            e.to_string()
-        },
-    })?;
+    let f = File::open(path).map_err(|e| crate::files::read_error(path, "file", &e))?;
     NpyFile::new(BufReader::new(f))
         .map_err(|e| LipfpError::data(path, format!("not a valid .npy file: {e}")))
 }

@@ -110,6 +110,14 @@ pub enum Radius {
 }
 
 impl Radius {
+    /// `(epsilon as written, per-instance radii file)`: exactly one is set.
+    pub fn fields(&self) -> (Option<String>, Option<String>) {
+        match self {
+            Radius::Uniform { text, .. } => (Some(text.clone()), None),
+            Radius::PerInstance(p) => (None, Some(p.display().to_string())),
+        }
+    }
+
     /// Parse a decimal string (e.g. `"0.3"`, `"1e-6"`) exactly; it must be finite and `>= 0`.
     pub fn parse_decimal(text: &str) -> Result<Radius, String> {
         let q = parse_decimal_exact(text).ok_or_else(|| {
@@ -245,14 +253,9 @@ pub struct Policy {
 impl Policy {
     /// Read and validate a policy file.
     pub fn load(path: &Path) -> Result<Policy, LipfpError> {
-        let text = std::fs::read_to_string(path).map_err(|e| LipfpError::Io {
-            path: path.to_path_buf(),
-            message: if e.kind() == std::io::ErrorKind::NotFound {
-                "policy file not found".into()
-            } else {
-                e.to_string()
-            },
-        })?;
+        let bytes = crate::files::read(path, "policy file")?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| LipfpError::policy(path, "the policy is not UTF-8 text"))?;
         Policy::parse(path, &text)
     }
 

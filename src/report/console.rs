@@ -76,16 +76,7 @@ pub fn render(report: &Report) -> String {
         gate_block(&mut out, g);
     }
     let total = report.gates.len();
-    let failed = report
-        .gates
-        .iter()
-        .filter(|g| g.passed == Some(false))
-        .count();
-    let passed = report
-        .gates
-        .iter()
-        .filter(|g| g.passed == Some(true))
-        .count();
+    let (passed, failed, _) = report.tally();
     if report.policy.is_some() {
         let _ = writeln!(
             out,

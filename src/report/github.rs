@@ -132,16 +132,7 @@ fn row(g: &GateReport) -> String {
 /// with a final line saying how many.
 pub fn step_summary(report: &Report) -> String {
     let total = report.gates.len();
-    let failed = report
-        .gates
-        .iter()
-        .filter(|g| g.passed == Some(false))
-        .count();
-    let passed = report
-        .gates
-        .iter()
-        .filter(|g| g.passed == Some(true))
-        .count();
+    let (passed, failed, _) = report.tally();
     let title = report
         .policy
         .as_deref()

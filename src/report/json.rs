@@ -12,14 +12,5 @@ pub fn render(report: &Report) -> String {
 
 /// Write the report to `path` (atomically: a temporary file, then a rename).
 pub fn write(report: &Report, path: &Path) -> Result<(), LipfpError> {
-    let io = |e: std::io::Error| LipfpError::Io {
-        path: path.to_path_buf(),
-        message: format!("could not write the JSON report: {e}"),
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, render(report) + "\n").map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    crate::files::write_atomic(path, (render(report) + "\n").as_bytes(), "JSON report")
 }

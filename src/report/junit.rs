@@ -278,21 +278,7 @@ pub fn render_error(suite_name: &str, message: &str) -> String {
 /// Write rendered XML to `path` atomically (a temporary file next to it, then a rename),
 /// creating the parent directory. Fails with [`LipfpError::Io`] naming `path`.
 pub fn write(xml: &str, path: &Path) -> Result<(), LipfpError> {
-    let io = |e: std::io::Error| LipfpError::Io {
-        path: path.to_path_buf(),
-        message: format!("could not write the JUnit report: {e}"),
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, xml).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e)
-    })
+    crate::files::write_atomic(path, xml.as_bytes(), "JUnit report")
 }
 
 #[cfg(test)]

@@ -101,6 +101,14 @@ pub struct Report {
     pub gates: Vec<GateReport>,
 }
 
+impl Report {
+    /// `(passed, failed, without thresholds)` gate counts.
+    pub fn tally(&self) -> (usize, usize, usize) {
+        let count = |v: Option<bool>| self.gates.iter().filter(|g| g.passed == v).count();
+        (count(Some(true)), count(Some(false)), count(None))
+    }
+}
+
 /// Static facts about the subject that go into a gate report.
 pub struct SubjectFacts<'a> {
     /// Model file.
@@ -159,14 +167,8 @@ impl GateReport {
             name: name.to_string(),
             format: facts.format,
             ftz: facts.ftz,
-            epsilon: match radius {
-                Radius::Uniform { text, .. } => Some(text.clone()),
-                Radius::PerInstance(_) => None,
-            },
-            epsilons: match radius {
-                Radius::PerInstance(p) => Some(p.display().to_string()),
-                Radius::Uniform { .. } => None,
-            },
+            epsilon: radius.fields().0,
+            epsilons: radius.fields().1,
             n,
             accuracy_pct: outcome.correct.map(|c| round4(pct(c, n))),
             mode,
