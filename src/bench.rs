@@ -198,7 +198,7 @@ fn bench_suite(
         let subject = run::prepare_loaded(
             &spec(&net.path, mode.needs_reference(), &cache),
             net.clone(),
-            inputs.clone(),
+            inputs,
             Some(labels.to_vec()),
             Vec::new(),
             (0, inputs.n),

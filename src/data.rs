@@ -141,68 +141,178 @@ impl Inputs {
     }
 }
 
-/// Read inputs whose per-example shape must match the model's input, convert them to
-/// `format`, and reject non-finite values (before or after conversion) naming the index.
-pub fn load_inputs(path: &Path, net: &DenseNet, format: Format) -> Result<Inputs, LipfpError> {
-    let dtype = {
+/// Element readers for the float dtypes inputs may have.
+enum FloatReader {
+    F16(npyz::NpyReader<half::f16, BufReader<File>>),
+    F32(npyz::NpyReader<f32, BufReader<File>>),
+    F64(npyz::NpyReader<f64, BufReader<File>>),
+    /// Fortran-order files cannot be read row by row: they are read whole and reordered.
+    Buffered(std::vec::IntoIter<f64>),
+}
+
+impl FloatReader {
+    fn next(&mut self) -> Option<std::io::Result<f64>> {
+        match self {
+            FloatReader::F16(r) => r.next().map(|x| x.map(|v| v.to_f64())),
+            FloatReader::F32(r) => r.next().map(|x| x.map(|v| v as f64)),
+            FloatReader::F64(r) => r.next(),
+            FloatReader::Buffered(it) => it.next().map(Ok),
+        }
+    }
+}
+
+/// Test inputs read row by row (memory stays bounded for large sets), converted to the
+/// deployment format and checked; errors name the file and the global index.
+pub struct InputStream {
+    /// The `.npy` file.
+    pub path: PathBuf,
+    /// Number of examples in the file.
+    pub n: usize,
+    /// Features per example.
+    pub dim: usize,
+    /// dtype of the file, e.g. `<f4`.
+    pub dtype: String,
+    /// Values changed by the conversion so far.
+    pub converted_changed: usize,
+    format: Format,
+    reader: FloatReader,
+    next_row: usize,
+}
+
+impl InputStream {
+    /// Open `path`, checking its dtype and that its per-example shape matches the model input.
+    pub fn open(path: &Path, net: &DenseNet, format: Format) -> Result<InputStream, LipfpError> {
         let npy = open(path)?;
-        dtype_desc(&npy).1
-    };
-    let arr = read_floats(path)?;
-    if arr.shape.is_empty() {
-        return Err(LipfpError::data(
-            path,
-            "inputs must be an array [N, ...], found a scalar",
-        ));
-    }
-    let per_example = &arr.shape[1..];
-    if per_example != net.input_shape.as_slice() {
-        return Err(LipfpError::data(
-            path,
-            format!(
-                "per-example shape {:?} does not match the model input `{}` {:?} (array shape {:?})",
-                per_example, net.input_name, net.input_shape, arr.shape
-            ),
-        ));
-    }
-    let n = arr.shape[0];
-    let dim = net.input_dim();
-    let mut changed = 0usize;
-    let mut values = arr.data;
-    for (k, v) in values.iter_mut().enumerate() {
-        if !v.is_finite() {
+        let (kind, dtype) = dtype_desc(&npy);
+        let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+        if shape.is_empty() {
+            return Err(LipfpError::data(
+                path,
+                "inputs must be an array [N, ...], found a scalar",
+            ));
+        }
+        if shape[1..] != net.input_shape[..] {
             return Err(LipfpError::data(
                 path,
                 format!(
-                    "input {} (flat feature {}) is not finite ({v})",
-                    k / dim,
-                    k % dim
+                    "per-example shape {:?} does not match the model input `{}` {:?} (array shape {:?})",
+                    &shape[1..],
+                    net.input_name,
+                    net.input_shape,
+                    shape
                 ),
             ));
         }
-        let c = format.round(*v);
-        if !c.is_finite() {
-            return Err(LipfpError::data(
+        let unsupported = || {
+            LipfpError::data(
                 path,
                 format!(
-                    "input {} (flat feature {}) = {v:e} overflows {format}",
-                    k / dim,
-                    k % dim
+                    "dtype {dtype} is not supported; inputs must be float16, float32 or float64"
                 ),
-            ));
-        }
-        if c != *v {
-            changed += 1;
-            *v = c;
+            )
+        };
+        let bad = |e: npyz::DTypeError| {
+            LipfpError::data(path, format!("could not read the array data: {e}"))
+        };
+        let reader = if npy.order() == Order::Fortran {
+            FloatReader::Buffered(read_floats(path)?.data.into_iter())
+        } else {
+            match kind {
+                Some((TypeChar::Float, 2)) => FloatReader::F16(npy.data().map_err(bad)?),
+                Some((TypeChar::Float, 4)) => FloatReader::F32(npy.data().map_err(bad)?),
+                Some((TypeChar::Float, 8)) => FloatReader::F64(npy.data().map_err(bad)?),
+                _ => return Err(unsupported()),
+            }
+        };
+        Ok(InputStream {
+            path: path.to_path_buf(),
+            n: shape[0],
+            dim: net.input_dim(),
+            dtype,
+            converted_changed: 0,
+            format,
+            reader,
+            next_row: 0,
+        })
+    }
+
+    /// Global index of the next row.
+    pub fn position(&self) -> usize {
+        self.next_row
+    }
+
+    fn value(&mut self, row: usize, feature: usize) -> Result<f64, LipfpError> {
+        match self.reader.next() {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(LipfpError::data(
+                &self.path,
+                format!("could not read input {row} (flat feature {feature}): {e}"),
+            )),
+            None => Err(LipfpError::data(
+                &self.path,
+                format!("the file ends before input {row} (flat feature {feature})"),
+            )),
         }
     }
+
+    /// Skip `rows` rows (their values are still read, not checked).
+    pub fn skip(&mut self, rows: usize) -> Result<(), LipfpError> {
+        for r in 0..rows {
+            for f in 0..self.dim {
+                self.value(self.next_row + r, f)?;
+            }
+        }
+        self.next_row += rows;
+        Ok(())
+    }
+
+    /// The next `rows` rows (fewer at the end), converted to the format.
+    pub fn next_rows(&mut self, rows: usize) -> Result<Vec<f64>, LipfpError> {
+        let rows = rows.min(self.n - self.next_row);
+        let mut out = Vec::with_capacity(rows * self.dim);
+        for r in 0..rows {
+            let row = self.next_row + r;
+            for f in 0..self.dim {
+                let v = self.value(row, f)?;
+                if !v.is_finite() {
+                    return Err(LipfpError::data(
+                        &self.path,
+                        format!("input {row} (flat feature {f}) is not finite ({v})"),
+                    ));
+                }
+                let c = self.format.round(v);
+                if !c.is_finite() {
+                    return Err(LipfpError::data(
+                        &self.path,
+                        format!(
+                            "input {row} (flat feature {f}) = {v:e} overflows {}",
+                            self.format
+                        ),
+                    ));
+                }
+                if c != v {
+                    self.converted_changed += 1;
+                }
+                out.push(c);
+            }
+        }
+        self.next_row += rows;
+        Ok(out)
+    }
+}
+
+/// Read all inputs (per-example shape must match the model's input), converted to `format`;
+/// non-finite values (before or after conversion) are rejected naming the index.
+pub fn load_inputs(path: &Path, net: &DenseNet, format: Format) -> Result<Inputs, LipfpError> {
+    let mut stream = InputStream::open(path, net, format)?;
+    let values = stream.next_rows(stream.n)?;
     Ok(Inputs {
         path: path.to_path_buf(),
-        n,
-        dim,
+        n: stream.n,
+        dim: stream.dim,
         values,
-        converted_changed: changed,
-        dtype,
+        converted_changed: stream.converted_changed,
+        dtype: stream.dtype,
     })
 }
 

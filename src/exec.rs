@@ -17,7 +17,6 @@ use rayon::prelude::*;
 
 use crate::format::Format;
 use crate::model::{Activation, DenseNet};
-use crate::progress::Task;
 
 /// Rows per parallel work item.
 pub const CHUNK_ROWS: usize = 256;
@@ -174,11 +173,6 @@ impl Executor {
 
     /// Logits of every input row, computed in parallel blocks; row-major `[rows, classes]`.
     pub fn logits(&self, values: &[f64], dim: usize) -> Vec<f64> {
-        self.logits_counted(values, dim, None)
-    }
-
-    /// [`Executor::logits`], counting finished rows on `task`.
-    pub fn logits_counted(&self, values: &[f64], dim: usize, task: Option<&Task>) -> Vec<f64> {
         let rows = values.len() / dim;
         let blocks: Vec<Vec<f64>> = (0..rows.div_ceil(CHUNK_ROWS))
             .into_par_iter()
@@ -187,11 +181,7 @@ impl Executor {
                 let hi = (lo + CHUNK_ROWS).min(rows);
                 let view = ArrayView2::from_shape((hi - lo, dim), &values[lo * dim..hi * dim])
                     .expect("block shape matches the slice");
-                let out: Vec<f64> = self.forward_block(view, false).0.into_iter().collect();
-                if let Some(t) = task {
-                    t.add((hi - lo) as u64);
-                }
-                out
+                self.forward_block(view, false).0.into_iter().collect()
             })
             .collect();
         blocks.concat()

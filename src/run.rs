@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::certify::{
     predicted_class, Centre, Certifier, HiCentre, Mode, ModelBounds, PointResult, Refusal,
 };
-use crate::data::{self, Inputs};
+use crate::data::{self, InputStream, Inputs};
 use crate::error::LipfpError;
 use crate::exec::{Executor, CHUNK_ROWS};
 use crate::format::Format;
@@ -100,13 +100,29 @@ pub struct ReferenceData {
     pub seconds: f64,
 }
 
+/// Where a subject's inputs came from (the values themselves are not kept: they are streamed
+/// through the forward passes).
+#[derive(Clone, Debug)]
+pub struct InputsInfo {
+    /// The `.npy` file.
+    pub path: PathBuf,
+    /// Points in this subject (the shard's, when sharded).
+    pub n: usize,
+    /// Features per point.
+    pub dim: usize,
+    /// dtype of the file.
+    pub dtype: String,
+    /// Values changed by the conversion to the deployment format.
+    pub converted_changed: usize,
+}
+
 /// A model and test set ready to certify at any radius: everything that does not depend on
 /// the radius is computed once here.
 pub struct Subject {
     /// The converted network.
     pub net: DenseNet,
-    /// The converted inputs.
-    pub inputs: Inputs,
+    /// The inputs.
+    pub inputs: InputsInfo,
     /// Labels, when given.
     pub labels: Option<Vec<usize>>,
     /// Centre logits in the deployment format, row-major `[n, classes]`.
@@ -121,7 +137,7 @@ pub struct Subject {
     pub bounds: Result<ModelBounds, String>,
     /// Seconds spent on the norms (0 when cached).
     pub norms_s: f64,
-    /// Seconds spent on the centre forward pass.
+    /// Seconds spent on the deployment-format forward pass.
     pub forward_s: f64,
     /// The float64 reference execution, when asked for.
     pub reference: Option<ReferenceData>,
@@ -154,29 +170,30 @@ impl Subject {
     }
 }
 
-/// Load model and data, compute (or read) the norms, run the centre forward pass.
+/// Rows read per step when streaming inputs from a file: memory stays bounded by this many
+/// rows of inputs plus the per-point results.
+pub const STREAM_ROWS: usize = 16_384;
+
+/// Where input rows come from.
+enum Rows<'a> {
+    /// Read from the `.npy` file, positioned at the subject's first point.
+    Stream(Box<InputStream>),
+    /// Already in memory (the subject's points only).
+    Memory(&'a [f64]),
+}
+
+/// Load model and data, compute (or read) the norms, and stream the inputs through the centre
+/// forward passes.
 pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, LipfpError> {
     let net = model::load(&spec.model, spec.format, spec.ftz)?;
-    let mut notes = Vec::new();
-    if net.converted_changed > 0 {
-        notes.push(format!(
-            "{} weight/bias values changed when converted to {} (round-to-nearest-even); the converted network is certified",
-            net.converted_changed, spec.format
-        ));
-    }
-    let mut inputs = data::load_inputs(&spec.inputs, &net, spec.format)?;
-    let total = inputs.n;
-    if inputs.converted_changed > 0 {
-        notes.push(format!(
-            "{} input values changed when converted from {} to {}; balls are centred at the converted inputs",
-            inputs.converted_changed, inputs.dtype, spec.format
-        ));
-    }
-    if inputs.n == 0 {
+    let mut notes = weight_notes(&net, spec.format);
+    let mut stream = InputStream::open(&spec.inputs, &net, spec.format)?;
+    let total = stream.n;
+    if total == 0 {
         return Err(LipfpError::data(&spec.inputs, "the test set is empty"));
     }
     let mut labels = match &spec.labels {
-        Some(p) => Some(data::load_labels(p, inputs.n, net.classes())?),
+        Some(p) => Some(data::load_labels(p, total, net.classes())?),
         None => None,
     };
     let (first, count) = spec.shard.map(|s| s.range(total)).unwrap_or((0, total));
@@ -188,9 +205,6 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
                 s.count
             )));
         }
-        inputs.values.truncate((first + count) * inputs.dim);
-        inputs.values.drain(..first * inputs.dim);
-        inputs.n = count;
         if let Some(l) = labels.as_mut() {
             l.truncate(first + count);
             l.drain(..first);
@@ -201,19 +215,175 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
             s.count,
             first + count
         ));
+        stream.skip(first)?;
     }
-
-    prepare_loaded(spec, net, inputs, labels, notes, (first, total), progress)
+    let info = InputsInfo {
+        path: spec.inputs.clone(),
+        n: count,
+        dim: stream.dim,
+        dtype: stream.dtype.clone(),
+        converted_changed: 0,
+    };
+    compute(
+        spec,
+        net,
+        Rows::Stream(Box::new(stream)),
+        info,
+        labels,
+        notes,
+        (first, total),
+        progress,
+    )
 }
 
-/// The part of [`prepare`] after loading: norms, centre forward pass and (when
-/// `spec.reference`) the float64 reference pass, for a network and inputs already in memory
-/// (`spec.model`, `spec.inputs`, `spec.labels` and `spec.shard` are not read). `span` is the
-/// global index of the first point and the size of the whole test set.
+/// [`prepare`] for a network and inputs already in memory (`spec.model`, `spec.inputs`,
+/// `spec.labels` and `spec.shard` are not read). `span` is the global index of the first point
+/// and the size of the whole test set.
 pub fn prepare_loaded(
     spec: &SubjectSpec,
     net: DenseNet,
-    inputs: Inputs,
+    inputs: &Inputs,
+    labels: Option<Vec<usize>>,
+    notes: Vec<String>,
+    span: (usize, usize),
+    progress: &Progress,
+) -> Result<Subject, LipfpError> {
+    let mut notes = notes;
+    notes.extend(weight_notes(&net, spec.format));
+    let info = InputsInfo {
+        path: inputs.path.clone(),
+        n: inputs.n,
+        dim: inputs.dim,
+        dtype: inputs.dtype.clone(),
+        converted_changed: inputs.converted_changed,
+    };
+    compute(
+        spec,
+        net,
+        Rows::Memory(&inputs.values),
+        info,
+        labels,
+        notes,
+        span,
+        progress,
+    )
+}
+
+fn weight_notes(net: &DenseNet, format: Format) -> Vec<String> {
+    if net.converted_changed > 0 {
+        vec![format!(
+            "{} weight/bias values changed when converted to {format} (round-to-nearest-even); the converted network is certified",
+            net.converted_changed
+        )]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Per-point results of the forward passes over a block of rows.
+#[derive(Default)]
+struct PassOut {
+    logits: Vec<f64>,
+    x_norms: Vec<f64>,
+    hi_logits: Vec<f64>,
+    hi_norms: Vec<f64>,
+    gaps: Vec<f64>,
+    /// CPU seconds of the deployment and the float64 passes.
+    seconds: (f64, f64),
+}
+
+impl PassOut {
+    fn extend(&mut self, o: PassOut) {
+        self.logits.extend(o.logits);
+        self.x_norms.extend(o.x_norms);
+        self.hi_logits.extend(o.hi_logits);
+        self.hi_norms.extend(o.hi_norms);
+        self.gaps.extend(o.gaps);
+        self.seconds.0 += o.seconds.0;
+        self.seconds.1 += o.seconds.1;
+    }
+}
+
+/// The forward passes of one block of rows: deployment logits and `||x||`, and with a float64
+/// executor the reference logits, the float64 hidden-layer norms and the gap between the
+/// deployment and float64 penultimate activations (from the same executions as the logits).
+fn pass_block(exec: &Executor, hi_exec: Option<&Executor>, view: ArrayView2<f64>) -> PassOut {
+    let t = Instant::now();
+    let (logits, dep_hidden) = exec.forward_block(view, hi_exec.is_some());
+    let x_norms = view
+        .rows()
+        .into_iter()
+        .map(|r| l2_norm_up(r.iter().copied()))
+        .collect();
+    let dep_s = t.elapsed().as_secs_f64();
+    let mut out = PassOut {
+        logits: logits.into_iter().collect(),
+        x_norms,
+        ..PassOut::default()
+    };
+    if let Some(hi_exec) = hi_exec {
+        let t = Instant::now();
+        let (hi_logits, hi_hidden) = hi_exec.forward_block(view, true);
+        for r in 0..view.nrows() {
+            for h in &hi_hidden {
+                out.hi_norms.push(l2_norm_up(h.row(r).iter().copied()));
+            }
+            let gap = match (dep_hidden.last(), hi_hidden.last()) {
+                (Some(a), Some(b)) => {
+                    l2_norm_up(a.row(r).iter().zip(b.row(r).iter()).map(|(x, y)| {
+                        if x == y {
+                            0.0
+                        } else {
+                            (x - y).abs().next_up()
+                        }
+                    }))
+                }
+                // a single-layer network: the penultimate activation is the exact input
+                _ => 0.0,
+            };
+            out.gaps.push(gap);
+        }
+        out.hi_logits = hi_logits.into_iter().collect();
+        out.seconds.1 = t.elapsed().as_secs_f64();
+    }
+    out.seconds.0 = dep_s;
+    out
+}
+
+/// Run the passes over `values` (`[rows, dim]`) in parallel blocks, in order.
+fn pass_rows(
+    exec: &Executor,
+    hi_exec: Option<&Executor>,
+    values: &[f64],
+    dim: usize,
+    task: &Task,
+) -> PassOut {
+    let rows = values.len() / dim;
+    let blocks: Vec<PassOut> = (0..rows.div_ceil(CHUNK_ROWS))
+        .into_par_iter()
+        .map(|c| {
+            let lo = c * CHUNK_ROWS;
+            let hi = (lo + CHUNK_ROWS).min(rows);
+            let view = ArrayView2::from_shape((hi - lo, dim), &values[lo * dim..hi * dim])
+                .expect("block shape matches the slice");
+            let out = pass_block(exec, hi_exec, view);
+            task.add((hi - lo) as u64);
+            out
+        })
+        .collect();
+    let mut out = PassOut::default();
+    for b in blocks {
+        out.extend(b);
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compute(
+    spec: &SubjectSpec,
+    net: DenseNet,
+    rows: Rows<'_>,
+    mut info: InputsInfo,
     labels: Option<Vec<usize>>,
     mut notes: Vec<String>,
     span: (usize, usize),
@@ -247,21 +417,47 @@ pub fn prepare_loaded(
     };
 
     progress.stage(&format!(
-        "forward pass: {} points in {}",
-        inputs.n, spec.format
+        "forward pass{}: {} points in {}",
+        if spec.reference {
+            "es (and float64 reference)"
+        } else {
+            ""
+        },
+        info.n,
+        spec.format
     ));
     let t = Instant::now();
     let exec = Executor::new(&net);
-    let task = progress.task("forward pass", inputs.n as u64);
-    let logits = exec.logits_counted(&inputs.values, inputs.dim, Some(&task));
+    let hi_exec = spec
+        .reference
+        .then(|| Executor::with_format(&net, Format::Float64));
+    let task = progress.task("forward passes", info.n as u64);
+    let mut out = PassOut::default();
+    match rows {
+        Rows::Memory(values) => out = pass_rows(&exec, hi_exec.as_ref(), values, info.dim, &task),
+        Rows::Stream(mut stream) => {
+            let end = stream.position() + info.n;
+            while stream.position() < end {
+                let block = stream.next_rows(STREAM_ROWS.min(end - stream.position()))?;
+                out.extend(pass_rows(&exec, hi_exec.as_ref(), &block, info.dim, &task));
+            }
+            info.converted_changed = stream.converted_changed;
+        }
+    }
     task.finish();
+    let passes_s = t.elapsed().as_secs_f64();
+    if info.converted_changed > 0 {
+        notes.push(format!(
+            "{} input values changed when converted from {} to {}; balls are centred at the converted inputs",
+            info.converted_changed, info.dtype, spec.format
+        ));
+    }
     let classes = net.classes();
-    let predictions: Vec<Option<usize>> = logits.par_chunks(classes).map(predicted_class).collect();
-    let x_norms: Vec<f64> = (0..inputs.n)
-        .into_par_iter()
-        .map(|i| l2_norm_up(inputs.row(i).iter().copied()))
+    let predictions: Vec<Option<usize>> = out
+        .logits
+        .par_chunks(classes)
+        .map(predicted_class)
         .collect();
-    let forward_s = t.elapsed().as_secs_f64();
     let nonfinite = predictions.iter().filter(|p| p.is_none()).count();
     if nonfinite > 0 {
         notes.push(format!(
@@ -269,94 +465,40 @@ pub fn prepare_loaded(
             spec.format
         ));
     }
-    let reference = if spec.reference {
-        progress.stage(&format!("float64 reference pass: {} points", inputs.n));
-        let t = Instant::now();
-        let task = progress.task("float64 reference pass", inputs.n as u64);
-        let mut r = reference_pass(&net, &exec, &inputs, &task);
-        task.finish();
-        r.bounds = norms
+    // wall time of the passes, attributed by their CPU time
+    let (dep_cpu, hi_cpu) = out.seconds;
+    let hi_share = if dep_cpu + hi_cpu > 0.0 {
+        hi_cpu / (dep_cpu + hi_cpu)
+    } else {
+        0.0
+    };
+    let reference = hi_exec.map(|_| ReferenceData {
+        logits: std::mem::take(&mut out.hi_logits),
+        norms: std::mem::take(&mut out.hi_norms),
+        gaps: std::mem::take(&mut out.gaps),
+        bounds: norms
             .as_ref()
             .ok()
-            .map(|n| ModelBounds::new(&net, &n.layers, Format::Float64, false));
-        r.seconds = t.elapsed().as_secs_f64();
-        Some(r)
-    } else {
-        None
-    };
+            .map(|n| ModelBounds::new(&net, &n.layers, Format::Float64, false)),
+        seconds: passes_s * hi_share,
+    });
     Ok(Subject {
         net,
-        inputs,
+        inputs: info,
         labels,
-        logits,
+        logits: out.logits,
         predictions,
-        x_norms,
+        x_norms: out.x_norms,
         norms,
         bounds,
         norms_s,
-        forward_s,
+        forward_s: passes_s * (1.0 - hi_share),
         reference,
         notes,
         ftz: spec.ftz,
         first,
         total,
     })
-}
-
-/// The float64 reference execution of the converted network and the deployment execution's
-/// penultimate activations, reduced per point to what the pre-deployment modes read.
-fn reference_pass(net: &DenseNet, exec: &Executor, inputs: &Inputs, task: &Task) -> ReferenceData {
-    let hi_exec = Executor::with_format(net, Format::Float64);
-    let dim = inputs.dim;
-    let rows = inputs.n;
-    let hidden_layers = net.layers.len() - 1;
-    let blocks: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = (0..rows.div_ceil(CHUNK_ROWS))
-        .into_par_iter()
-        .map(|c| {
-            let lo = c * CHUNK_ROWS;
-            let hi = (lo + CHUNK_ROWS).min(rows);
-            let view = ArrayView2::from_shape((hi - lo, dim), &inputs.values[lo * dim..hi * dim])
-                .expect("block shape matches the slice");
-            let (_, dep_hidden) = exec.forward_block(view, true);
-            let (hi_logits, hi_hidden) = hi_exec.forward_block(view, true);
-            let mut norms = Vec::with_capacity((hi - lo) * hidden_layers);
-            let mut gaps = Vec::with_capacity(hi - lo);
-            for r in 0..hi - lo {
-                for h in &hi_hidden {
-                    norms.push(l2_norm_up(h.row(r).iter().copied()));
-                }
-                let gap = match (dep_hidden.last(), hi_hidden.last()) {
-                    (Some(a), Some(b)) => {
-                        l2_norm_up(a.row(r).iter().zip(b.row(r).iter()).map(|(x, y)| {
-                            if x == y {
-                                0.0
-                            } else {
-                                (x - y).abs().next_up()
-                            }
-                        }))
-                    }
-                    // a single-layer network: the penultimate activation is the exact input
-                    _ => 0.0,
-                };
-                gaps.push(gap);
-            }
-            task.add((hi - lo) as u64);
-            (hi_logits.into_iter().collect(), norms, gaps)
-        })
-        .collect();
-    let mut out = ReferenceData {
-        logits: Vec::with_capacity(rows * net.classes()),
-        norms: Vec::with_capacity(rows * hidden_layers),
-        gaps: Vec::with_capacity(rows),
-        bounds: None,
-        seconds: 0.0,
-    };
-    for (l, n, g) in blocks {
-        out.logits.extend(l);
-        out.norms.extend(n);
-        out.gaps.extend(g);
-    }
-    out
 }
 
 /// Figures of one mode over the whole test set.

@@ -155,3 +155,84 @@ fn mnist_halves_merge_to_the_whole_run() {
         2,
     );
 }
+
+/// Streaming the inputs from the file in blocks gives exactly what a run over the same inputs
+/// held in memory gives, across several streaming blocks and with a shard offset.
+#[test]
+fn streamed_inputs_match_inputs_in_memory() {
+    use lipfp::certify::Mode;
+    use lipfp::format::Format;
+    use lipfp::progress::Progress;
+    use lipfp::run::{self, Shard, SubjectSpec, STREAM_ROWS};
+    use npyz::WriterBuilder;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let model = root().join("examples/digits/model.onnx");
+    let rows = 2 * STREAM_ROWS + 123;
+    let mut seed = 7u64;
+    let data: Vec<f32> = (0..rows * 64)
+        .map(|_| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect();
+    let x = tmp.path().join("x.npy");
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&[rows as u64, 1, 8, 8])
+        .writer(std::io::BufWriter::new(std::fs::File::create(&x).unwrap()))
+        .begin_nd()
+        .unwrap();
+    w.extend(data.iter().copied()).unwrap();
+    w.finish().unwrap();
+
+    let spec = SubjectSpec {
+        model: model.clone(),
+        format: Format::Float32,
+        ftz: false,
+        inputs: x.clone(),
+        labels: None,
+        gram_iterations: 12,
+        cache_dir: Some(tmp.path().join("cache")),
+        reference: true,
+        shard: Some(Shard { index: 1, count: 2 }),
+    };
+    let streamed = run::prepare(&spec, &Progress::silent()).unwrap();
+    let net = lipfp::model::load(&model, Format::Float32, false).unwrap();
+    let mut all = lipfp::data::load_inputs(&x, &net, Format::Float32).unwrap();
+    let (first, count) = Shard { index: 1, count: 2 }.range(rows);
+    all.values = all.values[first * 64..(first + count) * 64].to_vec();
+    all.n = count;
+    let loaded = run::prepare_loaded(
+        &spec,
+        net,
+        &all,
+        None,
+        vec![],
+        (first, rows),
+        &Progress::silent(),
+    )
+    .unwrap();
+    assert_eq!(streamed.n(), count);
+    assert_eq!(streamed.first, first);
+    assert_eq!(streamed.logits, loaded.logits);
+    assert_eq!(streamed.x_norms, loaded.x_norms);
+    let (a, b) = (
+        streamed.reference.as_ref().unwrap(),
+        loaded.reference.as_ref().unwrap(),
+    );
+    assert_eq!(
+        (&a.logits, &a.norms, &a.gaps),
+        (&b.logits, &b.norms, &b.gaps)
+    );
+    let eps = lipfp::policy::Radius::parse_decimal("0.3").unwrap();
+    let (oa, ob) = (
+        run::certify(&streamed, &eps, &Mode::SOUND).unwrap(),
+        run::certify(&loaded, &eps, &Mode::SOUND).unwrap(),
+    );
+    for (ma, mb) in oa.modes.iter().zip(&ob.modes) {
+        assert_eq!(ma.verdicts, mb.verdicts, "{}", ma.mode);
+    }
+}

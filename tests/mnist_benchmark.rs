@@ -213,6 +213,8 @@ fn counterexamples_are_never_certified_in_their_format() {
             continue;
         }
         // any certified centre must not be a counterexample for this network
+        let centres =
+            lipfp::data::load_inputs(&dir.join("centers.npy"), &subject.net, format).unwrap();
         let partners =
             lipfp::data::load_inputs(&dir.join("partners.npy"), &subject.net, format).unwrap();
         let exec = lipfp::exec::Executor::new(&subject.net);
@@ -222,7 +224,7 @@ fn counterexamples_are_never_certified_in_their_format() {
                 continue;
             }
             let pred = subject.predictions[k].unwrap();
-            let centre = subject.inputs.row(k);
+            let centre = centres.row(k);
             let partner = partners.row(k);
             let dist: f64 = centre
                 .iter()
