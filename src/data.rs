@@ -19,10 +19,28 @@ struct Array<T> {
     data: Vec<T>,
 }
 
+/// Open an `.npy` file, checking that the data its header announces fits in the file (so a
+/// corrupted header cannot make a reader allocate for data that is not there).
 fn open(path: &Path) -> Result<NpyFile<BufReader<File>>, LipfpError> {
     let f = File::open(path).map_err(|e| crate::files::read_error(path, "file", &e))?;
-    NpyFile::new(BufReader::new(f))
-        .map_err(|e| LipfpError::data(path, format!("not a valid .npy file: {e}")))
+    let file_len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+    let npy = NpyFile::new(BufReader::new(f))
+        .map_err(|e| LipfpError::data(path, format!("not a valid .npy file: {e}")))?;
+    let item = match npy.dtype() {
+        npyz::DType::Plain(ts) => ts.num_bytes().unwrap_or(usize::MAX) as u64,
+        _ => 1,
+    };
+    let values = npy.shape().iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+    match values.and_then(|v| v.checked_mul(item)) {
+        Some(bytes) if bytes <= file_len => Ok(npy),
+        _ => Err(LipfpError::data(
+            path,
+            format!(
+                "the header announces shape {:?} but the file holds only {file_len} bytes (truncated or corrupted)",
+                npy.shape()
+            ),
+        )),
+    }
 }
 
 fn dtype_desc(npy: &NpyFile<BufReader<File>>) -> (Option<(TypeChar, u64)>, String) {
@@ -269,7 +287,7 @@ impl InputStream {
     /// The next `rows` rows (fewer at the end), converted to the format.
     pub fn next_rows(&mut self, rows: usize) -> Result<Vec<f64>, LipfpError> {
         let rows = rows.min(self.n - self.next_row);
-        let mut out = Vec::with_capacity(rows * self.dim);
+        let mut out = Vec::with_capacity((rows * self.dim).min(1 << 24));
         for r in 0..rows {
             let row = self.next_row + r;
             for f in 0..self.dim {

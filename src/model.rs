@@ -22,6 +22,25 @@ use crate::onnx::{self, proto, ConstData, ConstTensor};
 pub const SUPPORTED_OPS: &str = "Gemm, MatMul, Add (bias), Relu, Flatten, Reshape, Shape, Gather, \
 Unsqueeze, Squeeze, Concat, Constant, Identity, Cast (to a float type), Dropout (inference)";
 
+/// The op types of [`SUPPORTED_OPS`].
+const SUPPORTED_OP_TYPES: [&str; 15] = [
+    "Gemm",
+    "MatMul",
+    "Add",
+    "Relu",
+    "Flatten",
+    "Reshape",
+    "Shape",
+    "Gather",
+    "Unsqueeze",
+    "Squeeze",
+    "Concat",
+    "Constant",
+    "Identity",
+    "Cast",
+    "Dropout",
+];
+
 /// Activation applied after a dense layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
@@ -434,6 +453,18 @@ impl Builder<'_> {
     fn node(&mut self, node: &proto::NodeProto, label: &str) -> Result<(), LipfpError> {
         let op = node.op_type.as_str();
         let inputs: Vec<&str> = node.input.iter().map(|s| s.as_str()).collect();
+        // every op below reads its leading inputs by position: check they are there
+        let required = match op {
+            "Constant" => 0,
+            "Identity" | "Cast" | "Dropout" | "Flatten" | "Shape" | "Unsqueeze" | "Squeeze"
+            | "Relu" | "Concat" => 1,
+            _ => 2,
+        };
+        if let Some(k) = (0..required).find(|&k| inputs.get(k).is_none_or(|s| s.is_empty())) {
+            if SUPPORTED_OP_TYPES.contains(&op) {
+                return Err(self.fail(label, op, format!("input {k} is missing")));
+            }
+        }
         match op {
             "Constant" => {
                 let t = constant_value(node, self.path.parent())
