@@ -15,7 +15,7 @@
 use ndarray::{Array2, ArrayView2, Axis};
 use rayon::prelude::*;
 
-use crate::format::Format;
+use crate::format::{round_f32_to_bf16, round_f32_to_f16, Format};
 use crate::model::{Activation, DenseNet};
 
 /// Rows per parallel work item.
@@ -30,9 +30,9 @@ enum LayerWeights {
         wt: Array2<f32>,
         b: Vec<f32>,
     },
-    /// Row-major `[m, n]` weights for per-operation emulation.
+    /// Transposed `[n, m]` weights for per-operation emulation.
     Emulated {
-        w: Vec<f32>,
+        wt: Vec<f32>,
         b: Vec<f32>,
         m: usize,
         n: usize,
@@ -74,7 +74,7 @@ impl Executor {
                         b: l.b.iter().map(|&x| x as f32).collect(),
                     },
                     Format::Float16 | Format::Bfloat16 => LayerWeights::Emulated {
-                        w: l.w.iter().map(|&x| x as f32).collect(),
+                        wt: l.w.t().iter().map(|&x| x as f32).collect(),
                         b: l.b.iter().map(|&x| x as f32).collect(),
                         m: l.m(),
                         n: l.n(),
@@ -133,26 +133,37 @@ impl Executor {
                 z.mapv(|v| v as f64)
             }
             Format::Float16 | Format::Bfloat16 => {
-                let f = self.format;
+                let round = match self.format {
+                    Format::Float16 => round_f32_to_f16,
+                    _ => round_f32_to_bf16,
+                };
                 let rows = x.nrows();
                 let mut z = x.mapv(|v| v as f32);
                 for (k, l) in self.layers.iter().enumerate() {
-                    let LayerWeights::Emulated { w, b, m, n } = &l.weights else {
+                    let LayerWeights::Emulated { wt, b, m, n } = &l.weights else {
                         unreachable!("emulated weights")
                     };
                     let mut next = Array2::<f32>::zeros((rows, *m));
                     for (zr, mut out) in z.axis_iter(Axis(0)).zip(next.axis_iter_mut(Axis(0))) {
-                        for i in 0..*m {
-                            let wr = &w[i * n..(i + 1) * n];
-                            let mut acc = 0.0f32;
-                            for (wj, zj) in wr.iter().zip(zr.iter()) {
-                                acc = f.round_f32(acc + f.round_f32(wj * zj));
+                        let acc = out.as_slice_mut().expect("rows of a standard-layout array");
+                        // every output's dot product is summed in input order, each product
+                        // and each partial sum rounded; an exact-zero input contributes an
+                        // exact zero and is skipped (same values)
+                        for (j, &zj) in zr.iter().enumerate().take(*n) {
+                            if zj == 0.0 {
+                                continue;
                             }
-                            let mut a = f.round_f32(acc + b[i]);
-                            if l.relu && a < 0.0 {
-                                a = 0.0;
+                            let wj = &wt[j * m..(j + 1) * m];
+                            for (a, &w) in acc.iter_mut().zip(wj) {
+                                *a = round(*a + round(w * zj));
                             }
-                            out[i] = a;
+                        }
+                        for (a, &bi) in acc.iter_mut().zip(b) {
+                            let mut v = round(*a + bi);
+                            if l.relu && v < 0.0 {
+                                v = 0.0;
+                            }
+                            *a = v;
                         }
                     }
                     z = next;

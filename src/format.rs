@@ -157,7 +157,8 @@ impl Format {
     pub fn round_f32(self, x: f32) -> f32 {
         match self {
             Format::Float64 | Format::Float32 => x,
-            Format::Float16 | Format::Bfloat16 => self.round_narrow(x as f64) as f32,
+            Format::Float16 => round_f32_to_f16(x),
+            Format::Bfloat16 => round_f32_to_bf16(x),
         }
     }
 
@@ -165,6 +166,43 @@ impl Format {
     pub fn is_subnormal(self, x: f64) -> bool {
         x != 0.0 && x.abs() < self.lambda()
     }
+}
+
+/// Round-to-nearest-even of an `f32` onto the float16 grid, returned as `f32`; branch-free so
+/// the emulation loops vectorise (checked against [`Format::round`] in the tests).
+///
+/// * Normal float16 range (`|x| >= 2^-14`): drop the 13 low significand bits with RNE by
+///   adding `0xFFF` plus the lowest kept bit, then masking (a carry moves into the exponent,
+///   which is the correct rounding up to the next binade).
+/// * Subnormal range: `(|x| + 0.5) - 0.5`; in `[0.5, 1)` the float32 spacing is `2^-24`, the
+///   float16 subnormal spacing, and `0.5` is an even multiple of it, so the float32 addition
+///   rounds `|x|` to the float16 grid with ties to even, and the subtraction is exact.
+/// * Results above 65504 (after rounding) become infinity; NaN stays NaN.
+#[inline]
+pub fn round_f32_to_f16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let sign = bits & 0x8000_0000;
+    let abs = bits & 0x7FFF_FFFF;
+    let normal = (abs + 0x0FFF + ((abs >> 13) & 1)) & !0x1FFF;
+    let sub = ((f32::from_bits(abs) + 0.5) - 0.5).to_bits();
+    let r = if abs < 0x3880_0000 { sub } else { normal };
+    let r = if r > 0x477F_E000 { 0x7F80_0000 } else { r };
+    let r = if abs > 0x7F80_0000 { abs } else { r };
+    f32::from_bits(r | sign)
+}
+
+/// Round-to-nearest-even of an `f32` onto the bfloat16 grid (float32's exponent range, 8-bit
+/// significand): drop the 16 low bits with RNE (subnormals included: bfloat16 subnormals are
+/// truncated float32 subnormals; a carry into the exponent rounds to the next binade or to
+/// infinity); NaN stays NaN.
+#[inline]
+pub fn round_f32_to_bf16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let sign = bits & 0x8000_0000;
+    let abs = bits & 0x7FFF_FFFF;
+    let r = (abs + 0x7FFF + ((abs >> 16) & 1)) & 0xFFFF_0000;
+    let r = if abs > 0x7F80_0000 { abs } else { r };
+    f32::from_bits(r | sign)
 }
 
 /// `2^e` for `e` in the `f64` range (normal or subnormal), exactly.
@@ -235,6 +273,40 @@ mod tests {
             f64::INFINITY.copysign(x)
         } else {
             v
+        }
+    }
+
+    #[test]
+    fn fast_f32_rounding_matches_the_reference_on_a_stride_of_all_f32() {
+        // every 251st bit pattern (17 million values, both signs, every exponent), plus edges
+        let mut patterns: Vec<u32> = (0..=u32::MAX).step_by(251).collect();
+        for base in [
+            0x3880_0000u32,
+            0x477F_E000,
+            0x4780_0000,
+            0x7F7F_FFFF,
+            0x7F80_0000,
+            0x0000_0001,
+        ] {
+            for d in 0..0x4000u32 {
+                patterns.push(base.wrapping_sub(0x2000).wrapping_add(d));
+            }
+        }
+        for &b in &patterns {
+            for f in [Format::Float16, Format::Bfloat16] {
+                let x = f32::from_bits(b);
+                let fast = f.round_f32(x);
+                let slow = f.round(x as f64);
+                if x.is_nan() {
+                    assert!(fast.is_nan());
+                } else {
+                    assert_eq!(
+                        fast.to_bits(),
+                        (slow as f32).to_bits(),
+                        "{f} {b:#010x} {x:e}"
+                    );
+                }
+            }
         }
     }
 
