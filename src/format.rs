@@ -86,21 +86,10 @@ impl Format {
 
     /// Exponent `e` with `a_mul = u * lambda = 2^e`: half the smallest subnormal.
     ///
-    /// For float64 `a_mul = 2^-1075` is itself below the smallest `f64` subnormal, so
-    /// [`Format::a_mul_up`] returns an upper bound and bound code works from this exponent.
+    /// For float64 `a_mul = 2^-1075` is itself below the smallest `f64` subnormal, so the bound
+    /// code works from this exponent with rug (see `certify::quantities`).
     pub fn a_mul_exponent(self) -> i32 {
         self.emin() - self.precision() as i32
-    }
-
-    /// `a_mul = u * lambda` rounded up to an `f64` (exact except for float64, where
-    /// `2^-1075` rounds up to `2^-1074`; an upper bound is what every use needs).
-    pub fn a_mul_up(self) -> f64 {
-        let e = self.a_mul_exponent();
-        if e < -1074 {
-            pow2(-1074)
-        } else {
-            pow2(e)
-        }
     }
 
     /// Largest finite value `F_max = (2 - 2^(1-p)) * 2^emax` (exact).
@@ -248,9 +237,9 @@ mod tests {
         assert_eq!(Format::Float32.lambda(), f32::MIN_POSITIVE as f64);
         assert_eq!(Format::Float16.lambda(), pow2(-14));
         assert_eq!(Format::Bfloat16.lambda(), pow2(-126));
-        assert_eq!(Format::Float32.a_mul_up(), pow2(-150));
-        assert_eq!(Format::Float16.a_mul_up(), pow2(-25));
-        assert_eq!(Format::Bfloat16.a_mul_up(), pow2(-134));
+        assert_eq!(Format::Float32.a_mul_exponent(), -150);
+        assert_eq!(Format::Float16.a_mul_exponent(), -25);
+        assert_eq!(Format::Bfloat16.a_mul_exponent(), -134);
         assert_eq!(Format::Float64.a_mul_exponent(), -1075);
         assert_eq!(Format::Float32.f_max(), f32::MAX as f64);
         assert_eq!(Format::Float16.f_max(), 65504.0);
