@@ -158,6 +158,13 @@ impl GateReport {
             })
             .collect();
         let mut notes = facts.notes.to_vec();
+        if !mode.is_sound() {
+            notes.push(
+                "this gate judges the real-arithmetic mode, which is UNSOUND for floating-point execution: \
+                 its certificates can be wrong for the deployed model"
+                    .into(),
+            );
+        }
         if let Some(r) = &outcome.model_refusal {
             if !notes.iter().any(|n| n.contains(r.as_str())) {
                 notes.push(r.clone());
