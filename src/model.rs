@@ -570,8 +570,18 @@ impl Builder<'_> {
                         let scalar = op == "Squeeze" && (scalar || dims.len() == 1);
                         self.set(node, Value::Shape { dims, scalar });
                     }
+                    Value::Const(ConstTensor {
+                        data: ConstData::Float(_),
+                        ..
+                    }) => {
+                        return Err(self.fail(
+                            label,
+                            op,
+                            "reshaping a weight tensor is not supported; store weights in their final shape",
+                        ));
+                    }
                     Value::Const(mut c) => {
-                        // rank changes only; values are unchanged
+                        // an integer shape computation: only the rank changes
                         if op == "Unsqueeze" {
                             c.shape.insert(0, 1);
                         } else {
