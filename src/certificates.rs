@@ -10,9 +10,9 @@ use prost::Message;
 
 use crate::certify::{Mode, Refusal};
 use crate::error::LipfpError;
-use crate::format::Format;
 use crate::policy::{Radius, Thresholds};
 use crate::proto_gen::{self, CertificateFile, GateCertificates, Instance};
+use crate::report::SubjectFacts;
 use crate::run::{CertifyOutcome, ModeOutcome, Subject};
 
 /// What a gate was about, beyond its outcome.
@@ -137,20 +137,8 @@ pub struct MergedGate {
     pub mode: Mode,
     /// Thresholds.
     pub thresholds: Thresholds,
-    /// Model file, hash, format, ftz, iterations, cached flag.
-    pub model: String,
-    /// Hash of the converted network.
-    pub model_hash: String,
-    /// Format.
-    pub format: Format,
-    /// Flush-to-zero.
-    pub ftz: bool,
-    /// Gram iterations.
-    pub gram_iterations: u32,
-    /// Whether every shard read its norms from the cache.
-    pub norms_cached: bool,
-    /// Notes (deduplicated, shard notes dropped).
-    pub notes: Vec<String>,
+    /// Model, format, iterations, cache flag and notes (deduplicated, shard notes dropped).
+    pub facts: SubjectFacts,
     /// 1-based policy line (0 when unknown).
     pub policy_line: usize,
 }
@@ -333,16 +321,18 @@ pub fn merge(
             radius,
             mode,
             thresholds: from_proto_thresholds(g0.thresholds.as_ref()),
-            model: g0.model.clone(),
-            model_hash: g0.model_hash.clone(),
-            format: g0
-                .format
-                .parse()
-                .map_err(|m: String| LipfpError::data(path0, m))?,
-            ftz: g0.ftz,
-            gram_iterations: g0.gram_iterations,
-            norms_cached: parts.iter().all(|(_, g)| g.norms_cached),
-            notes,
+            facts: SubjectFacts {
+                model: g0.model.clone(),
+                model_hash: g0.model_hash.clone(),
+                format: g0
+                    .format
+                    .parse()
+                    .map_err(|m: String| LipfpError::data(path0, m))?,
+                ftz: g0.ftz,
+                gram_iterations: g0.gram_iterations,
+                norms_cached: parts.iter().all(|(_, g)| g.norms_cached),
+                notes,
+            },
             policy_line: g0.policy_line as usize,
         });
     }

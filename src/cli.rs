@@ -245,7 +245,7 @@ fn parse_shard(text: Option<&str>) -> Result<Option<Shard>, LipfpError> {
         .transpose()
 }
 
-fn facts<'a>(subject: &'a Subject, gram_iterations: u32) -> SubjectFacts<'a> {
+fn facts(subject: &Subject, gram_iterations: u32) -> SubjectFacts {
     SubjectFacts {
         model: subject.net.path.display().to_string(),
         model_hash: subject.net.hash(),
@@ -257,7 +257,7 @@ fn facts<'a>(subject: &'a Subject, gram_iterations: u32) -> SubjectFacts<'a> {
             .as_ref()
             .map(|n| n.from_cache)
             .unwrap_or(false),
-        notes: &subject.notes,
+        notes: subject.notes.clone(),
     }
 }
 
@@ -512,16 +512,7 @@ fn report_files(a: &ReportArgs, progress: &Progress) -> Result<Exit, LipfpError>
             .as_ref()
             .and_then(|b| b.figures(&m.name, m.mode.name()));
         let verdict = evaluate(&m.thresholds, m.mode, &m.outcome, base);
-        let facts = SubjectFacts {
-            model: m.model.clone(),
-            model_hash: m.model_hash.clone(),
-            format: m.format,
-            ftz: m.ftz,
-            gram_iterations: m.gram_iterations,
-            norms_cached: m.norms_cached,
-            notes: &m.notes,
-        };
-        let mut gate = GateReport::new(&m.name, &facts, &m.radius, m.mode, &m.outcome, &verdict);
+        let mut gate = GateReport::new(&m.name, &m.facts, &m.radius, m.mode, &m.outcome, &verdict);
         gate.policy_line = (m.policy_line > 0).then_some(m.policy_line);
         gates.push(gate);
     }

@@ -184,19 +184,34 @@ impl Executor {
 
     /// Logits of every input row, computed in parallel blocks; row-major `[rows, classes]`.
     pub fn logits(&self, values: &[f64], dim: usize) -> Vec<f64> {
-        let rows = values.len() / dim;
-        let blocks: Vec<Vec<f64>> = (0..rows.div_ceil(CHUNK_ROWS))
-            .into_par_iter()
-            .map(|c| {
-                let lo = c * CHUNK_ROWS;
-                let hi = (lo + CHUNK_ROWS).min(rows);
-                let view = ArrayView2::from_shape((hi - lo, dim), &values[lo * dim..hi * dim])
-                    .expect("block shape matches the slice");
-                self.forward_block(view, false).0.into_iter().collect()
-            })
-            .collect();
-        blocks.concat()
+        map_blocks(values, dim, |view| {
+            self.forward_block(view, false)
+                .0
+                .into_iter()
+                .collect::<Vec<f64>>()
+        })
+        .concat()
     }
+}
+
+/// Apply `f` to consecutive blocks of [`CHUNK_ROWS`] rows of `values` (`[rows, dim]`, row-major)
+/// in parallel; the results come back in row order, whatever the thread count.
+pub fn map_blocks<T: Send>(
+    values: &[f64],
+    dim: usize,
+    f: impl Fn(ArrayView2<f64>) -> T + Sync,
+) -> Vec<T> {
+    let rows = values.len() / dim;
+    (0..rows.div_ceil(CHUNK_ROWS))
+        .into_par_iter()
+        .map(|c| {
+            let lo = c * CHUNK_ROWS;
+            let hi = (lo + CHUNK_ROWS).min(rows);
+            let view = ArrayView2::from_shape((hi - lo, dim), &values[lo * dim..hi * dim])
+                .expect("block shape matches the slice");
+            f(view)
+        })
+        .collect()
 }
 
 /// Add the bias to every row (one rounding per entry) and apply ReLU.

@@ -14,7 +14,7 @@ use crate::certify::{
 };
 use crate::data::{self, InputStream, Inputs};
 use crate::error::LipfpError;
-use crate::exec::{Executor, CHUNK_ROWS};
+use crate::exec::{map_blocks, Executor};
 use crate::format::Format;
 use crate::model::{self, DenseNet};
 use crate::norms::{self, NetworkNorms};
@@ -358,19 +358,11 @@ fn pass_rows(
     dim: usize,
     task: &Task,
 ) -> PassOut {
-    let rows = values.len() / dim;
-    let blocks: Vec<PassOut> = (0..rows.div_ceil(CHUNK_ROWS))
-        .into_par_iter()
-        .map(|c| {
-            let lo = c * CHUNK_ROWS;
-            let hi = (lo + CHUNK_ROWS).min(rows);
-            let view = ArrayView2::from_shape((hi - lo, dim), &values[lo * dim..hi * dim])
-                .expect("block shape matches the slice");
-            let out = pass_block(exec, hi_exec, view);
-            task.add((hi - lo) as u64);
-            out
-        })
-        .collect();
+    let blocks = map_blocks(values, dim, |view| {
+        let out = pass_block(exec, hi_exec, view);
+        task.add(view.nrows() as u64);
+        out
+    });
     let mut out = PassOut::default();
     for b in blocks {
         out.extend(b);

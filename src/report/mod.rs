@@ -110,7 +110,8 @@ impl Report {
 }
 
 /// Static facts about the subject that go into a gate report.
-pub struct SubjectFacts<'a> {
+#[derive(Clone, Debug)]
+pub struct SubjectFacts {
     /// Model file.
     pub model: String,
     /// Model hash.
@@ -124,14 +125,14 @@ pub struct SubjectFacts<'a> {
     /// Norms from cache.
     pub norms_cached: bool,
     /// Notes.
-    pub notes: &'a [String],
+    pub notes: Vec<String>,
 }
 
 impl GateReport {
     /// Assemble a gate's report from the engine's outcome and the gate verdict.
     pub fn new(
         name: &str,
-        facts: &SubjectFacts<'_>,
+        facts: &SubjectFacts,
         radius: &Radius,
         mode: Mode,
         outcome: &CertifyOutcome,
@@ -157,7 +158,7 @@ impl GateReport {
                 )
             })
             .collect();
-        let mut notes = facts.notes.to_vec();
+        let mut notes = facts.notes.clone();
         if !mode.is_sound() {
             notes.push(
                 "this gate judges the real-arithmetic mode, which is UNSOUND for floating-point execution: \
