@@ -173,32 +173,45 @@ fn gemm_trans_b1(b: &mut ModelBuilder, k: usize, x: &str, l: &Layer) -> String {
     out
 }
 
+/// The nodes `MatMul(x, w)` then, with a bias, `Add(y, bias)` (or `Add(bias, y)` when
+/// `bias_first`), named as tf2onnx names them; the tensors `w` and `bias` must already exist.
+fn matmul_add_nodes(
+    b: &mut ModelBuilder,
+    k: usize,
+    x: &str,
+    w: &str,
+    bias: Option<&str>,
+    bias_first: bool,
+) -> String {
+    let y = format!("dense_{k}/MatMul:0");
+    b.node(
+        "MatMul",
+        &format!("dense_{k}/MatMul"),
+        &[x, w],
+        &[&y],
+        vec![],
+    );
+    let Some(bias) = bias else { return y };
+    let out = format!("dense_{k}/BiasAdd:0");
+    let ins = if bias_first {
+        [bias, y.as_str()]
+    } else {
+        [y.as_str(), bias]
+    };
+    b.node("Add", &format!("dense_{k}/BiasAdd"), &ins, &[&out], vec![]);
+    out
+}
+
 /// `MatMul(x, W^T[n, m])`, then `Add(y, bias)` (or `Add(bias, y)` when `bias_first`) unless
 /// the layer has no bias.
 fn matmul_add(b: &mut ModelBuilder, k: usize, x: &str, l: &Layer, bias_first: bool) -> String {
     let w = format!("dense_{k}/kernel");
     b.init_f32(&w, &[l.n, l.m], &l.wt32());
-    let y = format!("dense_{k}/MatMul:0");
-    b.node(
-        "MatMul",
-        &format!("dense_{k}/MatMul"),
-        &[x, &w],
-        &[&y],
-        vec![],
-    );
-    let Some(_) = &l.b else { return y };
     let bias = format!("dense_{k}/bias");
-    b.init_f32(&bias, &[l.m], &l.b32());
-    let out = format!("dense_{k}/BiasAdd:0");
-    let ins = if bias_first { [&bias, &y] } else { [&y, &bias] };
-    b.node(
-        "Add",
-        &format!("dense_{k}/BiasAdd"),
-        &[ins[0], ins[1]],
-        &[&out],
-        vec![],
-    );
-    out
+    if l.b.is_some() {
+        b.init_f32(&bias, &[l.m], &l.b32());
+    }
+    matmul_add_nodes(b, k, x, &w, l.b.as_ref().map(|_| bias.as_str()), bias_first)
 }
 
 /// `check_structure`: layers, widths, Relu on hidden layers and Identity on the output.
@@ -806,23 +819,7 @@ fn float16_model(layers: &[Layer], gemm: bool) -> ModelBuilder {
             let (w, bn) = (format!("dense_{k}/kernel"), format!("dense_{k}/bias"));
             b.init(tensor_f16_typed(&w, &[l.n, l.m], &f16s(&l.wt())));
             b.init_f16(&bn, &[l.m], &f16s(bias));
-            let y = format!("dense_{k}/MatMul:0");
-            b.node(
-                "MatMul",
-                &format!("dense_{k}/MatMul"),
-                &[x, &w],
-                &[&y],
-                vec![],
-            );
-            let out = format!("dense_{k}/BiasAdd:0");
-            b.node(
-                "Add",
-                &format!("dense_{k}/BiasAdd"),
-                &[&y, &bn],
-                &[&out],
-                vec![],
-            );
-            out
+            matmul_add_nodes(b, k, x, &w, Some(&bn), false)
         }
     });
     b.node(
@@ -903,23 +900,7 @@ fn float64_model(layers: &[Layer], gemm: bool) -> ModelBuilder {
             let (w, bn) = (format!("dense_{k}/kernel"), format!("dense_{k}/bias"));
             b.init_f64_typed(&w, &[l.n, l.m], &l.wt());
             b.init_f64(&bn, &[l.m], bias);
-            let y = format!("dense_{k}/MatMul:0");
-            b.node(
-                "MatMul",
-                &format!("dense_{k}/MatMul"),
-                &[x, &w],
-                &[&y],
-                vec![],
-            );
-            let out = format!("dense_{k}/BiasAdd:0");
-            b.node(
-                "Add",
-                &format!("dense_{k}/BiasAdd"),
-                &[&y, &bn],
-                &[&out],
-                vec![],
-            );
-            out
+            matmul_add_nodes(b, k, x, &w, Some(&bn), false)
         }
     });
     b.output(&out, DataType::Double, Some(&batched(&[3])));
