@@ -119,6 +119,7 @@ pub fn higgs_scale_net(seed: u64) -> DenseNet {
                 },
                 nodes: vec![format!("dense{k}")],
                 ops: vec!["Gemm".into()],
+                casts: Vec::new(),
             }
         })
         .collect();
@@ -153,7 +154,8 @@ pub fn higgs_scale_inputs(n: usize, seed: u64) -> (Inputs, Vec<usize>) {
 fn spec(model: &Path, reference: bool, cache: &Path) -> SubjectSpec {
     SubjectSpec {
         model: model.to_path_buf(),
-        format: Format::Float32,
+        format: Some(Format::Float32),
+        accumulate: None,
         ftz: false,
         inputs: PathBuf::new(),
         labels: None,

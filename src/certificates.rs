@@ -82,6 +82,7 @@ pub fn gate_certificates(
         model_hash: subject.net.hash(),
         format: subject.net.format.name().to_string(),
         ftz: subject.ftz,
+        execution: subject.execution.to_string(),
         epsilon,
         epsilons,
         gram_iterations: meta.gram_iterations,
@@ -169,6 +170,7 @@ pub fn merge(
             let same = g.model_hash == g0.model_hash
                 && g.format == g0.format
                 && g.ftz == g0.ftz
+                && g.execution == g0.execution
                 && g.epsilon == g0.epsilon
                 && g.epsilons == g0.epsilons
                 && g.modes == g0.modes
@@ -329,6 +331,7 @@ pub fn merge(
                     .parse()
                     .map_err(|m: String| LipfpError::data(path0, m))?,
                 ftz: g0.ftz,
+                execution: g0.execution.clone(),
                 gram_iterations: g0.gram_iterations,
                 norms_cached: parts.iter().all(|(_, g)| g.norms_cached),
                 notes,

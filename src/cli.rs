@@ -138,9 +138,14 @@ pub struct CertifyArgs {
     /// Per-instance radii (.npy float64 [N]).
     #[arg(long)]
     pub epsilons: Option<PathBuf>,
-    /// Deployment format: float64, float32, float16, bfloat16.
-    #[arg(long, default_value = "float32")]
-    pub format: String,
+    /// Deployment (storage) format: float64, float32, float16, bfloat16 (default: the format
+    /// the model's weights are stored in).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Accumulation format of the runtime's dense layers, e.g. float32 for float16 storage
+    /// (default: the storage format or the next wider one, both covered).
+    #[arg(long)]
+    pub accumulate: Option<String>,
     /// Flush-to-zero / denormals-are-zero execution.
     #[arg(long)]
     pub ftz: bool,
@@ -184,9 +189,9 @@ pub struct ReportArgs {
 pub struct InspectArgs {
     /// ONNX model.
     pub model: PathBuf,
-    /// Deployment format the weights are converted to.
-    #[arg(long, default_value = "float32")]
-    pub format: String,
+    /// Deployment format the weights are converted to (default: the stored format).
+    #[arg(long)]
+    pub format: Option<String>,
     /// Gram iterations for the spectral norms.
     #[arg(long, default_value_t = DEFAULT_GRAM_ITERATIONS)]
     pub gram_iterations: u32,
@@ -240,6 +245,15 @@ fn suite_name(what: &str) -> String {
     format!("lipfp: {what}")
 }
 
+/// Parse an optional format flag, naming the flag in the error.
+fn parse_format_flag(flag: &str, text: Option<&str>) -> Result<Option<Format>, LipfpError> {
+    text.map(|t| {
+        t.parse::<Format>()
+            .map_err(|m| LipfpError::Usage(format!("{flag}: {m}")))
+    })
+    .transpose()
+}
+
 fn parse_shard(text: Option<&str>) -> Result<Option<Shard>, LipfpError> {
     text.map(|t| Shard::parse(t).map_err(|m| LipfpError::Usage(format!("--shard {m}"))))
         .transpose()
@@ -251,6 +265,7 @@ fn facts(subject: &Subject, gram_iterations: u32) -> SubjectFacts {
         model_hash: subject.net.hash(),
         format: subject.net.format,
         ftz: subject.ftz,
+        execution: subject.execution.to_string(),
         gram_iterations,
         norms_cached: subject
             .norms
@@ -301,7 +316,8 @@ fn exit_for(report: &Report) -> Exit {
 }
 
 fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
-    let format: Format = a.format.parse().map_err(LipfpError::Usage)?;
+    let format = parse_format_flag("--format", a.format.as_deref())?;
+    let accumulate = parse_format_flag("--accumulate", a.accumulate.as_deref())?;
     let modes = match &a.mode {
         Some(text) => {
             parse_mode_list(text).map_err(|m| LipfpError::Usage(format!("--mode: {m}")))?
@@ -327,6 +343,7 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     let spec = SubjectSpec {
         model: a.model.clone(),
         format,
+        accumulate,
         ftz: a.ftz,
         inputs: a.inputs.clone(),
         labels: a.labels.clone(),
@@ -406,6 +423,7 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             let spec = SubjectSpec {
                 model: t.model.clone(),
                 format: t.format,
+                accumulate: t.accumulate,
                 ftz: t.ftz,
                 inputs: t.inputs.clone(),
                 labels: t.labels.clone(),
@@ -527,7 +545,7 @@ fn report_files(a: &ReportArgs, progress: &Progress) -> Result<Exit, LipfpError>
 }
 
 fn inspect_model(a: &InspectArgs, progress: &Progress) -> Result<Exit, LipfpError> {
-    let format: Format = a.format.parse().map_err(LipfpError::Usage)?;
+    let format = parse_format_flag("--format", a.format.as_deref())?;
     if !(1..=64).contains(&a.gram_iterations) {
         return Err(LipfpError::Usage(
             "--gram-iterations must be between 1 and 64".into(),

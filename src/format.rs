@@ -137,17 +137,31 @@ impl Format {
         }
     }
 
-    /// Round an `f32` that holds an exact real result to this format (for float16 and
-    /// bfloat16 emulation; identity for float32; float64 never takes this path).
-    ///
-    /// Emulation soundness (DESIGN.md rule 2): a float16/bfloat16 operation computed in
-    /// float32 and rounded to the format is correctly rounded because 24 >= 2p + 2
-    /// (p = 11 and 8): double rounding is innocuous for +, -, x at that ratio.
+    /// Round an `f32` to this format, round-to-nearest-even (identity for float32 and
+    /// float64): the one rounding of a float32-accumulated layer output to its storage format.
     pub fn round_f32(self, x: f32) -> f32 {
         match self {
             Format::Float64 | Format::Float32 => x,
             Format::Float16 => round_f32_to_f16(x),
             Format::Bfloat16 => round_f32_to_bf16(x),
+        }
+    }
+
+    /// True when every value of `other` is a value of `self` (at least the precision and the
+    /// exponent range): converting `other` to `self` is exact.
+    pub fn contains(self, other: Format) -> bool {
+        self.precision() >= other.precision()
+            && self.emin() <= other.emin()
+            && self.emax() >= other.emax()
+    }
+
+    /// The next wider format a runtime accumulates this storage format in, if any: float16 and
+    /// bfloat16 layers run in float32 (onnxruntime CPU, cuBLAS), float32 may run in float64.
+    pub fn next_wider(self) -> Option<Format> {
+        match self {
+            Format::Float16 | Format::Bfloat16 => Some(Format::Float32),
+            Format::Float32 => Some(Format::Float64),
+            Format::Float64 => None,
         }
     }
 
@@ -226,6 +240,22 @@ mod tests {
     use super::*;
     use rug::float::Round;
     use rug::Float;
+
+    #[test]
+    fn containment_and_widening() {
+        assert!(Format::Float32.contains(Format::Float16));
+        assert!(Format::Float32.contains(Format::Bfloat16));
+        assert!(Format::Float64.contains(Format::Float32));
+        assert!(!Format::Float16.contains(Format::Bfloat16));
+        assert!(!Format::Bfloat16.contains(Format::Float16));
+        assert!(!Format::Float16.contains(Format::Float32));
+        for f in Format::ALL {
+            assert!(f.contains(f));
+            if let Some(w) = f.next_wider() {
+                assert!(w.contains(f) && w != f);
+            }
+        }
+    }
 
     #[test]
     fn constants_match_design_table() {

@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::error::LipfpError;
+use crate::execution::ExecutionModel;
 use crate::format::Format;
 use crate::model::{self, Activation};
 use crate::norms;
@@ -47,6 +48,12 @@ pub struct Inspection {
     pub model_hash: String,
     /// Format the weights were converted to.
     pub format: Format,
+    /// The format the model's weights are stored in.
+    pub stored_format: Format,
+    /// The default execution model certificates for this format cover.
+    pub execution: String,
+    /// Casts the graph applies between layers: `(layer, format)`, each one more rounding.
+    pub casts: Vec<(usize, Format)>,
     /// Graph input name and per-example shape.
     pub input: (String, Vec<usize>),
     /// Weight/bias values changed by the conversion to `format`.
@@ -63,15 +70,26 @@ pub struct Inspection {
     pub vacuous_formats: Vec<Format>,
 }
 
-/// Read `path` as lipfp reads it for `format` and bound its norms.
+/// Read `path` as lipfp reads it for `format` (default: the stored format) and bound its norms.
 pub fn inspect(
     path: &Path,
-    format: Format,
+    format: Option<Format>,
     iterations: u32,
     cache_dir: Option<&Path>,
     progress: &Progress,
 ) -> Result<Inspection, LipfpError> {
+    let stored_format = model::stored_format(path)?;
+    let format = format.unwrap_or(stored_format);
+    let execution = ExecutionModel::deployed(format, None, false)
+        .map_err(LipfpError::Usage)?
+        .to_string();
     let net = model::load(path, format, false)?;
+    let casts = net
+        .layers
+        .iter()
+        .enumerate()
+        .flat_map(|(k, l)| l.casts.iter().map(move |&c| (k + 1, c)))
+        .collect();
     progress.stage(&format!(
         "norms: {} layers, {iterations} Gram iterations",
         net.layers.len()
@@ -131,6 +149,9 @@ pub fn inspect(
         model: path.display().to_string(),
         model_hash: net.hash(),
         format,
+        stored_format,
+        execution,
+        casts,
         input: (net.input_name.clone(), net.input_shape.clone()),
         converted_changed: net.converted_changed,
         gram_iterations: iterations,
@@ -146,6 +167,20 @@ pub fn render(i: &Inspection) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "model   {}", i.model);
     let _ = writeln!(out, "hash    {} ({} weights)", i.model_hash, i.format);
+    if i.stored_format != i.format {
+        let _ = writeln!(
+            out,
+            "note    the model stores {} weights; they are converted to {}",
+            i.stored_format, i.format
+        );
+    }
+    let _ = writeln!(out, "exec    {}", i.execution);
+    for (layer, f) in &i.casts {
+        let _ = writeln!(
+            out,
+            "cast    layer {layer} output rounded to {f} (a Cast node)"
+        );
+    }
     let _ = writeln!(out, "input   `{}` {:?} per example", i.input.0, i.input.1);
     if i.converted_changed > 0 {
         let _ = writeln!(

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod data;
 pub mod error;
 pub mod exec;
+pub mod execution;
 pub mod files;
 pub mod format;
 pub mod gate;

@@ -63,6 +63,9 @@ pub struct Dense {
     pub nodes: Vec<String>,
     /// Op types of those nodes, in the same order.
     pub ops: Vec<String>,
+    /// Narrowing `Cast` nodes applied to the layer's output, in order: each is one more rounding
+    /// of the output to that format (docs/soundness.md "Casts").
+    pub casts: Vec<Format>,
 }
 
 impl Dense {
@@ -123,6 +126,10 @@ impl DenseNet {
             }
             for x in &l.b {
                 h.update(x.to_bits().to_le_bytes());
+            }
+            for c in &l.casts {
+                h.update(b"cast:");
+                h.update(c.name().as_bytes());
             }
         }
         hex(&h.finalize())
@@ -207,6 +214,63 @@ fn attr_i(node: &proto::NodeProto, name: &str, default: i64) -> i64 {
 
 fn attr_f(node: &proto::NodeProto, name: &str, default: f32) -> f32 {
     attr(node, name).map(|a| a.f).unwrap_or(default)
+}
+
+/// The format of an ONNX element type code, for the float types lipfp knows.
+fn float_format(code: i32) -> Option<Format> {
+    match onnx::data_type_name(code).as_str() {
+        "float" => Some(Format::Float32),
+        "float16" => Some(Format::Float16),
+        "double" => Some(Format::Float64),
+        "bfloat16" => Some(Format::Bfloat16),
+        _ => None,
+    }
+}
+
+/// The format a model's weights are stored in: the single float type of its initializers and
+/// `Constant` tensors; when there is none, or several, the graph input's element type (float32
+/// when that is not a float type either). This is the deployment format when neither the policy
+/// nor the command line names one.
+pub fn stored_format(path: &Path) -> Result<Format, LipfpError> {
+    if !path.exists() {
+        return Err(LipfpError::Io {
+            path: path.to_path_buf(),
+            message: "file not found".into(),
+        });
+    }
+    let model = onnx::read_model_proto(path).map_err(|m| LipfpError::model(path, m))?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| LipfpError::model(path, "the model has no graph"))?;
+    let constants = graph
+        .node
+        .iter()
+        .filter(|n| n.op_type == "Constant")
+        .flat_map(|n| n.attribute.iter().filter_map(|a| a.t.as_ref()));
+    let mut types: Vec<Format> = graph
+        .initializer
+        .iter()
+        .chain(constants)
+        .filter_map(|t| float_format(t.data_type))
+        .collect();
+    types.sort_by_key(|f| f.precision());
+    types.dedup();
+    if let [only] = types[..] {
+        return Ok(only);
+    }
+    use proto::type_proto::Value as TypeValue;
+    let input = graph
+        .input
+        .iter()
+        .find(|i| !graph.initializer.iter().any(|t| t.name == i.name));
+    let elem = input
+        .and_then(|i| i.r#type.as_ref())
+        .and_then(|t| match &t.value {
+            Some(TypeValue::TensorType(tt)) => float_format(tt.elem_type),
+            _ => None,
+        });
+    Ok(elem.unwrap_or(Format::Float32))
 }
 
 /// Load an ONNX dense ReLU classifier and convert it to `format`.
@@ -480,13 +544,8 @@ impl Builder<'_> {
                 let to_name = onnx::data_type_name(to);
                 let v = self.get(inputs[0], label, op)?.clone();
                 match v {
-                    Value::Act(_) => {
-                        if !matches!(
-                            to_name.as_str(),
-                            "float" | "float16" | "double" | "bfloat16"
-                        ) {
-                            return Err(self.fail(label, op, format!("cast of the activation to {to_name}; only casts between float types are accepted (the deployment format is declared by the policy)")));
-                        }
+                    Value::Act(a) => {
+                        let v = self.cast_activation(a, &to_name, label)?;
                         self.set(node, v);
                     }
                     Value::Const(c) => {
@@ -697,6 +756,40 @@ impl Builder<'_> {
         Ok(())
     }
 
+    /// A `Cast` of the activation to `to`: pass-through when `to` holds every value of the
+    /// deployment format (a widening cast is exact); otherwise a rounding the runtime performs,
+    /// recorded on the layer whose output it rounds. A narrowing cast of the network input or
+    /// between a MatMul and its bias is refused.
+    fn cast_activation(&mut self, a: Act, to_name: &str, label: &str) -> Result<Value, LipfpError> {
+        let op = "Cast";
+        let to = match to_name {
+            "float" => Format::Float32,
+            "float16" => Format::Float16,
+            "double" => Format::Float64,
+            "bfloat16" => Format::Bfloat16,
+            _ => return Err(self.fail(label, op, format!("cast of the activation to {to_name}; only casts between float types are accepted"))),
+        };
+        if to.contains(self.format) {
+            return Ok(Value::Act(a));
+        }
+        self.require_head(&a, label, op)?;
+        match a.stage {
+            Stage::Input => Err(self.fail(label, op, format!(
+                "a narrowing cast of the network input to {to} is not modelled; certify in the format the layers compute in (--format {to}) or remove the cast"
+            ))),
+            Stage::Product => Err(self.fail(label, op, format!(
+                "a narrowing cast to {to} between a MatMul and its bias Add is not modelled"
+            ))),
+            Stage::Biased | Stage::Activated => {
+                let layer = self.layers.last_mut().expect("a biased activation follows a layer");
+                layer.casts.push(to);
+                layer.nodes.push(label.to_string());
+                layer.ops.push(op.to_string());
+                Ok(Value::Act(a))
+            }
+        }
+    }
+
     fn act(&self, name: &str, label: &str, op: &str) -> Result<Act, LipfpError> {
         match self.get(name, label, op)? {
             Value::Act(a) => Ok(a.clone()),
@@ -834,6 +927,7 @@ impl Builder<'_> {
             act: Activation::Identity,
             nodes: vec![label.to_string()],
             ops: vec![op.to_string()],
+            casts: Vec::new(),
         });
         self.chain_id += 1;
         let mut shape = a.shape.clone();

@@ -383,6 +383,7 @@ mod tests {
             act,
             nodes: vec![],
             ops: vec![],
+            casts: vec![],
         };
         DenseNet {
             layers: vec![

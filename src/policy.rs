@@ -42,6 +42,8 @@ struct RawModel {
     #[serde(default)]
     format: Option<String>,
     #[serde(default)]
+    accumulate: Option<String>,
+    #[serde(default)]
     ftz: Option<bool>,
     #[serde(default)]
     gram_iterations: Option<u32>,
@@ -73,6 +75,8 @@ struct RawGate {
     labels: Option<String>,
     #[serde(default)]
     format: Option<String>,
+    #[serde(default)]
+    accumulate: Option<String>,
     #[serde(default)]
     ftz: Option<bool>,
     #[serde(default)]
@@ -208,8 +212,10 @@ impl Gate {
 pub struct Target {
     /// ONNX model.
     pub model: PathBuf,
-    /// Deployment format.
-    pub format: Format,
+    /// Deployment (storage) format; `None`: read from the model's weights.
+    pub format: Option<Format>,
+    /// Declared accumulation format (`None`: the storage format or the next wider one).
+    pub accumulate: Option<Format>,
     /// Flush-to-zero execution.
     pub ftz: bool,
     /// Gram iterations for the spectral norms.
@@ -269,6 +275,7 @@ impl Policy {
         let model = raw.model.unwrap_or(RawModel {
             path: None,
             format: None,
+            accumulate: None,
             ftz: None,
             gram_iterations: None,
         });
@@ -282,12 +289,15 @@ impl Policy {
                 "[model] gram_iterations = {gram_iterations}: must be between 1 and 64"
             )));
         }
-        let parse_format = |text: &str, at: &str| -> Result<Format, LipfpError> {
+        let parse_format = |text: &str, at: &str, key: &str| -> Result<Format, LipfpError> {
             text.parse()
-                .map_err(|m: String| err(format!("{at} format: {m}")))
+                .map_err(|m: String| err(format!("{at} {key}: {m}")))
         };
         if let Some(f) = &model.format {
-            parse_format(f, "[model]")?;
+            parse_format(f, "[model]", "format")?;
+        }
+        if let Some(f) = &model.accumulate {
+            parse_format(f, "[model]", "accumulate")?;
         }
         if raw.gates.is_empty() {
             return Err(err("the policy has no [[gate]]".into()));
@@ -351,10 +361,18 @@ impl Policy {
                             ))
                         },
                     )?),
-                    format: match g.format.as_deref().or(model.format.as_deref()) {
-                        Some(f) => parse_format(f, &at)?,
-                        None => Format::Float32,
-                    },
+                    format: g
+                        .format
+                        .as_deref()
+                        .or(model.format.as_deref())
+                        .map(|f| parse_format(f, &at, "format"))
+                        .transpose()?,
+                    accumulate: g
+                        .accumulate
+                        .as_deref()
+                        .or(model.accumulate.as_deref())
+                        .map(|f| parse_format(f, &at, "accumulate"))
+                        .transpose()?,
                     ftz: g.ftz.or(model.ftz).unwrap_or(false),
                     gram_iterations,
                     inputs: resolve(g.inputs.as_deref().or(data.inputs.as_deref()).ok_or_else(
@@ -422,7 +440,8 @@ min_vra_pct = 90
         assert_eq!(p.gates[0].line, 11);
         let t = &p.gates[0].target;
         assert_eq!(t.model, PathBuf::from("/a/b/m.onnx"));
-        assert_eq!(t.format, Format::Float32);
+        assert_eq!(t.format, Some(Format::Float32));
+        assert_eq!(t.accumulate, None);
         assert_eq!(p.gates[0].modes, vec![Mode::Standard]);
         assert_eq!(t.gram_iterations, 12);
         match &p.gates[0].radius {
@@ -437,10 +456,11 @@ min_vra_pct = 90
     #[test]
     fn gates_override_model_data_and_format() {
         let text = GOOD.to_string()
-            + "\n[[gate]]\nname = \"h\"\nepsilon = \"0.1\"\nformat = \"float16\"\nmodel = \"other.onnx\"\ninputs = \"x2.npy\"\n";
+            + "\n[[gate]]\nname = \"h\"\nepsilon = \"0.1\"\nformat = \"float16\"\naccumulate = \"float32\"\nmodel = \"other.onnx\"\ninputs = \"x2.npy\"\n";
         let p = Policy::parse(Path::new("/p/lipfp.toml"), &text).unwrap();
         let t = &p.gates[1].target;
-        assert_eq!(t.format, Format::Float16);
+        assert_eq!(t.format, Some(Format::Float16));
+        assert_eq!(t.accumulate, Some(Format::Float32));
         assert_eq!(t.model, PathBuf::from("/p/other.onnx"));
         assert_eq!(t.inputs, PathBuf::from("/p/x2.npy"));
         assert_eq!(t.labels, Some(PathBuf::from("/p/y.npy")));
@@ -464,6 +484,17 @@ min_vra_pct = 90
             .unwrap_err()
             .to_string();
         assert!(e.contains("[model] format") && e.contains("float8"), "{e}");
+        let bad = GOOD.replace("format = \"float32\"", "accumulate = \"fp32\"");
+        let e = Policy::parse(Path::new("p.toml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[model] accumulate") && e.contains("fp32"),
+            "{e}"
+        );
+        let no_format = GOOD.replace("format = \"float32\"", "");
+        let p = Policy::parse(Path::new("p.toml"), &no_format).unwrap();
+        assert_eq!(p.gates[0].target.format, None);
         let bad = GOOD.replace("epsilon = \"0.3\"", "epsilon = 0.3");
         let e = Policy::parse(Path::new("p.toml"), &bad)
             .unwrap_err()

@@ -15,6 +15,7 @@ use crate::certify::{
 use crate::data::{self, InputStream, Inputs};
 use crate::error::LipfpError;
 use crate::exec::{map_blocks, Executor};
+use crate::execution::ExecutionModel;
 use crate::format::Format;
 use crate::model::{self, DenseNet};
 use crate::norms::{self, NetworkNorms};
@@ -27,8 +28,10 @@ use crate::sound::l2_norm_up;
 pub struct SubjectSpec {
     /// ONNX model.
     pub model: PathBuf,
-    /// Deployment format.
-    pub format: Format,
+    /// Deployment (storage) format; `None`: the format the model's weights are stored in.
+    pub format: Option<Format>,
+    /// Declared accumulation format (`None`: the storage format or the next wider one).
+    pub accumulate: Option<Format>,
     /// Flush-to-zero execution.
     pub ftz: bool,
     /// Test inputs `.npy`.
@@ -145,6 +148,8 @@ pub struct Subject {
     pub notes: Vec<String>,
     /// Flush-to-zero constants in use.
     pub ftz: bool,
+    /// The execution model the certificates cover.
+    pub execution: ExecutionModel,
     /// Global index of the first point (non-zero for a shard).
     pub first: usize,
     /// Size of the whole test set (larger than `n()` for a shard).
@@ -185,9 +190,10 @@ enum Rows<'a> {
 /// Load model and data, compute (or read) the norms, and stream the inputs through the centre
 /// forward passes.
 pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, LipfpError> {
-    let net = model::load(&spec.model, spec.format, spec.ftz)?;
-    let mut notes = weight_notes(&net, spec.format);
-    let mut stream = InputStream::open(&spec.inputs, &net, spec.format)?;
+    let (format, mut notes) = resolve_format(&spec.model, spec.format)?;
+    let net = model::load(&spec.model, format, spec.ftz)?;
+    notes.extend(weight_notes(&net, format));
+    let mut stream = InputStream::open(&spec.inputs, &net, format)?;
     let total = stream.n;
     if total == 0 {
         return Err(LipfpError::data(&spec.inputs, "the test set is empty"));
@@ -249,7 +255,7 @@ pub fn prepare_loaded(
     progress: &Progress,
 ) -> Result<Subject, LipfpError> {
     let mut notes = notes;
-    notes.extend(weight_notes(&net, spec.format));
+    notes.extend(weight_notes(&net, net.format));
     let info = InputsInfo {
         path: inputs.path.clone(),
         n: inputs.n,
@@ -267,6 +273,30 @@ pub fn prepare_loaded(
         span,
         progress,
     )
+}
+
+/// The deployment format: the declared one, or the one the model's weights are stored in, with
+/// a note saying which and, when a declared format differs from the stored weights, that too.
+pub fn resolve_format(
+    model_path: &Path,
+    declared: Option<Format>,
+) -> Result<(Format, Vec<String>), LipfpError> {
+    let stored = model::stored_format(model_path)?;
+    Ok(match declared {
+        None => (
+            stored,
+            vec![format!(
+                "deployment format {stored}: read from the model (its weights are stored in {stored}); set format to override"
+            )],
+        ),
+        Some(f) if f != stored => (
+            f,
+            vec![format!(
+                "declared format {f} differs from the model's stored weights ({stored}); the weights are converted to {f} as declared"
+            )],
+        ),
+        Some(f) => (f, Vec::new()),
+    })
 }
 
 fn weight_notes(net: &DenseNet, format: Format) -> Vec<String> {
@@ -382,6 +412,9 @@ fn compute(
     progress: &Progress,
 ) -> Result<Subject, LipfpError> {
     let (first, total) = span;
+    let execution = ExecutionModel::deployed(net.format, spec.accumulate, spec.ftz)
+        .map_err(|m| LipfpError::Usage(format!("accumulate: {m}")))?;
+    notes.push(format!("execution model: {execution}"));
     progress.stage(&format!(
         "norms: {} layers, {} Gram iterations",
         net.layers.len(),
@@ -399,7 +432,7 @@ fn compute(
     };
     let bounds = match &norms {
         Ok(n) => {
-            let b = ModelBounds::new(&net, &n.layers, spec.format, spec.ftz);
+            let b = ModelBounds::new(&net, &n.layers, &execution);
             if let Some(v) = &b.vacuous {
                 notes.push(format!("sound modes certify nothing: {v}"));
             }
@@ -416,13 +449,13 @@ fn compute(
             ""
         },
         info.n,
-        spec.format
+        net.format
     ));
     let t = Instant::now();
-    let exec = Executor::new(&net);
+    let exec = Executor::new(&net, &execution);
     let hi_exec = spec
         .reference
-        .then(|| Executor::with_format(&net, Format::Float64));
+        .then(|| Executor::new(&net, &ExecutionModel::float64_reference()));
     let task = progress.task("forward passes", info.n as u64);
     let mut out = PassOut::default();
     match rows {
@@ -441,7 +474,7 @@ fn compute(
     if info.converted_changed > 0 {
         notes.push(format!(
             "{} input values changed when converted from {} to {}; balls are centred at the converted inputs",
-            info.converted_changed, info.dtype, spec.format
+            info.converted_changed, info.dtype, net.format
         ));
     }
     let classes = net.classes();
@@ -454,7 +487,7 @@ fn compute(
     if nonfinite > 0 {
         notes.push(format!(
             "{nonfinite} points have non-finite logits in {} and are not certified",
-            spec.format
+            net.format
         ));
     }
     // wall time of the passes, attributed by their CPU time
@@ -471,7 +504,7 @@ fn compute(
         bounds: norms
             .as_ref()
             .ok()
-            .map(|n| ModelBounds::new(&net, &n.layers, Format::Float64, false)),
+            .map(|n| ModelBounds::new(&net, &n.layers, &ExecutionModel::float64_reference())),
         seconds: passes_s * hi_share,
     });
     Ok(Subject {
@@ -488,6 +521,7 @@ fn compute(
         reference,
         notes,
         ftz: spec.ftz,
+        execution,
         first,
         total,
     })

@@ -1,9 +1,12 @@
 //! Exact-rational pins of the composed certificate bounds.
 //!
 //! Every bound lipfp computes with `f64` operations and one `next_up`/`next_down` step is
-//! compared against an independent recomputation of the paper's formulas in exact rational
-//! arithmetic (rug `Rational`), on small networks, for every format, with and without
-//! flush-to-zero. The format constants are taken from an independent table (DESIGN.md), not from
+//! compared against an independent recomputation of the formulas in exact rational arithmetic
+//! (rug `Rational`), on small networks, for every format, with and without flush-to-zero, with
+//! the default and a declared float32 accumulation, and with a narrowing cast between layers.
+//! The formulas are the paper's, generalised to the execution model of docs/soundness.md (the
+//! bias at any position of the sum, wider accumulation with one rounding to the storage format,
+//! casts as further roundings). The format constants are taken from an independent table (DESIGN.md), not from
 //! `Format`; `gamma_n = (1 + u)^n - 1` is expanded exactly.
 //!
 //! Square roots are enclosed at 256 bits (`Round::Down` / `Round::Up`), so every reference value
@@ -22,8 +25,9 @@
 
 use std::path::PathBuf;
 
-use lipfp::certify::quantities::{a_dot, a_dot_fwd, gamma_n, kappa};
+use lipfp::certify::quantities::{a_acc, a_dot_fwd, gamma_n};
 use lipfp::certify::{Centre, Certifier, Mode, ModelBounds, PointResult, Refusal};
+use lipfp::execution::ExecutionModel;
 use lipfp::format::Format;
 use lipfp::model::{Activation, Dense, DenseNet};
 use lipfp::norms::LayerNorms;
@@ -282,17 +286,11 @@ impl Fc {
         self.gamma(n) + 1
     }
 
-    /// `kappa_n = gamma_n + u (1 + gamma_n)`.
-    fn kappa(&self, n: u64) -> Rational {
-        let g = self.gamma(n);
-        let t = Rational::from(&self.u * &(g.clone() + 1));
-        g + t
-    }
-
-    /// `a_dot(n) = (1 + gamma_n) n a_mul`, or under FTZ `(1 + gamma_n)(2n - 1) lambda`.
-    fn a_dot(&self, ftz: bool, n: u64) -> Rational {
+    /// `a_acc(n)`: `(1 + gamma_n) n a_mul`, or under FTZ `(1 + gamma_n) 2n lambda` (the `n`
+    /// multiplications and the `n` additions of `n` products and one bias may each flush).
+    fn a_acc(&self, ftz: bool, n: u64) -> Rational {
         if ftz {
-            self.one_plus_gamma(n) * int(2 * n - 1) * &self.lambda
+            self.one_plus_gamma(n) * int(2 * n) * &self.lambda
         } else {
             self.one_plus_gamma(n) * int(n) * &self.a_mul
         }
@@ -300,15 +298,88 @@ impl Fc {
 
     /// `a_dot_fwd(n) = (1 + gamma_{n-1}) n a_mul`. Under FTZ the paper admits two readings
     /// (the table's `a_mul -> lambda`, the text's `a_dot -> a_dot^FTZ`); a sound implementation
-    /// must cover both, so the reference is their maximum.
+    /// must cover both, and the bias addition, so the reference is their maximum with `a_acc`.
     fn a_dot_fwd(&self, ftz: bool, n: u64) -> Rational {
         if ftz {
             let table = self.one_plus_gamma(n - 1) * int(n) * &self.lambda;
-            table.max(self.a_dot(true, n))
+            table.max(self.a_acc(true, n))
         } else {
             self.one_plus_gamma(n - 1) * int(n) * &self.a_mul
         }
     }
+
+    /// Absolute error of one rounding to this format: `a_mul`, or `lambda` under FTZ.
+    fn rounding_abs(&self, ftz: bool) -> Rational {
+        if ftz {
+            self.lambda.clone()
+        } else {
+            self.a_mul.clone()
+        }
+    }
+}
+
+/// The accumulation formats an execution model covers, from an independent table: a declared
+/// one, or the storage format and the next wider one.
+fn covered_accumulations(storage: Format, accumulate: Option<Format>) -> Vec<Format> {
+    match (accumulate, storage) {
+        (Some(a), s) if a != s => vec![a],
+        (_, Format::Float16) => vec![Format::Float16, Format::Float32],
+        (_, Format::Bfloat16) => vec![Format::Bfloat16, Format::Float32],
+        (_, Format::Float32) => vec![Format::Float32, Format::Float64],
+        (_, Format::Float64) => vec![Format::Float64],
+    }
+}
+
+/// One sum bound of a layer's overflow checks: `scale_w S + scale_b ||b||_inf + abs < f_max`.
+struct CheckRef {
+    scale_w: Rational,
+    scale_b: Rational,
+    abs: Rational,
+    f_max: Rational,
+}
+
+/// A layer's error terms `(rel_w, rel_b, abs)`, maximised over the covered accumulations, and
+/// its overflow checks: accumulation in `A` gives `rel_w = gamma^A_{n+1}`, `rel_b = gamma^A_n`,
+/// `abs = a_acc^A(n)`; each later rounding to `R` maps `rel -> (1 + u_R)(1 + rel) - 1` and
+/// `abs -> (1 + u_R) abs + a_R`.
+fn layer_error_ref(
+    storage: Format,
+    accumulate: Option<Format>,
+    ftz: bool,
+    n: u64,
+    casts: &[Format],
+) -> ((Rational, Rational, Rational), Vec<CheckRef>) {
+    let mut worst = (Rational::new(), Rational::new(), Rational::new());
+    let mut checks = Vec::new();
+    for acc in covered_accumulations(storage, accumulate) {
+        let a = fc(acc);
+        checks.push(CheckRef {
+            scale_w: a.one_plus_gamma(n),
+            scale_b: a.one_plus_gamma(n),
+            abs: a.a_dot_fwd(ftz, n),
+            f_max: a.f_max.clone(),
+        });
+        let (mut rw, mut rb, mut ab) = (a.gamma(n + 1), a.gamma(n), a.a_acc(ftz, n));
+        let roundings = (acc != storage)
+            .then_some(storage)
+            .into_iter()
+            .chain(casts.iter().copied());
+        for r in roundings {
+            let c = fc(r);
+            checks.push(CheckRef {
+                scale_w: rw.clone() + 1,
+                scale_b: rb.clone() + 1,
+                abs: ab.clone(),
+                f_max: c.f_max.clone(),
+            });
+            let one_u = Rational::from(1) + &c.u;
+            rw = Rational::from(&one_u * &(rw + 1)) - 1;
+            rb = Rational::from(&one_u * &(rb + 1)) - 1;
+            ab = Rational::from(&one_u * &ab) + c.rounding_abs(ftz);
+        }
+        worst = (worst.0.max(rw), worst.1.max(rb), worst.2.max(ab));
+    }
+    (worst, checks)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -345,6 +416,7 @@ fn net(f: Format, ws: Vec<Array2<f64>>, bs: Vec<Vec<f64>>) -> DenseNet {
                 },
                 nodes: vec![format!("gemm{l}")],
                 ops: vec!["Gemm".into()],
+                casts: Vec::new(),
             }
         })
         .collect::<Vec<_>>();
@@ -438,6 +510,7 @@ fn norms_for(net: &DenseNet, dyadic: bool) -> Vec<LayerNorms> {
 struct Case {
     label: String,
     format: Format,
+    accumulate: Option<Format>,
     ftz: bool,
     net: DenseNet,
     norms: Vec<LayerNorms>,
@@ -461,14 +534,39 @@ fn all_cases() -> Vec<Case> {
                 cases.push(Case {
                     label: format!("{format} ftz={ftz} net {name}"),
                     format,
+                    accumulate: None,
                     ftz,
                     net,
                     norms,
                 });
             }
+            // declared float32 accumulation, and a float32 net with a float16 cast round trip
+            // after its first layer
+            let (declared, casted) = match format {
+                Format::Float16 | Format::Bfloat16 => (Some(Format::Float32), None),
+                Format::Float32 => (None, Some(Format::Float16)),
+                Format::Float64 => (None, Some(Format::Float32)),
+            };
+            let mut net = net_b(format);
+            net.layers[0].casts.extend(casted);
+            let norms = norms_for(&net, false);
+            cases.push(Case {
+                label: format!("{format} ftz={ftz} net B accumulate={declared:?} casts={casted:?}"),
+                format,
+                accumulate: declared,
+                ftz,
+                net,
+                norms,
+            });
         }
     }
     cases
+}
+
+impl Case {
+    fn exec(&self) -> ExecutionModel {
+        ExecutionModel::deployed(self.format, self.accumulate, self.ftz).unwrap()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -483,9 +581,9 @@ struct LayerRef {
     bias_l2: Iv,
     row_l2_max: Iv,
     row_inf_max: Rational,
-    one_plus_gamma: Rational,
-    a_dot_fwd: Rational,
     bias_inf: Rational,
+    product_f_max: Rational,
+    checks: Vec<CheckRef>,
 }
 
 struct PairRef {
@@ -496,7 +594,6 @@ struct PairRef {
 }
 
 struct NetRef {
-    f_max: Rational,
     layers: Vec<LayerRef>,
     /// Row-major `(i, j)`, `None` on the diagonal.
     pairs: Vec<Option<PairRef>>,
@@ -517,24 +614,26 @@ struct SlackRef {
     leps: Iv,
 }
 
-fn reference(net: &DenseNet, norms: &[LayerNorms], format: Format, ftz: bool) -> NetRef {
-    let c = fc(format);
-    let one_plus_u = Rational::from(1) + &c.u;
+fn reference(
+    net: &DenseNet,
+    norms: &[LayerNorms],
+    format: Format,
+    accumulate: Option<Format>,
+    ftz: bool,
+) -> NetRef {
     let mut layers = Vec::new();
+    let mut last_err = None;
     for (layer, nrm) in net.layers.iter().zip(norms) {
         let (n, m) = (layer.n() as u64, layer.m() as u64);
+        let ((rel_w, rel_b, abs), checks) =
+            layer_error_ref(format, accumulate, ftz, n, &layer.casts);
         let spectral = Iv::of(nrm.spectral);
-        // alpha_l = ||W|| + kappa |||W|||, beta_l(r) = kappa |||W||| r + beta_const
-        let kappa_abs = Iv::of(nrm.abs_spectral).scale(&c.kappa(n));
+        // alpha_l = ||W|| + rel_w |||W|||, beta_l(r) = rel_w |||W||| r + beta_const
+        let kappa_abs = Iv::of(nrm.abs_spectral).scale(&rel_w);
         let alpha = spectral.add(&kappa_abs);
         let bias_l2 = Iv::exact(sum_sq(layer.b.iter().copied())).sqrt();
         let sqrt_m = Iv::exact(int(m)).sqrt();
-        let mut beta_const = bias_l2
-            .scale(&c.u)
-            .add(&sqrt_m.scale(&Rational::from(&one_plus_u * &c.a_dot(ftz, n))));
-        if ftz {
-            beta_const = beta_const.add(&sqrt_m.scale(&c.lambda));
-        }
+        let beta_const = bias_l2.scale(&rel_b).add(&sqrt_m.scale(&abs));
         let row_l2_max = layer
             .w
             .rows()
@@ -552,6 +651,11 @@ fn reference(net: &DenseNet, norms: &[LayerNorms], format: Format, ftz: bool) ->
             .iter()
             .map(|&x| q(x).abs())
             .fold(Rational::new(), Rational::max);
+        let product_f_max = covered_accumulations(format, accumulate)
+            .into_iter()
+            .map(|a| fc(a).f_max)
+            .reduce(Rational::min)
+            .unwrap();
         layers.push(LayerRef {
             spectral,
             alpha,
@@ -560,11 +664,13 @@ fn reference(net: &DenseNet, norms: &[LayerNorms], format: Format, ftz: bool) ->
             bias_l2,
             row_l2_max,
             row_inf_max,
-            one_plus_gamma: c.one_plus_gamma(n),
-            a_dot_fwd: c.a_dot_fwd(ftz, n),
             bias_inf,
+            product_f_max,
+            checks,
         });
+        last_err = Some((rel_w, rel_b, abs));
     }
+    let (rel_w, rel_b, abs) = last_err.unwrap();
 
     let depth = net.layers.len();
     let mut lip_prefix = vec![Iv::exact(Rational::from(1))];
@@ -574,12 +680,7 @@ fn reference(net: &DenseNet, norms: &[LayerNorms], format: Format, ftz: bool) ->
     }
     let last = &net.layers[depth - 1];
     let classes = last.m();
-    let n_last = last.n() as u64;
-    let k_last = c.kappa(n_last);
-    let mut pair_const = Rational::from(2) * &one_plus_u * c.a_dot(ftz, n_last);
-    if ftz {
-        pair_const += Rational::from(2) * &c.lambda;
-    }
+    let pair_const = Rational::from(2) * &abs;
     let mut pairs = Vec::new();
     for i in 0..classes {
         for j in 0..classes {
@@ -597,25 +698,27 @@ fn reference(net: &DenseNet, norms: &[LayerNorms], format: Format, ftz: bool) ->
                 sum += Rational::from(&s * &s);
             }
             let diff = Iv::exact(diff).sqrt();
-            let kappa_abs = Iv::exact(sum).sqrt().scale(&k_last);
+            let kappa_abs = Iv::exact(sum).sqrt().scale(&rel_w);
             let bias = q(last.b[i]).abs() + q(last.b[j]).abs();
             pairs.push(Some(PairRef {
                 alpha: diff.add(&kappa_abs),
                 kappa_abs,
-                beta_const: Iv::exact(Rational::from(&c.u * &bias) + &pair_const),
+                beta_const: Iv::exact(Rational::from(&rel_b * &bias) + &pair_const),
                 lip: diff.mul(lip_prefix.last().unwrap()),
             }));
         }
     }
+    // D_0 = lambda sqrt(n_1) with the largest lambda of the formats involved
+    let lambda = covered_accumulations(format, accumulate)
+        .into_iter()
+        .map(|a| fc(a).lambda)
+        .fold(fc(format).lambda, Rational::max);
     let d0 = if ftz {
-        Iv::exact(int(net.input_dim() as u64))
-            .sqrt()
-            .scale(&c.lambda)
+        Iv::exact(int(net.input_dim() as u64)).sqrt().scale(&lambda)
     } else {
         Iv::zero()
     };
     NetRef {
-        f_max: c.f_max,
         layers,
         pairs,
         classes,
@@ -629,20 +732,24 @@ impl NetRef {
         self.pairs[i * self.classes + j].as_ref().unwrap()
     }
 
-    /// Theorem "Layerwise overflow-freedom" at layer `l` (0-based) for `||z_hat_{l-1}|| <= r + D`:
-    /// `S (1 + gamma_n) + a_dot_fwd(n) + ||b||_inf < F_max` and `M < F_max`, decided exactly.
+    /// Theorem "Layerwise overflow-freedom" at layer `l` (0-based) for `||z_hat_{l-1}|| <= r + D`,
+    /// extended to the execution model: `M < F_max` for the products and every
+    /// `scale_w S + scale_b ||b||_inf + abs < F_max`, decided exactly.
     fn overflow_free(&self, l: usize, r: &Iv, d: &Iv) -> bool {
         let lb = &self.layers[l];
         let radius = r.add(d);
-        let lhs = lb
-            .row_l2_max
-            .mul(&radius)
-            .scale(&lb.one_plus_gamma)
-            .add(&Iv::exact(Rational::from(&lb.a_dot_fwd + &lb.bias_inf)));
+        let s = lb.row_l2_max.mul(&radius);
         let m = radius.scale(&lb.row_inf_max);
-        if lhs.hi < self.f_max && m.hi < self.f_max {
+        let mut decided = vec![(m, lb.product_f_max.clone())];
+        for c in &lb.checks {
+            let lhs = s.scale(&c.scale_w).add(&Iv::exact(
+                Rational::from(&lb.bias_inf * &c.scale_b) + &c.abs,
+            ));
+            decided.push((lhs, c.f_max.clone()));
+        }
+        if decided.iter().all(|(v, f)| v.hi < *f) {
             true
-        } else if lhs.lo >= self.f_max || m.lo >= self.f_max {
+        } else if decided.iter().any(|(v, f)| v.lo >= *f) {
             false
         } else {
             panic!(
@@ -814,12 +921,11 @@ fn scalar_quantities_match_exact_rationals() {
         for n in [1u64, 2, 3, 4, 5, 8, 100, 784] {
             let w = format!("{f} n={n}");
             check_upper(&format!("gamma {w}"), gamma_n(f, n), &Iv::exact(c.gamma(n)));
-            check_upper(&format!("kappa {w}"), kappa(f, n), &Iv::exact(c.kappa(n)));
             for ftz in [false, true] {
                 check_upper(
-                    &format!("a_dot {w} ftz={ftz}"),
-                    a_dot(f, ftz, n),
-                    &Iv::exact(c.a_dot(ftz, n)),
+                    &format!("a_acc {w} ftz={ftz}"),
+                    a_acc(f, ftz, n),
+                    &Iv::exact(c.a_acc(ftz, n)),
                 );
                 check_upper(
                     &format!("a_dot_fwd {w} ftz={ftz}"),
@@ -834,8 +940,14 @@ fn scalar_quantities_match_exact_rationals() {
 #[test]
 fn model_bounds_are_tight_upper_bounds_of_the_exact_constants() {
     for case in all_cases() {
-        let mb = ModelBounds::new(&case.net, &case.norms, case.format, case.ftz);
-        let nr = reference(&case.net, &case.norms, case.format, case.ftz);
+        let mb = ModelBounds::new(&case.net, &case.norms, &case.exec());
+        let nr = reference(
+            &case.net,
+            &case.norms,
+            case.format,
+            case.accumulate,
+            case.ftz,
+        );
         let w = &case.label;
         assert!(mb.vacuous.is_none(), "{w}: {:?}", mb.vacuous);
         assert_eq!(mb.format, case.format);
@@ -852,18 +964,28 @@ fn model_bounds_are_tight_upper_bounds_of_the_exact_constants() {
             let o = &got.overflow;
             check_upper(&format!("{w} row_l2_max"), o.row_l2_max, &ex.row_l2_max);
             check_exact(&format!("{w} row_inf_max"), o.row_inf_max, &ex.row_inf_max);
-            check_upper(
-                &format!("{w} 1+gamma"),
-                o.one_plus_gamma,
-                &Iv::exact(ex.one_plus_gamma.clone()),
-            );
-            check_upper(
-                &format!("{w} a_dot_fwd"),
-                o.a_dot_fwd,
-                &Iv::exact(ex.a_dot_fwd.clone()),
-            );
             check_exact(&format!("{w} bias_inf"), o.bias_inf, &ex.bias_inf);
-            check_exact(&format!("{w} f_max"), o.f_max, &nr.f_max);
+            check_exact(
+                &format!("{w} product f_max"),
+                o.product_f_max,
+                &ex.product_f_max,
+            );
+            assert_eq!(o.checks.len(), ex.checks.len(), "{w}: overflow checks");
+            for (k, (g, e)) in o.checks.iter().zip(&ex.checks).enumerate() {
+                let w = format!("{w} overflow check {k}");
+                check_upper(
+                    &format!("{w} scale_w"),
+                    g.scale_w,
+                    &Iv::exact(e.scale_w.clone()),
+                );
+                check_upper(
+                    &format!("{w} scale_b"),
+                    g.scale_b,
+                    &Iv::exact(e.scale_b.clone()),
+                );
+                check_upper(&format!("{w} abs"), g.abs, &Iv::exact(e.abs.clone()));
+                check_exact(&format!("{w} f_max"), g.f_max, &e.f_max);
+            }
         }
         assert_eq!(mb.lip_prefix.len(), nr.lip_prefix.len(), "{w}");
         for (l, (got, ex)) in mb.lip_prefix.iter().zip(&nr.lip_prefix).enumerate() {
@@ -888,8 +1010,14 @@ fn model_bounds_are_tight_upper_bounds_of_the_exact_constants() {
 fn deviation_chain_and_radii_are_tight_upper_bounds() {
     let mut overflowed = 0;
     for case in all_cases() {
-        let mb = ModelBounds::new(&case.net, &case.norms, case.format, case.ftz);
-        let nr = reference(&case.net, &case.norms, case.format, case.ftz);
+        let mb = ModelBounds::new(&case.net, &case.norms, &case.exec());
+        let nr = reference(
+            &case.net,
+            &case.norms,
+            case.format,
+            case.accumulate,
+            case.ftz,
+        );
         let depth = nr.layers.len();
         let top = depth - 1;
         for r0 in [0.0, 0.375, 1.25, 3.1, 17.0, 2.5e3, 4e4] {
@@ -934,8 +1062,14 @@ fn deviation_chain_and_radii_are_tight_upper_bounds() {
 fn standard_slack_is_a_tight_lower_bound_and_the_verdict_flips_at_the_exact_boundary() {
     let x_norm = 1.25;
     for case in all_cases() {
-        let mb = ModelBounds::new(&case.net, &case.norms, case.format, case.ftz);
-        let nr = reference(&case.net, &case.norms, case.format, case.ftz);
+        let mb = ModelBounds::new(&case.net, &case.norms, &case.exec());
+        let nr = reference(
+            &case.net,
+            &case.norms,
+            case.format,
+            case.accumulate,
+            case.ftz,
+        );
         let logits = logits_for(&case, &nr, x_norm);
         let exact = |eps: f64| nr.standard(&logits, x_norm, eps).unwrap();
         let check = |eps: f64, what: &str| -> PointResult {
@@ -1020,8 +1154,14 @@ fn standard_slack_is_a_tight_lower_bound_and_the_verdict_flips_at_the_exact_boun
 #[test]
 fn real_slack_is_a_tight_lower_bound_and_the_verdict_flips_at_the_exact_boundary() {
     for case in all_cases() {
-        let mb = ModelBounds::new(&case.net, &case.norms, case.format, case.ftz);
-        let nr = reference(&case.net, &case.norms, case.format, case.ftz);
+        let mb = ModelBounds::new(&case.net, &case.norms, &case.exec());
+        let nr = reference(
+            &case.net,
+            &case.norms,
+            case.format,
+            case.accumulate,
+            case.ftz,
+        );
         let logits = logits_for(&case, &nr, 1.25);
         let w = &case.label;
         let check = |eps: f64| -> PointResult {
@@ -1083,8 +1223,12 @@ fn overflow_refusal_matches_the_exact_condition_at_the_boundary() {
             for (k, (net, layer)) in overflow_nets(format).into_iter().enumerate() {
                 let w = format!("{format} ftz={ftz} overflow net {k}");
                 let norms = norms_for(&net, false);
-                let mb = ModelBounds::new(&net, &norms, format, ftz);
-                let nr = reference(&net, &norms, format, ftz);
+                let mb = ModelBounds::new(
+                    &net,
+                    &norms,
+                    &ExecutionModel::deployed(format, None, ftz).unwrap(),
+                );
+                let nr = reference(&net, &norms, format, None, ftz);
                 let exact_fails = |r: f64| nr.chain(&Iv::of(r)).is_err();
                 let mut hi = 1.0;
                 while !exact_fails(hi) {
@@ -1144,8 +1288,12 @@ fn standard_refuses_with_the_exact_overflow_layer_at_the_centre_and_over_the_bal
         for (k, (net, layer)) in overflow_nets(Format::Float16).into_iter().enumerate() {
             let w = format!("float16 ftz={ftz} overflow net {k}");
             let norms = norms_for(&net, true);
-            let mb = ModelBounds::new(&net, &norms, Format::Float16, ftz);
-            let nr = reference(&net, &norms, Format::Float16, ftz);
+            let mb = ModelBounds::new(
+                &net,
+                &norms,
+                &ExecutionModel::deployed(Format::Float16, None, ftz).unwrap(),
+            );
+            let nr = reference(&net, &norms, Format::Float16, None, ftz);
             let exact_fails = |r: f64| nr.chain(&Iv::of(r)).is_err();
             let (r_ok, r_fail) = bisect(0.0, 65504.0, exact_fails);
             // float16 values

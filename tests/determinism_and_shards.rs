@@ -190,7 +190,8 @@ fn streamed_inputs_match_inputs_in_memory() {
 
     let spec = SubjectSpec {
         model: model.clone(),
-        format: Format::Float32,
+        format: Some(Format::Float32),
+        accumulate: None,
         ftz: false,
         inputs: x.clone(),
         labels: None,

@@ -49,7 +49,8 @@ fn figures(example: &str, eps: &str) -> (f64, f64) {
     let dir = root().join("examples").join(example);
     let spec = SubjectSpec {
         model: dir.join("model.onnx"),
-        format: Format::Float32,
+        format: Some(Format::Float32),
+        accumulate: None,
         ftz: false,
         inputs: dir.join("x_test.npy"),
         labels: Some(dir.join("y_test.npy")),

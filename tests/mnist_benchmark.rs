@@ -31,7 +31,8 @@ fn run_set(
 ) -> (run::Subject, CertifyOutcome) {
     let spec = SubjectSpec {
         model: model.to_path_buf(),
-        format,
+        format: Some(format),
+        accumulate: None,
         ftz: false,
         inputs: inputs.to_path_buf(),
         labels: Some(labels.to_path_buf()),
@@ -217,7 +218,7 @@ fn counterexamples_are_never_certified_in_their_format() {
             lipfp::data::load_inputs(&dir.join("centers.npy"), &subject.net, format).unwrap();
         let partners =
             lipfp::data::load_inputs(&dir.join("partners.npy"), &subject.net, format).unwrap();
-        let exec = lipfp::exec::Executor::new(&subject.net);
+        let exec = lipfp::exec::Executor::new(&subject.net, &subject.execution);
         let eps = lipfp::data::load_epsilons(&dir.join("epsilons.npy"), out.n).unwrap();
         for (k, &certified) in certified_any.iter().enumerate() {
             if !certified {

@@ -35,6 +35,7 @@ fn gate(name: &str, passed: Option<bool>, failures: &[&str]) -> GateReport {
         name: name.to_string(),
         format: Format::Float32,
         ftz: false,
+        execution: "float32 storage, float32 or float64 accumulation".to_string(),
         epsilon: Some("0.3".to_string()),
         epsilons: None,
         n,

@@ -12,14 +12,16 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::execution::ExecutionModel;
 use crate::format::Format;
-use crate::model::DenseNet;
+use crate::model::{Dense, DenseNet};
 use crate::norms::LayerNorms;
 use crate::sound::{add_up, l2_norm_up, mul_up, sqrt_up, sub_down};
 
 pub use modes::{Centre, Certifier, HiCentre, PointResult};
 use quantities::{
-    a_dot, a_dot_fwd, deviation_step, gamma_n, kappa, overflow_free, radius_step, OverflowConstants,
+    deviation_step, overflow_checks, overflow_free, radius_step, LayerError, OverflowCheck,
+    OverflowConstants,
 };
 
 /// A certification mode.
@@ -187,11 +189,12 @@ pub type Verdict = Result<(), Refusal>;
 pub struct LayerBounds {
     /// `||W_l||` (upper bound).
     pub spectral: f64,
-    /// `alpha_l = ||W_l|| + kappa_{n_l} |||W_l|||` (sec. 5).
+    /// `alpha_l = ||W_l|| + rel_w |||W_l|||` (sec. 5, the paper's `kappa_{n_l}` generalised to
+    /// the execution model's [`LayerError`]).
     pub alpha: f64,
-    /// `kappa_{n_l} |||W_l|||`, the coefficient of `r` in `beta_l(r)`.
+    /// `rel_w |||W_l|||`, the coefficient of `r` in `beta_l(r)`.
     pub kappa_abs: f64,
-    /// `u ||b_l|| + (1+u) a_dot(n_l) sqrt(m_l)` (+ `lambda sqrt(m_l)` under FTZ).
+    /// `rel_b ||b_l|| + abs sqrt(m_l)` (the paper's `u ||b_l|| + (1+u) a_dot(n_l) sqrt(m_l)`).
     pub beta_const: f64,
     /// `||b_l||_2` (upper bound).
     pub bias_l2: f64,
@@ -202,11 +205,11 @@ pub struct LayerBounds {
 /// Model-level constants of one ordered class pair `(i, j)` of the output layer.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PairBounds {
-    /// `alpha^{ij} = ||W_{L,i} - W_{L,j}|| + kappa ||(|W_{L,i}| + |W_{L,j}|)||`.
+    /// `alpha^{ij} = ||W_{L,i} - W_{L,j}|| + rel_w ||(|W_{L,i}| + |W_{L,j}|)||`.
     pub alpha: f64,
-    /// `kappa ||(|W_{L,i}| + |W_{L,j}|)||`.
+    /// `rel_w ||(|W_{L,i}| + |W_{L,j}|)||`.
     pub kappa_abs: f64,
-    /// `u (|b_{L,i}| + |b_{L,j}|) + 2 (1+u) a_dot(n_L)` (+ `2 lambda` under FTZ).
+    /// `rel_b (|b_{L,i}| + |b_{L,j}|) + 2 abs` (the paper's `u (...) + 2 (1+u) a_dot(n_L)`).
     pub beta_const: f64,
     /// Margin Lipschitz constant `L_{ij} = ||W_{L,i} - W_{L,j}|| prod_{l<L} ||W_l||`.
     pub lip: f64,
@@ -216,10 +219,12 @@ pub struct PairBounds {
 /// and the norms.
 #[derive(Clone, Debug)]
 pub struct ModelBounds {
-    /// Deployment format.
+    /// Deployment (storage) format.
     pub format: Format,
     /// Flush-to-zero constants in use.
     pub ftz: bool,
+    /// The execution model the bounds cover.
+    pub execution: ExecutionModel,
     /// One entry per layer (the last is the output layer).
     pub layers: Vec<LayerBounds>,
     /// `classes x classes` pair table, row-major by `(i, j)`.
@@ -229,43 +234,116 @@ pub struct ModelBounds {
     /// `prod_{k<=l} ||W_k||` for `l = 0..L-1` (index 0 is 1): the Lipschitz constant of the map
     /// from the input to layer `l`, used by the measured radii.
     pub lip_prefix: Vec<f64>,
-    /// Deviation base case `D_0`: 0, or `lambda sqrt(n_1)` under FTZ (Appendix).
+    /// Deviation base case `D_0`: 0, or `lambda sqrt(n_1)` under FTZ (Appendix; the largest
+    /// `lambda` of the formats involved).
     pub d0: f64,
     /// When set, no instance can be certified in a sound mode, and why.
     pub vacuous: Option<String>,
 }
 
+/// The error terms of one layer in every covered accumulation format, their maximum, the
+/// overflow checks of each, and the vacuity reason if some `n * u >= 1`.
+fn layer_terms(
+    exec: &ExecutionModel,
+    layer: &Dense,
+    index: usize,
+) -> (LayerError, Vec<OverflowCheck>, Option<String>) {
+    let n = layer.n() as u64;
+    let casts: &[Format] = if exec.executes_casts {
+        &layer.casts
+    } else {
+        &[]
+    };
+    let mut err: Option<LayerError> = None;
+    let mut checks = Vec::new();
+    let mut vacuous = None;
+    for acc in exec.accumulations() {
+        let u = acc.unit_roundoff();
+        if (n as f64) * u >= 1.0 && vacuous.is_none() {
+            vacuous = Some(format!(
+                "layer {}: n*u = {n} * 2^-{} = {:.3} >= 1 with {acc} accumulation; the error bounds are vacuous",
+                index + 1,
+                acc.precision(),
+                n as f64 * u
+            ));
+        }
+        let mut roundings: Vec<Format> = Vec::new();
+        if acc != exec.storage {
+            roundings.push(exec.storage);
+        }
+        roundings.extend_from_slice(casts);
+        let mut e = LayerError::accumulation(acc, exec.ftz, n);
+        for &r in &roundings {
+            e = e.then_rounded(r, exec.ftz);
+        }
+        err = Some(match err {
+            Some(prev) => prev.max(e),
+            None => e,
+        });
+        checks.extend(overflow_checks(acc, exec.ftz, n, &roundings));
+    }
+    let err = err.expect("every execution model has an accumulation format");
+    (err, checks, vacuous)
+}
+
+/// The ordered class pairs of the output layer (Lemma "Final-layer pairwise deviation"), with
+/// the output layer's error terms `err`: `alpha^{ij} = ||w_i - w_j|| + rel_w ||(|w_i| + |w_j|)||`,
+/// `beta_const^{ij} = rel_b (|b_i| + |b_j|) + 2 abs`, `L_{ij} = ||w_i - w_j|| prefix`.
+fn pair_table(last: &Dense, err: &LayerError, prefix: f64) -> Vec<PairBounds> {
+    let up = |x: &rug::Float| x.to_f64_round(rug::float::Round::Up);
+    let (rel_w, rel_b, abs) = (up(&err.rel_w), up(&err.rel_b), up(&err.abs));
+    let pair_const = mul_up(2.0, abs);
+    let classes = last.m();
+    let mut pairs = vec![PairBounds::default(); classes * classes];
+    for i in 0..classes {
+        for j in 0..classes {
+            if i == j {
+                continue;
+            }
+            let (wi, wj) = (last.w.row(i), last.w.row(j));
+            // |w_i - w_j| and |w_i| + |w_j| rounded up entrywise
+            let diff = l2_norm_up(
+                wi.iter()
+                    .zip(wj.iter())
+                    .map(|(a, b)| (a - b).abs().next_up()),
+            );
+            let sum = l2_norm_up(
+                wi.iter()
+                    .zip(wj.iter())
+                    .map(|(a, b)| add_up(a.abs(), b.abs())),
+            );
+            let kappa_abs = mul_up(rel_w, sum);
+            let bias = add_up(last.b[i].abs(), last.b[j].abs());
+            pairs[i * classes + j] = PairBounds {
+                alpha: add_up(diff, kappa_abs),
+                kappa_abs,
+                beta_const: add_up(mul_up(rel_b, bias), pair_const),
+                lip: mul_up(diff, prefix),
+            };
+        }
+    }
+    pairs
+}
+
 impl ModelBounds {
-    /// Precompute the bounds of `net` (already converted to `format`) from its layer norms.
-    pub fn new(net: &DenseNet, norms: &[LayerNorms], format: Format, ftz: bool) -> Self {
-        let u = format.unit_roundoff();
-        // 1 + u is not representable in float64 (u = 2^-53): round it up
-        let one_plus_u = add_up(1.0, u);
-        let lambda = format.lambda();
+    /// Precompute the bounds of `net` (already converted to the storage format) from its layer
+    /// norms, for every execution the model `exec` covers.
+    pub fn new(net: &DenseNet, norms: &[LayerNorms], exec: &ExecutionModel) -> Self {
+        let up = |x: &rug::Float| x.to_f64_round(rug::float::Round::Up);
         let mut vacuous = None;
         let mut layers = Vec::with_capacity(net.layers.len());
+        let mut last_err = None;
         for (l, (layer, nrm)) in net.layers.iter().zip(norms).enumerate() {
-            let (n, m) = (layer.n() as u64, layer.m() as u64);
-            if (n as f64) * u >= 1.0 && vacuous.is_none() {
-                vacuous = Some(format!(
-                    "layer {}: n*u = {n} * 2^-{} = {:.3} >= 1 in {format}; the error bounds are vacuous",
-                    l + 1,
-                    format.precision(),
-                    n as f64 * u
-                ));
-            }
-            let k = kappa(format, n);
-            let kappa_abs = mul_up(k, nrm.abs_spectral);
-            let alpha = add_up(nrm.spectral, kappa_abs);
+            let (err, checks, vac) = layer_terms(exec, layer, l);
+            vacuous = vacuous.or(vac);
+            let rel_w = up(&err.rel_w);
+            let kappa_abs = mul_up(rel_w, nrm.abs_spectral);
             let bias_l2 = l2_norm_up(layer.b.iter().copied());
-            let sqrt_m = sqrt_up(m as f64);
-            let mut beta_const = add_up(
-                mul_up(u, bias_l2),
-                mul_up(mul_up(one_plus_u, a_dot(format, ftz, n)), sqrt_m),
+            let sqrt_m = sqrt_up(layer.m() as f64);
+            let beta_const = add_up(
+                mul_up(up(&err.rel_b), bias_l2),
+                mul_up(up(&err.abs), sqrt_m),
             );
-            if ftz {
-                beta_const = add_up(beta_const, mul_up(lambda, sqrt_m));
-            }
             let row_l2_max = layer
                 .w
                 .rows()
@@ -273,74 +351,46 @@ impl ModelBounds {
                 .map(|r| l2_norm_up(r.iter().copied()))
                 .fold(0.0, f64::max);
             let row_inf_max = layer.w.iter().fold(0.0f64, |a, &x| a.max(x.abs()));
+            let product_f_max = exec
+                .accumulations()
+                .into_iter()
+                .map(Format::f_max)
+                .fold(f64::INFINITY, f64::min);
             layers.push(LayerBounds {
                 spectral: nrm.spectral,
-                alpha,
+                alpha: add_up(nrm.spectral, kappa_abs),
                 kappa_abs,
                 beta_const,
                 bias_l2,
                 overflow: OverflowConstants {
                     row_l2_max,
                     row_inf_max,
-                    one_plus_gamma: add_up(1.0, gamma_n(format, n)),
-                    a_dot_fwd: a_dot_fwd(format, ftz, n),
                     bias_inf: layer.b.iter().fold(0.0f64, |a, &x| a.max(x.abs())),
-                    f_max: format.f_max(),
+                    product_f_max,
+                    checks,
                 },
             });
+            last_err = Some(err);
         }
+        let last_err = last_err.expect("a network has at least one layer");
         let last = &net.layers[net.layers.len() - 1];
-        let classes = last.m();
-        let n_last = last.n() as u64;
-        let k_last = kappa(format, n_last);
-        let mut pair_const = mul_up(2.0 * one_plus_u, a_dot(format, ftz, n_last));
-        if ftz {
-            pair_const = add_up(pair_const, 2.0 * lambda);
-        }
         let mut lip_prefix = vec![1.0];
         for nrm in &norms[..norms.len() - 1] {
             lip_prefix.push(mul_up(lip_prefix[lip_prefix.len() - 1], nrm.spectral));
         }
-        let prefix = lip_prefix[lip_prefix.len() - 1];
-        let mut pairs = vec![PairBounds::default(); classes * classes];
-        for i in 0..classes {
-            for j in 0..classes {
-                if i == j {
-                    continue;
-                }
-                let (wi, wj) = (last.w.row(i), last.w.row(j));
-                // |w_i - w_j| and |w_i| + |w_j| rounded up entrywise
-                let diff = l2_norm_up(
-                    wi.iter()
-                        .zip(wj.iter())
-                        .map(|(a, b)| (a - b).abs().next_up()),
-                );
-                let sum = l2_norm_up(
-                    wi.iter()
-                        .zip(wj.iter())
-                        .map(|(a, b)| add_up(a.abs(), b.abs())),
-                );
-                let kappa_abs = mul_up(k_last, sum);
-                let bias = add_up(last.b[i].abs(), last.b[j].abs());
-                pairs[i * classes + j] = PairBounds {
-                    alpha: add_up(diff, kappa_abs),
-                    kappa_abs,
-                    beta_const: add_up(mul_up(u, bias), pair_const),
-                    lip: mul_up(diff, prefix),
-                };
-            }
-        }
-        let d0 = if ftz {
-            mul_up(lambda, sqrt_up(net.input_dim() as f64))
+        let pairs = pair_table(last, &last_err, lip_prefix[lip_prefix.len() - 1]);
+        let d0 = if exec.ftz {
+            mul_up(exec.largest_lambda(), sqrt_up(net.input_dim() as f64))
         } else {
             0.0
         };
         ModelBounds {
-            format,
-            ftz,
+            format: exec.storage,
+            ftz: exec.ftz,
+            execution: *exec,
             layers,
             pairs,
-            classes,
+            classes: last.m(),
             lip_prefix,
             d0,
             vacuous,

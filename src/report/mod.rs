@@ -58,6 +58,8 @@ pub struct GateReport {
     pub format: Format,
     /// Flush-to-zero constants in use.
     pub ftz: bool,
+    /// The execution model the certificates cover.
+    pub execution: String,
     /// The radius as written (null with per-instance radii).
     pub epsilon: Option<String>,
     /// Per-instance radii file, when used.
@@ -120,6 +122,8 @@ pub struct SubjectFacts {
     pub format: Format,
     /// FTZ.
     pub ftz: bool,
+    /// The execution model, as text.
+    pub execution: String,
     /// Gram iterations.
     pub gram_iterations: u32,
     /// Norms from cache.
@@ -175,6 +179,7 @@ impl GateReport {
             name: name.to_string(),
             format: facts.format,
             ftz: facts.ftz,
+            execution: facts.execution.clone(),
             epsilon: radius.fields().0,
             epsilons: radius.fields().1,
             n,
