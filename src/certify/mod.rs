@@ -397,6 +397,22 @@ impl ModelBounds {
         }
     }
 
+    /// The centre deviation bound `E_ctr^{ij}` (Lemma "Final-layer pairwise deviation" on the
+    /// deterministic chain from `r_0 = x_norm`, `eps = 0`): for every covered execution at a
+    /// point of norm at most `x_norm`, `|m_hat_{ij} - m_{ij}|` is at most this; or the layer
+    /// whose overflow check fails.
+    pub fn margin_deviation(&self, x_norm: f64, i: usize, j: usize) -> Result<f64, Refusal> {
+        let (r, d) = self.hidden_chain(x_norm)?;
+        let p = self.pair(i, j);
+        Ok(quantities::final_pair_bounds(
+            p.alpha,
+            d,
+            p.kappa_abs,
+            r,
+            p.beta_const,
+        ))
+    }
+
     /// Pair bounds for predicted class `i` and competitor `j`.
     pub fn pair(&self, i: usize, j: usize) -> &PairBounds {
         &self.pairs[i * self.classes + j]

@@ -1,3 +1,5 @@
 //! Helpers shared by the integration tests.
 
+pub mod exact;
 pub mod onnx_builder;
+pub mod runtime;

@@ -1,0 +1,122 @@
+//! Running models through the runtimes users deploy on: onnxruntime CPU (the Python package,
+//! through `tests/conformance/ort_logits.py`) and tract's optimised plan.
+//!
+//! The Python interpreter is `$LIPFP_PYTHON`, else `python3` when it can import onnxruntime.
+//! Without one the conformance tests say so and do not run, unless
+//! `LIPFP_REQUIRE_CONFORMANCE=1` (set by `.ci/run`), which makes a missing runtime a failure.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use npyz::WriterBuilder;
+
+/// The repository's conformance scripts.
+pub fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/conformance")
+        .join(name)
+}
+
+/// A Python interpreter with onnxruntime, or `None` (after saying why) when the tests may skip.
+pub fn python() -> Option<PathBuf> {
+    let candidate = std::env::var_os("LIPFP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let ok = Command::new(&candidate)
+        .args(["-c", "import onnxruntime, onnx, numpy"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if ok {
+        return Some(candidate);
+    }
+    let why = format!(
+        "no Python with onnxruntime, onnx and numpy at `{}` (set LIPFP_PYTHON; `.ci/run` makes one from tests/conformance/requirements.txt)",
+        candidate.display()
+    );
+    if std::env::var("LIPFP_REQUIRE_CONFORMANCE").as_deref() == Ok("1") {
+        panic!("conformance tests are required but cannot run: {why}");
+    }
+    eprintln!("NOT RUN: onnxruntime conformance check: {why}");
+    None
+}
+
+/// Run a Python script of `tests/conformance` and fail with its stderr if it fails.
+pub fn run_script(python: &Path, name: &str, args: &[&Path], flags: &[&str]) {
+    let out = Command::new(python)
+        .arg(script(name))
+        .args(args)
+        .args(flags)
+        .output()
+        .expect("start the Python interpreter");
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Write row-major values of shape `[rows, example...]` as a float64 `.npy` file.
+pub fn write_f64_npy(path: &Path, rows: usize, example: &[usize], values: &[f64]) {
+    assert_eq!(rows * example.iter().product::<usize>(), values.len());
+    let mut shape = vec![rows as u64];
+    shape.extend(example.iter().map(|&d| d as u64));
+    let f = std::io::BufWriter::new(std::fs::File::create(path).expect("create .npy"));
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&shape)
+        .writer(f)
+        .begin_nd()
+        .expect("begin .npy");
+    w.extend(values.iter().copied()).expect("write .npy");
+    w.finish().expect("finish .npy");
+}
+
+/// Read a float64 `.npy` file written by `ort_logits.py`.
+pub fn read_f64_npy(path: &Path) -> Vec<f64> {
+    let bytes = std::fs::read(path).expect("read .npy");
+    let npy = npyz::NpyFile::new(&bytes[..]).expect("an .npy file");
+    npy.into_vec::<f64>().expect("float64 values")
+}
+
+/// onnxruntime's logits for every row (values of the model's input format), row-major.
+pub fn ort_logits(
+    python: &Path,
+    model: &Path,
+    rows: usize,
+    dim: usize,
+    values: &[f64],
+    flags: &[&str],
+) -> Vec<f64> {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (x, y) = (dir.path().join("x.npy"), dir.path().join("y.npy"));
+    write_f64_npy(&x, rows, &[dim], values);
+    run_script(python, "ort_logits.py", &[model, &x, &y], flags);
+    read_f64_npy(&y)
+}
+
+/// tract's logits (optimised plan) for float32 inputs, or why tract cannot run the model.
+pub fn tract_logits(
+    model: &Path,
+    input_shape: &[usize],
+    rows: usize,
+    values: &[f64],
+) -> Result<Vec<f64>, String> {
+    let mut shape = vec![rows];
+    shape.extend_from_slice(input_shape);
+    let x: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+    lipfp::onnx::run_with_tract(model, &shape, &x)
+}
+
+/// Index of the largest value (the first on ties), as `numpy.argmax`.
+pub fn argmax(v: &[f64]) -> usize {
+    let mut best = 0;
+    for (k, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = k;
+        }
+    }
+    best
+}
