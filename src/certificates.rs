@@ -100,11 +100,6 @@ pub fn gate_certificates(
         norms_s: outcome.norms_s,
         certify_s: outcome.certify_s,
         reference_s: outcome.reference_s,
-        norms_cached: subject
-            .norms
-            .as_ref()
-            .map(|n| n.from_cache)
-            .unwrap_or(false),
         notes: subject.notes.clone(),
         degradation_sum: outcome.modes.iter().map(|m| m.degradation_sums.0).collect(),
         leps_sum: outcome.modes.iter().map(|m| m.degradation_sums.1).collect(),
@@ -138,7 +133,7 @@ pub struct MergedGate {
     pub mode: Mode,
     /// Thresholds.
     pub thresholds: Thresholds,
-    /// Model, format, iterations, cache flag and notes (deduplicated, shard notes dropped).
+    /// Model, format, iterations and notes (deduplicated, shard notes dropped).
     pub facts: SubjectFacts,
     /// 1-based policy line (0 when unknown).
     pub policy_line: usize,
@@ -333,7 +328,6 @@ pub fn merge(
                 ftz: g0.ftz,
                 execution: g0.execution.clone(),
                 gram_iterations: g0.gram_iterations,
-                norms_cached: parts.iter().all(|(_, g)| g.norms_cached),
                 notes,
             },
             policy_line: g0.policy_line as usize,

@@ -111,9 +111,6 @@ pub struct CheckArgs {
     /// Certify only shard K of N of every test set (1-based, e.g. 2/4).
     #[arg(long)]
     pub shard: Option<String>,
-    /// Norm cache directory (default: $LIPFP_CACHE_DIR, the policy's [cache] dir, or the user cache).
-    #[arg(long)]
-    pub cache_dir: Option<PathBuf>,
 }
 
 /// `lipfp certify`.
@@ -156,9 +153,6 @@ pub struct CertifyArgs {
     /// Gram iterations for the spectral norms.
     #[arg(long, default_value_t = DEFAULT_GRAM_ITERATIONS)]
     pub gram_iterations: u32,
-    /// Norm cache directory (default: $LIPFP_CACHE_DIR or the user cache).
-    #[arg(long)]
-    pub cache_dir: Option<PathBuf>,
     /// Report destinations.
     #[command(flatten)]
     pub out: ReportOutputs,
@@ -195,9 +189,6 @@ pub struct InspectArgs {
     /// Gram iterations for the spectral norms.
     #[arg(long, default_value_t = DEFAULT_GRAM_ITERATIONS)]
     pub gram_iterations: u32,
-    /// Norm cache directory (default: $LIPFP_CACHE_DIR or the user cache).
-    #[arg(long)]
-    pub cache_dir: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -267,11 +258,6 @@ fn facts(subject: &Subject, gram_iterations: u32) -> SubjectFacts {
         ftz: subject.ftz,
         execution: subject.execution.to_string(),
         gram_iterations,
-        norms_cached: subject
-            .norms
-            .as_ref()
-            .map(|n| n.from_cache)
-            .unwrap_or(false),
         notes: subject.notes.clone(),
     }
 }
@@ -348,7 +334,6 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         inputs: a.inputs.clone(),
         labels: a.labels.clone(),
         gram_iterations: a.gram_iterations,
-        cache_dir: run::resolve_cache_dir(a.cache_dir.as_deref(), None),
         reference: modes.iter().any(|m| m.needs_reference()),
         shard: parse_shard(a.shard.as_deref())?,
     };
@@ -412,7 +397,6 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     let policy = Policy::load(&a.config)?;
     let shard = parse_shard(a.shard.as_deref())?;
     let baseline = load_baseline(&policy, progress)?;
-    let cache_dir = run::resolve_cache_dir(a.cache_dir.as_deref(), policy.cache_dir.as_deref());
     // one subject per distinct target, prepared in the order gates first name it
     let mut subjects: Vec<(Target, Subject)> = Vec::new();
     let mut gates = Vec::with_capacity(policy.gates.len());
@@ -428,7 +412,6 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
                 inputs: t.inputs.clone(),
                 labels: t.labels.clone(),
                 gram_iterations: t.gram_iterations,
-                cache_dir: cache_dir.clone(),
                 reference: policy
                     .gates
                     .iter()
@@ -551,14 +534,7 @@ fn inspect_model(a: &InspectArgs, progress: &Progress) -> Result<Exit, LipfpErro
             "--gram-iterations must be between 1 and 64".into(),
         ));
     }
-    let cache = run::resolve_cache_dir(a.cache_dir.as_deref(), None);
-    let info = inspect::inspect(
-        &a.model,
-        format,
-        a.gram_iterations,
-        cache.as_deref(),
-        progress,
-    )?;
+    let info = inspect::inspect(&a.model, format, a.gram_iterations, progress)?;
     if a.json {
         println!(
             "{}",

@@ -60,8 +60,6 @@ pub struct Inspection {
     pub converted_changed: usize,
     /// Gram iterations of the norms.
     pub gram_iterations: u32,
-    /// Whether the norms came from the cache.
-    pub norms_cached: bool,
     /// Product of the layer norms: a Lipschitz bound of the whole network.
     pub lipschitz_bound: f64,
     /// The layers.
@@ -75,7 +73,6 @@ pub fn inspect(
     path: &Path,
     format: Option<Format>,
     iterations: u32,
-    cache_dir: Option<&Path>,
     progress: &Progress,
 ) -> Result<Inspection, LipfpError> {
     let stored_format = model::stored_format(path)?;
@@ -94,12 +91,9 @@ pub fn inspect(
         "norms: {} layers, {iterations} Gram iterations",
         net.layers.len()
     ));
-    let (norms, warning) = norms::norms_cached(&net, iterations, cache_dir).map_err(|e| {
+    let norms = norms::network_norms(&net, iterations).map_err(|e| {
         LipfpError::model(path, format!("spectral norms could not be bounded: {e}"))
     })?;
-    if let Some(w) = warning {
-        progress.warn(&w);
-    }
     let layers: Vec<LayerInfo> = net
         .layers
         .iter()
@@ -155,7 +149,6 @@ pub fn inspect(
         input: (net.input_name.clone(), net.input_shape.clone()),
         converted_changed: net.converted_changed,
         gram_iterations: iterations,
-        norms_cached: norms.from_cache,
         lipschitz_bound: norms.layers.iter().map(|n| n.spectral).product(),
         layers,
         vacuous_formats,
@@ -215,10 +208,8 @@ pub fn render(i: &Inspection) -> String {
     }
     let _ = writeln!(
         out,
-        "\nLipschitz bound (product of ||W||): {:.6}   norms: {} Gram iterations{}",
-        i.lipschitz_bound,
-        i.gram_iterations,
-        if i.norms_cached { " (cached)" } else { "" }
+        "\nLipschitz bound (product of ||W||): {:.6}   norms: {} Gram iterations",
+        i.lipschitz_bound, i.gram_iterations
     );
     let widest = i.layers.iter().map(|l| l.inputs).max().unwrap_or(0);
     let _ = writeln!(out, "\nmax n*u per format (widest layer input: {widest}):");

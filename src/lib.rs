@@ -1,7 +1,7 @@
 //! lipfp: floating-point-sound Lipschitz robustness certificates for dense ReLU classifiers,
 //! gated in CI.
 //!
-//! Data flows one way: policy -> model + data -> norms (once, cached) -> per-instance
+//! Data flows one way: policy -> model + data -> norms (every run) -> per-instance
 //! certificates (parallel) -> gate verdicts -> reporters.
 
 pub mod baseline;

@@ -1,5 +1,5 @@
 //! Sound spectral-norm upper bounds by Algorithm GramIterFP (paper sec. "Sound and Scalable
-//! Spectral-Norm Computation"), the per-layer norm bundle, and its on-disk cache.
+//! Spectral-Norm Computation") and the per-layer norm bundle, computed on every run.
 //!
 //! The Gram products run in hardware binary64 (any summation order, with or without FMA: the
 //! Lemma "Frobenius error of a floating-point Gram product" covers all of them); everything that
@@ -12,19 +12,13 @@
 //!   multiplying back);
 //! * `FrobUB` sums squares with upward-rounded steps instead of the forward-error model.
 
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-
 use ndarray::{Array2, ArrayView2};
-use prost::Message;
 use rayon::prelude::*;
 
 use crate::certify::quantities::{a_dot_fwd, gamma_n};
 use crate::format::Format;
-use crate::model::{hex, DenseNet};
-use crate::proto_gen;
-use crate::sound::{add_up, div_up, l2_norm_down, mul_up, pow2_ceil, sqrt_up};
+use crate::model::DenseNet;
+use crate::sound::{add_up, div_up, mul_up, pow2_ceil, sqrt_up};
 
 /// Default number of Gram iterations (the paper's "gram-12").
 pub const DEFAULT_GRAM_ITERATIONS: u32 = 12;
@@ -126,17 +120,13 @@ pub struct LayerNorms {
     pub abs_spectral: f64,
 }
 
-/// Norms of every layer, with where they came from.
+/// Norms of every layer.
 #[derive(Clone, Debug)]
 pub struct NetworkNorms {
     /// One entry per layer.
     pub layers: Vec<LayerNorms>,
     /// Gram iterations used.
     pub gram_iterations: u32,
-    /// True when read from the cache.
-    pub from_cache: bool,
-    /// Cache key (hex SHA-256).
-    pub key: String,
 }
 
 /// Compute both norms of every layer (in parallel).
@@ -165,130 +155,13 @@ pub fn compute_norms(net: &DenseNet, iterations: u32) -> Result<Vec<LayerNorms>,
     Ok(out)
 }
 
-/// The cache key: network hash (format included), iteration count and algorithm version.
-pub fn cache_key(net: &DenseNet, iterations: u32) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    h.update(b"lipfp-norms-v1\0");
-    h.update(net.hash().as_bytes());
-    h.update(iterations.to_le_bytes());
-    hex(&h.finalize())
-}
-
-/// The default cache directory: `$LIPFP_CACHE_DIR`, else the user's cache directory.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    std::env::var_os("LIPFP_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| dirs::cache_dir().map(|d| d.join("lipfp")))
-}
-
-fn cache_path(dir: &Path, key: &str) -> PathBuf {
-    dir.join(format!("norms-{key}.pb"))
-}
-
-/// A sound lower bound on `||W||_2` (and on `|| |W| ||_2`, which is at least `||W||_2`): the
-/// largest row or column norm, rounded down.
-pub fn spectral_lower_bound(w: ArrayView2<f64>) -> f64 {
-    let rows = w
-        .rows()
-        .into_iter()
-        .map(|r| l2_norm_down(r.iter().copied()));
-    let cols = w
-        .columns()
-        .into_iter()
-        .map(|c| l2_norm_down(c.iter().copied()));
-    rows.chain(cols).fold(0.0, f64::max)
-}
-
-/// Read a cache entry; anything missing, unreadable or inconsistent is a miss. An entry whose
-/// bounds fall below a sound lower bound of the weights' norms is corrupt and also a miss.
-fn read_cache(dir: &Path, key: &str, net: &DenseNet, iterations: u32) -> Option<Vec<LayerNorms>> {
-    let layers = net.layers.len();
-    let bytes = fs::read(cache_path(dir, key)).ok()?;
-    let entry = proto_gen::NormCache::decode(bytes.as_slice()).ok()?;
-    if entry.key != key || entry.gram_iterations != iterations || entry.layers.len() != layers {
-        return None;
-    }
-    entry
-        .layers
-        .iter()
-        .zip(&net.layers)
-        .map(|(l, layer)| {
-            let lower = spectral_lower_bound(layer.w.view());
-            let ok = |x: f64| x.is_finite() && x >= lower;
-            (ok(l.spectral) && ok(l.abs_spectral)).then_some(LayerNorms {
-                spectral: l.spectral,
-                abs_spectral: l.abs_spectral,
-            })
-        })
-        .collect()
-}
-
-/// Write a cache entry atomically (temporary file + rename). Failure to cache is not an error
-/// of the run; it is returned for the caller to report.
-fn write_cache(
-    dir: &Path,
-    key: &str,
-    iterations: u32,
-    norms: &[LayerNorms],
-) -> std::io::Result<()> {
-    fs::create_dir_all(dir)?;
-    let entry = proto_gen::NormCache {
-        key: key.to_string(),
+/// Norms of every layer of `net`, computed afresh: nothing read from disk feeds a bound
+/// (docs/soundness.md "Norms are recomputed on every run").
+pub fn network_norms(net: &DenseNet, iterations: u32) -> Result<NetworkNorms, NormError> {
+    Ok(NetworkNorms {
+        layers: compute_norms(net, iterations)?,
         gram_iterations: iterations,
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        layers: norms
-            .iter()
-            .map(|n| proto_gen::LayerNorms {
-                spectral: n.spectral,
-                abs_spectral: n.abs_spectral,
-            })
-            .collect(),
-    };
-    let path = cache_path(dir, key);
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = fs::File::create(&tmp)?;
-    f.write_all(&entry.encode_to_vec())?;
-    f.sync_all()?;
-    fs::rename(&tmp, &path)
-}
-
-/// Norms of `net`, from the cache in `cache_dir` when present, else computed and cached.
-/// Returns the norms and, when caching failed, a warning to show.
-pub fn norms_cached(
-    net: &DenseNet,
-    iterations: u32,
-    cache_dir: Option<&Path>,
-) -> Result<(NetworkNorms, Option<String>), NormError> {
-    let key = cache_key(net, iterations);
-    if let Some(dir) = cache_dir {
-        if let Some(layers) = read_cache(dir, &key, net, iterations) {
-            return Ok((
-                NetworkNorms {
-                    layers,
-                    gram_iterations: iterations,
-                    from_cache: true,
-                    key,
-                },
-                None,
-            ));
-        }
-    }
-    let layers = compute_norms(net, iterations)?;
-    let warning = cache_dir.and_then(|dir| {
-        write_cache(dir, &key, iterations, &layers)
-            .err()
-            .map(|e| format!("could not write the norm cache in {}: {e}", dir.display()))
-    });
-    Ok((
-        NetworkNorms {
-            layers,
-            gram_iterations: iterations,
-            from_cache: false,
-            key,
-        },
-        warning,
-    ))
+    })
 }
 
 #[cfg(test)]
@@ -365,6 +238,20 @@ mod tests {
         );
     }
 
+    /// A lower bound on `||W||_2`: the largest row or column norm, rounded down.
+    fn spectral_lower_bound(w: ArrayView2<f64>) -> f64 {
+        use crate::sound::l2_norm_down;
+        let rows = w
+            .rows()
+            .into_iter()
+            .map(|r| l2_norm_down(r.iter().copied()));
+        let cols = w
+            .columns()
+            .into_iter()
+            .map(|c| l2_norm_down(c.iter().copied()));
+        rows.chain(cols).fold(0.0, f64::max)
+    }
+
     #[test]
     fn lower_bound_is_below_the_gram_bound() {
         let mut seed = 7u64;
@@ -372,52 +259,6 @@ mod tests {
         let lower = spectral_lower_bound(m.view());
         assert!(lower > 0.0 && lower <= power_lower_bound(&m) * (1.0 + 1e-12));
         assert!(lower <= gram_iter_fp(m.view(), 12).unwrap());
-    }
-
-    fn tiny_net() -> DenseNet {
-        use crate::model::{Activation, Dense};
-        let mut seed = 11u64;
-        let layer = |m: usize, n: usize, seed: &mut u64, act| Dense {
-            w: Array2::from_shape_fn((m, n), |_| lcg(seed) as f32 as f64),
-            b: vec![0.0; m],
-            act,
-            nodes: vec![],
-            ops: vec![],
-            casts: vec![],
-        };
-        DenseNet {
-            layers: vec![
-                layer(6, 5, &mut seed, Activation::Relu),
-                layer(3, 6, &mut seed, Activation::Identity),
-            ],
-            input_name: "x".into(),
-            input_shape: vec![5],
-            format: Format::Float32,
-            converted_changed: 0,
-            path: PathBuf::from("tiny.onnx"),
-        }
-    }
-
-    #[test]
-    fn cache_round_trips_and_rejects_shrunk_entries() {
-        let net = tiny_net();
-        let dir = tempfile::tempdir().unwrap();
-        let (first, warn) = norms_cached(&net, 12, Some(dir.path())).unwrap();
-        assert!(!first.from_cache && warn.is_none());
-        let (second, _) = norms_cached(&net, 12, Some(dir.path())).unwrap();
-        assert!(second.from_cache);
-        assert_eq!(first.layers, second.layers);
-        // a tampered entry claiming a smaller norm than the weights allow is not trusted
-        let path = cache_path(dir.path(), &first.key);
-        let mut entry = proto_gen::NormCache::decode(fs::read(&path).unwrap().as_slice()).unwrap();
-        entry.layers[0].spectral = 1e-6;
-        fs::write(&path, entry.encode_to_vec()).unwrap();
-        let (third, _) = norms_cached(&net, 12, Some(dir.path())).unwrap();
-        assert!(!third.from_cache);
-        assert_eq!(third.layers, first.layers);
-        // another iteration count is another entry
-        let (other, _) = norms_cached(&net, 5, Some(dir.path())).unwrap();
-        assert!(!other.from_cache && other.key != first.key);
     }
 
     #[test]

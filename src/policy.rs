@@ -19,8 +19,9 @@ struct RawPolicy {
     model: Option<RawModel>,
     #[serde(default)]
     data: Option<RawData>,
+    /// Accepted only to refuse it with a precise message (the norm cache is gone).
     #[serde(default)]
-    cache: Option<RawCache>,
+    cache: Option<toml::Value>,
     #[serde(default)]
     baseline: Option<RawBaseline>,
     #[serde(default, rename = "gate")]
@@ -55,12 +56,6 @@ struct RawData {
     inputs: Option<String>,
     #[serde(default)]
     labels: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCache {
-    dir: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -248,8 +243,6 @@ pub struct Gate {
 pub struct Policy {
     /// The policy file.
     pub path: PathBuf,
-    /// Norm cache directory, when the policy sets one.
-    pub cache_dir: Option<PathBuf>,
     /// Baseline report for regression thresholds, and whether it must exist.
     pub baseline: Option<(PathBuf, bool)>,
     /// The gates, in file order.
@@ -270,6 +263,13 @@ impl Policy {
         let err = |m: String| LipfpError::policy(path, m);
         let raw: RawPolicy =
             toml::from_str(text).map_err(|e| err(format!("invalid policy: {e}")))?;
+        if raw.cache.is_some() {
+            return Err(err(
+                "[cache]: lipfp no longer caches norms; it recomputes them on every run, so no file \
+                 the repository supplies can lower them. Delete the [cache] section"
+                    .into(),
+            ));
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &str| base.join(p);
         let model = raw.model.unwrap_or(RawModel {
@@ -408,7 +408,6 @@ impl Policy {
         }
         Ok(Policy {
             path: path.to_path_buf(),
-            cache_dir: raw.cache.map(|c| resolve(&c.dir)),
             baseline: raw.baseline.map(|b| (resolve(&b.report), b.required)),
             gates,
         })
@@ -500,6 +499,15 @@ min_vra_pct = 90
             .unwrap_err()
             .to_string();
         assert!(e.contains("decimal string"), "{e}");
+    }
+
+    #[test]
+    fn a_cache_section_is_refused_with_the_reason() {
+        let text = GOOD.to_string() + "\n[cache]\ndir = \".lipfp-cache\"\n";
+        let e = Policy::parse(Path::new("p.toml"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[cache]") && e.contains("recomputes"), "{e}");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The engine: model + data -> norms (once, cached) -> centre logits -> per-instance
+//! The engine: model + data -> norms (computed every run) -> centre logits -> per-instance
 //! certificates (parallel) -> per-mode figures. Reporters consume [`CertifyOutcome`]; they never
 //! compute.
 
@@ -40,8 +40,6 @@ pub struct SubjectSpec {
     pub labels: Option<PathBuf>,
     /// Gram iterations.
     pub gram_iterations: u32,
-    /// Norm cache directory (`None` disables the cache).
-    pub cache_dir: Option<PathBuf>,
     /// Run the float64 reference execution (needed by the pre-deployment modes).
     pub reference: bool,
     /// Certify only this slice of the test set.
@@ -138,13 +136,13 @@ pub struct Subject {
     pub norms: Result<NetworkNorms, String>,
     /// Model-level bounds, or why no instance can be certified.
     pub bounds: Result<ModelBounds, String>,
-    /// Seconds spent on the norms (0 when cached).
+    /// Seconds spent on the norms.
     pub norms_s: f64,
     /// Seconds spent on the deployment-format forward pass.
     pub forward_s: f64,
     /// The float64 reference execution, when asked for.
     pub reference: Option<ReferenceData>,
-    /// Notes for the report (conversions, cache warnings, vacuity).
+    /// Notes for the report (conversions, execution model, vacuity).
     pub notes: Vec<String>,
     /// Flush-to-zero constants in use.
     pub ftz: bool,
@@ -421,15 +419,9 @@ fn compute(
         spec.gram_iterations
     ));
     let t = Instant::now();
-    let norms = norms::norms_cached(&net, spec.gram_iterations, spec.cache_dir.as_deref());
+    let norms = norms::network_norms(&net, spec.gram_iterations);
     let norms_s = t.elapsed().as_secs_f64();
-    let norms = match norms {
-        Ok((n, warning)) => {
-            notes.extend(warning);
-            Ok(n)
-        }
-        Err(e) => Err(format!("spectral norms could not be bounded: {e}")),
-    };
+    let norms = norms.map_err(|e| format!("spectral norms could not be bounded: {e}"));
     let bounds = match &norms {
         Ok(n) => {
             let b = ModelBounds::new(&net, &n.layers, &execution);
@@ -715,19 +707,4 @@ pub fn certify_with_progress(
         reference_s,
         model_refusal,
     })
-}
-
-/// Resolve the norm cache directory: flag, then `LIPFP_CACHE_DIR`, then the policy, then the
-/// user's cache directory.
-pub fn resolve_cache_dir(flag: Option<&Path>, policy: Option<&Path>) -> Option<PathBuf> {
-    if let Some(f) = flag {
-        return Some(f.to_path_buf());
-    }
-    if let Some(env) = std::env::var_os("LIPFP_CACHE_DIR") {
-        return Some(PathBuf::from(env));
-    }
-    if let Some(p) = policy {
-        return Some(p.to_path_buf());
-    }
-    norms::default_cache_dir()
 }

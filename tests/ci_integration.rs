@@ -48,8 +48,6 @@ fn github_actions_run_with_one_passing_and_one_failing_gate() {
         .arg(&policy_path)
         .arg("--junit")
         .arg(&junit)
-        .arg("--cache-dir")
-        .arg(tmp.path().join("cache"))
         .env("GITHUB_ACTIONS", "true")
         .env("GITHUB_STEP_SUMMARY", &summary)
         .env("GITHUB_OUTPUT", &outputs)
@@ -153,8 +151,6 @@ fn baseline_regression_names_the_vra_drop() {
             .arg(&path)
             .arg("--json")
             .arg(json)
-            .arg("--cache-dir")
-            .arg(tmp.path().join("cache"))
             .output()
             .unwrap()
     };

@@ -15,8 +15,7 @@
 //! [`assert_consistent`] (sound modes under the real ceiling, `best` above the other sound
 //! modes, VRA under certified, counts adding up).
 //!
-//! Every run gets `--cache-dir` inside its temporary directory (or `LIPFP_CACHE_DIR` removed
-//! and a policy `[cache] dir`), so the tests never touch the user's cache.
+//! Norms are recomputed on every run; nothing outside the temporary directory is written.
 
 mod common;
 
@@ -346,7 +345,7 @@ fn pct4(k: usize, n: usize) -> f64 {
 }
 
 /// A temporary directory holding the test model (`model.onnx`), float32 inputs (`x.npy`),
-/// int64 labels (`y.npy`) and a cache directory.
+/// int64 labels (`y.npy`).
 struct Fx {
     dir: tempfile::TempDir,
 }
@@ -368,19 +367,9 @@ impl Fx {
         self.dir.path().join(name)
     }
 
-    fn cache(&self) -> PathBuf {
-        self.p("cache")
-    }
-
-    /// `lipfp -q certify --cache-dir <tmp>/cache <args>`.
+    /// `lipfp -q certify <args>`.
     fn certify<S: AsRef<OsStr>>(&self, args: &[S]) -> Out {
-        let mut v: Vec<&OsStr> = vec![
-            OsStr::new("-q"),
-            OsStr::new("certify"),
-            OsStr::new("--cache-dir"),
-        ];
-        let cache = self.cache();
-        v.push(cache.as_os_str());
+        let mut v: Vec<&OsStr> = vec![OsStr::new("-q"), OsStr::new("certify")];
         v.extend(args.iter().map(|a| a.as_ref()));
         lipfp(v)
     }
@@ -400,8 +389,7 @@ impl Fx {
         self.certify(&v)
     }
 
-    /// Write `policy` as `lipfp.toml` and run `check --config lipfp.toml --json check.json
-    /// --cache-dir <tmp>/cache`.
+    /// Write `policy` as `lipfp.toml` and run `check --config lipfp.toml --json check.json`.
     fn check(&self, policy: &str) -> Out {
         std::fs::write(self.p("lipfp.toml"), policy).expect("write policy");
         lipfp([
@@ -411,8 +399,6 @@ impl Fx {
             self.p("lipfp.toml").as_os_str(),
             OsStr::new("--json"),
             self.p("check.json").as_os_str(),
-            OsStr::new("--cache-dir"),
-            self.cache().as_os_str(),
         ])
     }
 
@@ -599,32 +585,22 @@ max_fp_cost_pp = 0
 }
 
 #[test]
-fn check_uses_the_policy_cache_dir_relative_to_the_policy() {
+fn check_resolves_paths_against_the_policy_and_refuses_a_cache_section() {
     let fx = Fx::new();
-    let text = format!(
-        "{HEAD}\n[cache]\ndir = \"policy-cache\"\n\n[[gate]]\nname = \"g\"\nepsilon = \"0.001\"\n"
-    );
-    std::fs::write(fx.p("lipfp.toml"), text).unwrap();
+    let gate = "\n[[gate]]\nname = \"g\"\nepsilon = \"0.001\"\n";
+    std::fs::write(fx.p("lipfp.toml"), format!("{HEAD}{gate}")).unwrap();
     // run from another directory: the paths resolve against the policy file, not the cwd
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lipfp"));
     cmd.current_dir(std::env::temp_dir())
-        .env_remove("LIPFP_CACHE_DIR")
         .arg("-q")
         .arg("check")
         .arg("--config")
         .arg(fx.p("lipfp.toml"));
-    let out = run_cmd(cmd);
-    out.assert_code(0);
-    let entries: Vec<_> = std::fs::read_dir(fx.p("policy-cache"))
-        .expect("the policy's cache directory was created")
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert!(
-        entries
-            .iter()
-            .any(|f| f.starts_with("norms-") && f.ends_with(".pb")),
-        "{entries:?}"
-    );
+    run_cmd(cmd).assert_code(0);
+    // a policy may no longer point lipfp at norm bounds of the repository's choosing
+    let text = format!("{HEAD}\n[cache]\ndir = \"policy-cache\"\n{gate}");
+    fx.check(&text)
+        .assert_error(&["lipfp.toml", "[cache]", "recomputes"]);
 }
 
 #[test]
@@ -793,8 +769,6 @@ fn missing_policy_file_is_an_error() {
         OsStr::new("check"),
         OsStr::new("--config"),
         fx.p("nope.toml").as_os_str(),
-        OsStr::new("--cache-dir"),
-        fx.cache().as_os_str(),
     ]);
     out.assert_error(&["nope.toml", "not found"]);
 }
@@ -1119,7 +1093,7 @@ fn ftz_and_float64_formats_run() {
     );
     // the weights and inputs are exact in every format: same logits, same real figures
     assert_eq!(certified(d, "real"), certified(p, "real"));
-    // a different format is a different converted network (and a different cache entry)
+    // a different format is a different converted network
     assert_ne!(d["model_hash"], p["model_hash"]);
     assert_eq!(z["model_hash"], p["model_hash"]);
 }
@@ -1452,62 +1426,39 @@ fn big_endian_and_fortran_order_files_are_read_correctly() {
 }
 
 #[test]
-fn unusable_cache_is_not_an_error() {
+fn files_where_a_norm_cache_used_to_be_change_nothing() {
+    // lipfp once read norm bounds from `$LIPFP_CACHE_DIR`: entries there (forged or not) and
+    // the variable itself must not influence any verdict, and nothing is written there
     let fx = Fx::new();
-    // the cache "directory" is a regular file: the run succeeds with a note
-    std::fs::write(fx.p("not-a-dir"), b"").unwrap();
-    let out = lipfp([
+    fx.certify_json("x.npy", Some("y.npy"), &["--epsilon", "0.53"], "a.json")
+        .assert_code(0);
+    let cache = fx.p("cache");
+    std::fs::create_dir(&cache).unwrap();
+    for k in 0..3 {
+        std::fs::write(cache.join(format!("norms-{k}.pb")), b"\x0a\x01\x00\x22\x09").unwrap();
+    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lipfp"));
+    cmd.env("LIPFP_CACHE_DIR", &cache).args([
         OsStr::new("-q"),
         OsStr::new("certify"),
-        OsStr::new("--cache-dir"),
-        fx.p("not-a-dir").as_os_str(),
         OsStr::new("--model"),
         fx.p("model.onnx").as_os_str(),
         OsStr::new("--inputs"),
         fx.p("x.npy").as_os_str(),
+        OsStr::new("--labels"),
+        fx.p("y.npy").as_os_str(),
         OsStr::new("--epsilon"),
-        OsStr::new("0.001"),
+        OsStr::new("0.53"),
         OsStr::new("--json"),
-        fx.p("r.json").as_os_str(),
+        fx.p("b.json").as_os_str(),
     ]);
-    out.assert_code(0);
-    let r = read_json(&fx.p("r.json"));
-    let g = only_gate(&r);
-    assert_eq!(g["norms_cached"], false);
-    assert!(
-        g["notes"].as_array().unwrap().iter().any(|n| n
-            .as_str()
-            .unwrap()
-            .contains("could not write the norm cache")),
-        "{g:#}"
-    );
-    assert_eq!(certified(g, "standard"), N as u64);
-
-    // a corrupt cache entry is a miss: recomputed, rewritten, then read back
-    fx.certify_json("x.npy", None, &["--epsilon", "0.001"], "a.json")
-        .assert_code(0);
-    let mut corrupted = 0;
-    for e in std::fs::read_dir(fx.cache()).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "pb") {
-            std::fs::write(&p, b"\x08garbage").unwrap();
-            corrupted += 1;
-        }
-    }
-    assert_eq!(
-        corrupted, 1,
-        "one cache entry per network and iteration count"
-    );
-    fx.certify_json("x.npy", None, &["--epsilon", "0.001"], "b.json")
-        .assert_code(0);
-    fx.certify_json("x.npy", None, &["--epsilon", "0.001"], "c.json")
-        .assert_code(0);
-    let a = read_json(&fx.p("a.json"));
-    let b = read_json(&fx.p("b.json"));
-    let c = read_json(&fx.p("c.json"));
-    assert_eq!(only_gate(&b)["norms_cached"], false, "{b:#}");
-    assert_eq!(only_gate(&c)["norms_cached"], true, "{c:#}");
-    assert_eq!(canonical(a, false), canonical(c, false));
+    run_cmd(cmd).assert_code(0);
+    let (a, b) = (read_json(&fx.p("a.json")), read_json(&fx.p("b.json")));
+    assert_eq!(canonical(a), canonical(b));
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 3);
+    // the flag is gone
+    fx.certify(&["--cache-dir", "x", "--model", "m.onnx", "--inputs", "x.npy"])
+        .assert_code(2);
 }
 
 #[test]
@@ -1730,17 +1681,13 @@ fn bfloat16_wide_input_is_vacuous_for_the_standard_mode() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 10: determinism and the norm cache
+// 10: determinism
 
-/// The report without its timings (`timing`, per-mode `seconds`) and, when `cache_state` is
-/// false, without `norms_cached`.
-fn canonical(mut r: Value, cache_state: bool) -> String {
+/// The report without its timings (`timing`, per-mode `seconds`).
+fn canonical(mut r: Value) -> String {
     for g in r["gates"].as_array_mut().unwrap() {
         let g = g.as_object_mut().unwrap();
         assert!(g.remove("timing").is_some());
-        if !cache_state {
-            assert!(g.remove("norms_cached").is_some());
-        }
         for m in g["modes"].as_object_mut().unwrap().values_mut() {
             assert!(m.as_object_mut().unwrap().remove("seconds").is_some());
         }
@@ -1749,7 +1696,7 @@ fn canonical(mut r: Value, cache_state: bool) -> String {
 }
 
 #[test]
-fn certify_is_deterministic_and_caches_the_norms() {
+fn certify_is_deterministic() {
     let fx = Fx::new();
     // default modes: the float64 reference pass is part of the run
     let args = ["--epsilon", "0.5"];
@@ -1760,35 +1707,8 @@ fn certify_is_deterministic_and_caches_the_norms() {
     let r1 = read_json(&fx.p("run1.json"));
     let r2 = read_json(&fx.p("run2.json"));
     let r3 = read_json(&fx.p("run3.json"));
-    assert_eq!(only_gate(&r1)["norms_cached"], false, "{r1:#}");
-    assert_eq!(only_gate(&r2)["norms_cached"], true, "{r2:#}");
-    assert_eq!(only_gate(&r3)["norms_cached"], true, "{r3:#}");
-    assert_eq!(canonical(r2.clone(), true), canonical(r3, true));
-    // the cached norms give the same figures as the computed ones
-    assert_eq!(canonical(r1, false), canonical(r2, false));
-
-    // a fresh cache directory computes the norms again, with the same result
-    let other = fx.p("other-cache");
-    let out = lipfp([
-        OsStr::new("-q"),
-        OsStr::new("certify"),
-        OsStr::new("--cache-dir"),
-        other.as_os_str(),
-        OsStr::new("--model"),
-        fx.p("model.onnx").as_os_str(),
-        OsStr::new("--inputs"),
-        fx.p("x.npy").as_os_str(),
-        OsStr::new("--labels"),
-        fx.p("y.npy").as_os_str(),
-        OsStr::new("--epsilon"),
-        OsStr::new("0.5"),
-        OsStr::new("--json"),
-        fx.p("run4.json").as_os_str(),
-    ]);
-    out.assert_code(0);
-    let r1 = read_json(&fx.p("run1.json"));
-    let r4 = read_json(&fx.p("run4.json"));
-    assert_eq!(canonical(r1, true), canonical(r4, true));
+    assert_eq!(canonical(r1.clone()), canonical(r2));
+    assert_eq!(canonical(r1), canonical(r3));
 
     // the console output is identical too, up to the timing line
     let strip = |s: &str| {
@@ -1804,23 +1724,16 @@ fn certify_is_deterministic_and_caches_the_norms() {
 }
 
 #[test]
-fn gram_iterations_key_the_cache() {
+fn gram_iterations_are_recorded_and_checked() {
     let fx = Fx::new();
-    let run = |iters: &str, json: &str| {
-        fx.certify_json(
-            "x.npy",
-            None,
-            &["--epsilon", "0.001", "--gram-iterations", iters],
-            json,
-        )
-        .assert_code(0);
-        read_json(&fx.p(json))
-    };
-    let a = run("12", "a.json");
-    let b = run("6", "b.json");
-    assert_eq!(only_gate(&a)["norms_cached"], false);
-    // a different iteration count is a different cache entry
-    assert_eq!(only_gate(&b)["norms_cached"], false, "{b:#}");
+    fx.certify_json(
+        "x.npy",
+        None,
+        &["--epsilon", "0.001", "--gram-iterations", "6"],
+        "b.json",
+    )
+    .assert_code(0);
+    let b = read_json(&fx.p("b.json"));
     assert_eq!(uint(&only_gate(&b)["gram_iterations"]), 6);
     fx.certify_json(
         "x.npy",

@@ -100,7 +100,6 @@ fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         inputs: x.clone(),
         labels: None,
         gram_iterations: 12,
-        cache_dir: None,
         reference: true,
         shard: None,
     };

@@ -11,12 +11,9 @@ fn root() -> &'static Path {
 }
 
 /// Run lipfp, returning the exit code.
-fn lipfp(args: &[&str], threads: Option<usize>, cache: &Path) -> i32 {
+fn lipfp(args: &[&str], threads: Option<usize>) -> i32 {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lipfp"));
-    cmd.current_dir(root())
-        .arg("-q")
-        .args(args)
-        .env("LIPFP_CACHE_DIR", cache);
+    cmd.current_dir(root()).arg("-q").args(args);
     if let Some(t) = threads {
         cmd.env("RAYON_NUM_THREADS", t.to_string());
     }
@@ -29,12 +26,12 @@ fn lipfp(args: &[&str], threads: Option<usize>, cache: &Path) -> i32 {
     out.status.code().unwrap()
 }
 
-/// The JSON report without timings, cache flags and notes that name shards or merges.
+/// The JSON report without timings and notes that name shards or merges.
 fn figures(path: &Path) -> Value {
     let mut v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     for g in v["gates"].as_array_mut().unwrap() {
         let g = g.as_object_mut().unwrap();
-        for key in ["timing", "norms_cached", "notes"] {
+        for key in ["timing", "notes"] {
             g.remove(key);
         }
         for (_, m) in g.get_mut("modes").unwrap().as_object_mut().unwrap() {
@@ -77,8 +74,8 @@ fn one_thread_and_all_threads_give_identical_reports() {
     let a2 = digits_args(&all);
     let args1: Vec<&str> = a1.iter().map(String::as_str).collect();
     let args2: Vec<&str> = a2.iter().map(String::as_str).collect();
-    assert_eq!(lipfp(&args1, Some(1), tmp.path()), 0);
-    assert_eq!(lipfp(&args2, None, tmp.path()), 0);
+    assert_eq!(lipfp(&args1, Some(1)), 0);
+    assert_eq!(lipfp(&args2, None), 0);
     assert_eq!(figures(&one), figures(&all));
 }
 
@@ -99,7 +96,7 @@ fn sharded_equals_whole(model: &Path, inputs: &Path, labels: &Path, eps: &str, s
     let run = |extra: Vec<String>| {
         let args: Vec<String> = base.iter().cloned().chain(extra).collect();
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        lipfp(&refs, None, tmp.path())
+        lipfp(&refs, None)
     };
     assert_eq!(run(vec!["--json".into(), whole.display().to_string()]), 0);
     let mut files: Vec<PathBuf> = Vec::new();
@@ -121,11 +118,11 @@ fn sharded_equals_whole(model: &Path, inputs: &Path, labels: &Path, eps: &str, s
     args.extend(files.iter().rev().map(|f| f.display().to_string()));
     args.extend(["--json".into(), merged.display().to_string()]);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    assert_eq!(lipfp(&refs, None, tmp.path()), 0);
+    assert_eq!(lipfp(&refs, None), 0);
     assert_eq!(figures(&whole), figures(&merged));
     // one shard alone is not passed off as the whole set
     let refs = ["report", files[0].to_str().unwrap()];
-    assert_eq!(lipfp(&refs, None, tmp.path()), 2);
+    assert_eq!(lipfp(&refs, None), 2);
 }
 
 #[test]
@@ -196,7 +193,6 @@ fn streamed_inputs_match_inputs_in_memory() {
         inputs: x.clone(),
         labels: None,
         gram_iterations: 12,
-        cache_dir: Some(tmp.path().join("cache")),
         reference: true,
         shard: Some(Shard { index: 1, count: 2 }),
     };

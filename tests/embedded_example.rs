@@ -22,8 +22,6 @@ fn root_policy_passes() {
         .current_dir(root())
         .args(["check", "--json"])
         .arg(&json)
-        .arg("--cache-dir")
-        .arg(cache.path())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -55,7 +53,6 @@ fn figures(example: &str, eps: &str) -> (f64, f64) {
         inputs: dir.join("x_test.npy"),
         labels: Some(dir.join("y_test.npy")),
         gram_iterations: 12,
-        cache_dir: None,
         reference: false,
         shard: None,
     };

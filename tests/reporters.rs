@@ -55,7 +55,6 @@ fn gate(name: &str, passed: Option<bool>, failures: &[&str]) -> GateReport {
         model: "examples/digits/model.v2.onnx".to_string(),
         model_hash: "ab12cd34".to_string(),
         gram_iterations: 12,
-        norms_cached: false,
         notes: vec!["3 inputs changed on conversion to float32".to_string()],
         policy_line: Some(17),
     }

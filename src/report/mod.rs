@@ -41,7 +41,7 @@ pub struct ModeReport {
 /// Timing of a gate.
 #[derive(Clone, Debug, Serialize)]
 pub struct Timing {
-    /// Seconds computing the norms (near 0 when cached).
+    /// Seconds computing the norms.
     pub norms_s: f64,
     /// Seconds for the forward passes and all certificates.
     pub certify_s: f64,
@@ -84,9 +84,7 @@ pub struct GateReport {
     pub model_hash: String,
     /// Gram iterations of the norms.
     pub gram_iterations: u32,
-    /// Whether the norms came from the cache.
-    pub norms_cached: bool,
-    /// Conversions, vacuity and cache notes.
+    /// Conversions, execution model and vacuity notes.
     pub notes: Vec<String>,
     /// 1-based line of the gate in the policy file (`check` only).
     pub policy_line: Option<usize>,
@@ -126,8 +124,6 @@ pub struct SubjectFacts {
     pub execution: String,
     /// Gram iterations.
     pub gram_iterations: u32,
-    /// Norms from cache.
-    pub norms_cached: bool,
     /// Notes.
     pub notes: Vec<String>,
 }
@@ -196,7 +192,6 @@ impl GateReport {
             model: facts.model.clone(),
             model_hash: facts.model_hash.clone(),
             gram_iterations: facts.gram_iterations,
-            norms_cached: facts.norms_cached,
             notes,
             policy_line: None,
         }
