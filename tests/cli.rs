@@ -86,7 +86,7 @@ where
     S: AsRef<OsStr>,
 {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lipfp"));
-    cmd.args(args).env_remove("LIPFP_CACHE_DIR");
+    cmd.args(args);
     run_cmd(cmd)
 }
 
