@@ -48,7 +48,7 @@ pub struct Inspection {
     pub model_hash: String,
     /// Format the weights were converted to.
     pub format: Format,
-    /// The format the model's weights are stored in.
+    /// The format the model's layers compute in (see [`model::stored_format`]).
     pub stored_format: Format,
     /// The default execution model certificates for this format cover.
     pub execution: String,
@@ -163,7 +163,7 @@ pub fn render(i: &Inspection) -> String {
     if i.stored_format != i.format {
         let _ = writeln!(
             out,
-            "note    the model stores {} weights; they are converted to {}",
+            "note    the model computes in {}; its weights are converted to {}",
             i.stored_format, i.format
         );
     }

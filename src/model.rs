@@ -171,6 +171,11 @@ struct Act {
     stage: Stage,
     /// Chain position: operations that extend the chain require the newest one.
     id: usize,
+    /// The element type the graph gives the activation (the graph input's, then each `Cast`'s).
+    elem: Format,
+    /// Set by a `Cast` to a type that does not hold every deployment-format value (until a
+    /// widening cast): a layer fed such an activation would compute in that narrower type.
+    narrowed: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -194,6 +199,11 @@ struct Builder<'a> {
     layers: Vec<Dense>,
     chain_id: usize,
     changed: usize,
+    /// The element type each layer computes in (its input activation's type), in order.
+    compute: Vec<(String, Format)>,
+    /// Model narrowing casts relative to `format` and refuse layers computing in a narrower type
+    /// (off only when probing which format the layers compute in: casts are then only followed).
+    check_compute: bool,
 }
 
 fn node_label(node: &proto::NodeProto, index: usize) -> String {
@@ -227,54 +237,42 @@ fn float_format(code: i32) -> Option<Format> {
     }
 }
 
-/// The format a model's weights are stored in: the single float type of its initializers and
-/// `Constant` tensors; when there is none, or several, the graph input's element type (float32
-/// when that is not a float type either). This is the deployment format when neither the policy
-/// nor the command line names one.
+/// The format the network computes in: the element type of every dense layer's input
+/// activation (the graph input's type, changed by `Cast` nodes), which ONNX makes the type of the
+/// layer's weights too. This is the deployment format when neither the policy nor the command line
+/// names one; layers computing in different types are refused as ambiguous (declare the format).
 pub fn stored_format(path: &Path) -> Result<Format, LipfpError> {
-    if !path.exists() {
-        return Err(LipfpError::Io {
-            path: path.to_path_buf(),
-            message: "file not found".into(),
-        });
+    let (_, compute) = build(path, Format::Float64, false, false)?;
+    let Some((_, first)) = compute.first() else {
+        return Err(LipfpError::model(path, "the graph has no dense layer"));
+    };
+    if let Some((node, other)) = compute.iter().find(|(_, f)| f != first) {
+        return Err(LipfpError::model(
+            path,
+            format!(
+                "the layers compute in different formats ({first} at the first layer, {other} at `{node}`); \
+                 declare the deployment format (format in the policy, --format) to certify them as one"
+            ),
+        ));
     }
-    let model = onnx::read_model_proto(path).map_err(|m| LipfpError::model(path, m))?;
-    let graph = model
-        .graph
-        .as_ref()
-        .ok_or_else(|| LipfpError::model(path, "the model has no graph"))?;
-    let constants = graph
-        .node
-        .iter()
-        .filter(|n| n.op_type == "Constant")
-        .flat_map(|n| n.attribute.iter().filter_map(|a| a.t.as_ref()));
-    let mut types: Vec<Format> = graph
-        .initializer
-        .iter()
-        .chain(constants)
-        .filter_map(|t| float_format(t.data_type))
-        .collect();
-    types.sort_by_key(|f| f.precision());
-    types.dedup();
-    if let [only] = types[..] {
-        return Ok(only);
-    }
-    use proto::type_proto::Value as TypeValue;
-    let input = graph
-        .input
-        .iter()
-        .find(|i| !graph.initializer.iter().any(|t| t.name == i.name));
-    let elem = input
-        .and_then(|i| i.r#type.as_ref())
-        .and_then(|t| match &t.value {
-            Some(TypeValue::TensorType(tt)) => float_format(tt.elem_type),
-            _ => None,
-        });
-    Ok(elem.unwrap_or(Format::Float32))
+    Ok(*first)
 }
 
-/// Load an ONNX dense ReLU classifier and convert it to `format`.
+/// Load an ONNX dense ReLU classifier and convert it to `format`. A layer whose input the graph
+/// types narrower than `format` (e.g. after a `Cast` to float16 in a float32 network) computes in
+/// that narrower type and is refused.
 pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpError> {
+    build(path, format, ftz, true).map(|(net, _)| net)
+}
+
+/// Walk the graph, converting weights to `format`; also returns the element type each layer
+/// computes in.
+fn build(
+    path: &Path,
+    format: Format,
+    ftz: bool,
+    check_compute: bool,
+) -> Result<(DenseNet, Vec<(String, Format)>), LipfpError> {
     if !path.exists() {
         return Err(LipfpError::Io {
             path: path.to_path_buf(),
@@ -294,6 +292,8 @@ pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpErr
         layers: Vec::new(),
         chain_id: 0,
         changed: 0,
+        compute: Vec::new(),
+        check_compute,
     };
     let dir = path.parent();
 
@@ -330,7 +330,7 @@ pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpErr
             )),
         );
     }
-    let input_shape = read_input_shape(path, input)?;
+    let (input_shape, elem) = read_input_shape(path, input)?;
     let mut full = vec![Dim::Batch];
     full.extend(input_shape.iter().map(|&d| Dim::Fixed(d)));
     b.values.insert(
@@ -339,6 +339,8 @@ pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpErr
             shape: full,
             stage: Stage::Input,
             id: 0,
+            elem,
+            narrowed: false,
         }),
     );
 
@@ -446,17 +448,22 @@ pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpErr
             "a classifier needs at least two output classes",
         ));
     }
-    Ok(DenseNet {
+    let net = DenseNet {
         layers: b.layers,
         input_name: input.name.clone(),
         input_shape,
         format,
         converted_changed: b.changed,
         path: path.to_path_buf(),
-    })
+    };
+    Ok((net, b.compute))
 }
 
-fn read_input_shape(path: &Path, input: &proto::ValueInfoProto) -> Result<Vec<usize>, LipfpError> {
+/// The graph input's per-example shape and element type.
+fn read_input_shape(
+    path: &Path,
+    input: &proto::ValueInfoProto,
+) -> Result<(Vec<usize>, Format), LipfpError> {
     use proto::tensor_shape_proto::dimension::Value as DimValue;
     use proto::type_proto::Value as TypeValue;
     let err = |m: String| LipfpError::model(path, format!("graph input `{}`: {m}", input.name));
@@ -464,10 +471,10 @@ fn read_input_shape(path: &Path, input: &proto::ValueInfoProto) -> Result<Vec<us
     else {
         return Err(err("is not a tensor".into()));
     };
-    let elem = onnx::data_type_name(tt.elem_type);
-    if !matches!(elem.as_str(), "float" | "float16" | "double") {
-        return Err(err(format!("element type {elem} is not a float type")));
-    }
+    let Some(elem) = float_format(tt.elem_type).filter(|f| *f != Format::Bfloat16) else {
+        let name = onnx::data_type_name(tt.elem_type);
+        return Err(err(format!("element type {name} is not a float type")));
+    };
     let shape = tt
         .shape
         .as_ref()
@@ -478,7 +485,7 @@ fn read_input_shape(path: &Path, input: &proto::ValueInfoProto) -> Result<Vec<us
             shape.dim.len()
         )));
     }
-    shape.dim[1..]
+    let dims = shape.dim[1..]
         .iter()
         .enumerate()
         .map(|(k, d)| match &d.value {
@@ -488,7 +495,8 @@ fn read_input_shape(path: &Path, input: &proto::ValueInfoProto) -> Result<Vec<us
                 k + 1
             ))),
         })
-        .collect()
+        .collect::<Result<Vec<usize>, LipfpError>>()?;
+    Ok((dims, elem))
 }
 
 impl Builder<'_> {
@@ -758,8 +766,9 @@ impl Builder<'_> {
 
     /// A `Cast` of the activation to `to`: pass-through when `to` holds every value of the
     /// deployment format (a widening cast is exact); otherwise a rounding the runtime performs,
-    /// recorded on the layer whose output it rounds. A narrowing cast of the network input or
-    /// between a MatMul and its bias is refused.
+    /// recorded on the layer whose output it rounds (a later layer must see the activation
+    /// widened back, see `push_dense`). A narrowing cast of the network input or between a MatMul
+    /// and its bias is refused.
     fn cast_activation(&mut self, a: Act, to_name: &str, label: &str) -> Result<Value, LipfpError> {
         let op = "Cast";
         let to = match to_name {
@@ -769,7 +778,13 @@ impl Builder<'_> {
             "bfloat16" => Format::Bfloat16,
             _ => return Err(self.fail(label, op, format!("cast of the activation to {to_name}; only casts between float types are accepted"))),
         };
-        if to.contains(self.format) {
+        let narrowed = self.check_compute && !to.contains(self.format);
+        let a = Act {
+            elem: to,
+            narrowed,
+            ..a
+        };
+        if !narrowed {
             return Ok(Value::Act(a));
         }
         self.require_head(&a, label, op)?;
@@ -890,6 +905,18 @@ impl Builder<'_> {
         w_name: &str,
     ) -> Result<Value, LipfpError> {
         self.require_head(&a, label, op)?;
+        if self.check_compute && a.narrowed {
+            return Err(self.fail(
+                label,
+                op,
+                format!(
+                    "this layer computes in {} (its input is cast to {} earlier in the graph) but the deployment format is {}; \
+                     certify as {} or cast the activation back before this layer",
+                    a.elem, a.elem, self.format, a.elem
+                ),
+            ));
+        }
+        self.compute.push((label.to_string(), a.elem));
         let n = w.ncols();
         let feat = a.shape.last().copied();
         let leading_ok = a.shape.len() >= 2
@@ -936,6 +963,8 @@ impl Builder<'_> {
             shape,
             stage,
             id: self.chain_id,
+            elem: a.elem,
+            narrowed: false,
         }))
     }
 

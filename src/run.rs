@@ -273,8 +273,8 @@ pub fn prepare_loaded(
     )
 }
 
-/// The deployment format: the declared one, or the one the model's weights are stored in, with
-/// a note saying which and, when a declared format differs from the stored weights, that too.
+/// The deployment format: the declared one, or the one the model's layers compute in, with a
+/// note saying which and, when a declared format differs from the model's, that too.
 pub fn resolve_format(
     model_path: &Path,
     declared: Option<Format>,
@@ -284,13 +284,13 @@ pub fn resolve_format(
         None => (
             stored,
             vec![format!(
-                "deployment format {stored}: read from the model (its weights are stored in {stored}); set format to override"
+                "deployment format {stored}: read from the model (its layers compute in {stored}); set format to override"
             )],
         ),
         Some(f) if f != stored => (
             f,
             vec![format!(
-                "declared format {f} differs from the model's stored weights ({stored}); the weights are converted to {f} as declared"
+                "declared format {f} differs from the format the model computes in ({stored}); the weights are converted to {f} as declared"
             )],
         ),
         Some(f) => (f, Vec::new()),

@@ -87,7 +87,8 @@ struct Figures {
 /// lipfp's view of a case: the subject, per-point certification in any sound mode, and the
 /// converted inputs.
 fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
-    let example = lipfp::model::load(&case.model, Format::Float64, false)
+    let stored = lipfp::model::stored_format(&case.model).unwrap_or_else(|e| panic!("{e}"));
+    let example = lipfp::model::load(&case.model, stored, false)
         .unwrap_or_else(|e| panic!("{e}"))
         .input_shape;
     let x = dir.join(format!("{}-x.npy", case.name));
