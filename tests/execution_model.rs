@@ -44,11 +44,11 @@ fn mixed(dir: &Path, cast_back: bool) -> PathBuf {
             vec![attr_int("to", to)],
         );
         b.init_f32("W2", &[3, 2], &[1.0, 1.0, 0.5, -0.5, 0.25, 2.0]);
-        b.init_f32("B2", &[2], &[0.0, 0.000244140625]);
+        b.init_f32("B2", &[2], &[0.0, 2f32.powi(-12)]);
         ("a32", DataType::Float)
     } else {
         b.init_f16("W2", &[3, 2], &f16s(&[1.0, 1.0, 0.5, -0.5, 0.25, 2.0]));
-        b.init_f16("B2", &[2], &f16s(&[0.0, 0.000244140625]));
+        b.init_f16("B2", &[2], &f16s(&[0.0, 2f32.powi(-12)]));
         ("a16", DataType::Float16)
     };
     b.node("MatMul", "mm2", &[second_in, "W2"], &["h2"], vec![]);
@@ -96,7 +96,7 @@ fn weights_cast_in_the_graph_compute_in_the_cast_type() {
     let mut b = ModelBuilder::new();
     b.input("x", DataType::Float16, &batched(&[2]));
     b.init_f32("W", &[2, 2], &[1.0, 0.1, -0.3, 1.0]);
-    b.init_f32("B", &[2], &[0.0, 0.000244140625]);
+    b.init_f32("B", &[2], &[0.0, 2f32.powi(-12)]);
     let to = DataType::Float16 as i64;
     b.node("Cast", "w16", &["W"], &["W16"], vec![attr_int("to", to)]);
     b.node("Cast", "b16", &["B"], &["B16"], vec![attr_int("to", to)]);
