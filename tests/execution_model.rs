@@ -110,3 +110,52 @@ fn weights_cast_in_the_graph_compute_in_the_cast_type() {
     assert_eq!(net.layers[0].w[[1, 0]], f16::from_f32(0.1).to_f64());
     assert_eq!(net.converted_changed, 0);
 }
+
+/// A float16 layer exported as MatMul + Add, certified with declared float32 accumulation: a
+/// runtime that does not fuse the two nodes rounds the products to float16 before adding the
+/// bias in float16, which ties the two classes at this centre (found by review: the fused-only
+/// bounds certified class 1 in the float64-centre and best modes).
+#[test]
+fn an_unfused_bias_add_is_covered_under_declared_float32_accumulation() {
+    use lipfp::certify::Mode;
+    use lipfp::policy::Radius;
+    use lipfp::progress::Progress;
+    use lipfp::run::{self, SubjectSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = ModelBuilder::new();
+    b.input("x", DataType::Float16, &batched(&[2]));
+    b.init_f16("W", &[2, 2], &f16s(&[0.0, 0.75, 71.0 / 128.0, 0.0]));
+    b.init_f16("B", &[2], &f16s(&[1021.0 / 1024.0, 555.0 / 1024.0]));
+    b.node("MatMul", "mm", &["x", "W"], &["h"], vec![]);
+    b.node("Add", "add", &["h", "B"], &["logits"], vec![]);
+    b.output("logits", DataType::Float16, Some(&batched(&[2])));
+    let model = b.write(dir.path(), "split.onnx");
+    let x = dir.path().join("x.npy");
+    common::runtime::write_f64_npy(&x, 1, &[2], &[999.0 / 512.0, 29.0 / 16.0]);
+    let spec = SubjectSpec {
+        model,
+        format: None,
+        accumulate: Some(Format::Float32),
+        ftz: false,
+        inputs: x,
+        labels: None,
+        gram_iterations: 12,
+        reference: true,
+        shard: None,
+    };
+    let subject = run::prepare(&spec, &Progress::silent()).unwrap();
+    assert_eq!(subject.net.format, Format::Float16);
+    let radius = Radius::parse_decimal("0.0001").unwrap();
+    let out = run::certify(&subject, &radius, &Mode::SOUND).unwrap();
+    // the products rounded to float16, then the bias added in float16: both logits 2.00390625
+    let split = |w: f64, z: f64, b: f64| {
+        let p = f16::from_f64(w * z).to_f64();
+        f16::from_f64(p + b).to_f64()
+    };
+    let y0 = split(71.0 / 128.0, 29.0 / 16.0, 1021.0 / 1024.0);
+    let y1 = split(0.75, 999.0 / 512.0, 555.0 / 1024.0);
+    assert_eq!(y0, y1, "the two-rounding execution ties the classes");
+    for m in out.modes.iter().filter(|m| m.mode.is_sound()) {
+        assert_eq!(m.certified, 0, "{} certified a tied point", m.mode);
+    }
+}

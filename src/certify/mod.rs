@@ -20,8 +20,8 @@ use crate::sound::{add_up, l2_norm_up, mul_up, sqrt_up, sub_down};
 
 pub use modes::{Centre, Certifier, HiCentre, PointResult};
 use quantities::{
-    deviation_step, overflow_checks, overflow_free, radius_step, LayerError, OverflowCheck,
-    OverflowConstants,
+    accumulator_check, deviation_step, overflow_free, radius_step, step_check, LayerError,
+    OverflowCheck, OverflowConstants,
 };
 
 /// A certification mode.
@@ -241,8 +241,49 @@ pub struct ModelBounds {
     pub vacuous: Option<String>,
 }
 
-/// The error terms of one layer in every covered accumulation format, their maximum, the
-/// overflow checks of each, and the vacuity reason if some `n * u >= 1`.
+/// The executions of one layer in accumulation format `acc`, as error terms and the overflow
+/// checks along the way (docs/soundness.md "The execution model"):
+///
+/// * fused: the products and the bias summed in `acc`, then (when `acc` is wider than the storage
+///   format) one rounding to storage;
+/// * split (only when `acc` is wider and the graph adds the bias with a separate `Add` node): a
+///   `MatMul` summing the products in `acc`, rounded to storage, then the `Add` of the bias in
+///   storage, as a runtime that does not fuse the two nodes computes them;
+///
+/// each followed by the graph's narrowing casts.
+fn accumulation_variants(
+    acc: Format,
+    storage: Format,
+    ftz: bool,
+    n: u64,
+    separate_bias: bool,
+    casts: &[Format],
+) -> Vec<(LayerError, Vec<OverflowCheck>)> {
+    let mut variants = Vec::new();
+    let mut fused = LayerError::accumulation(acc, ftz, n);
+    let mut checks = vec![accumulator_check(acc, ftz, n)];
+    if acc != storage {
+        checks.push(step_check(&fused, storage));
+        fused = fused.then_rounded(storage, ftz);
+    }
+    if acc != storage && separate_bias {
+        // the products alone stay within the fused bounds up to the storage rounding
+        let products = LayerError::products(acc, ftz, n).then_rounded(storage, ftz);
+        let split_checks = vec![step_check(&products, storage)];
+        variants.push((products.then_bias_added(storage, ftz), split_checks));
+    }
+    variants.push((fused, checks));
+    for (err, checks) in &mut variants {
+        for &c in casts {
+            checks.push(step_check(err, c));
+            *err = err.then_rounded(c, ftz);
+        }
+    }
+    variants
+}
+
+/// The error terms of one layer maximised over every covered execution, all their overflow
+/// checks, and the vacuity reason if some `n * u >= 1`.
 fn layer_terms(
     exec: &ExecutionModel,
     layer: &Dense,
@@ -267,20 +308,14 @@ fn layer_terms(
                 n as f64 * u
             ));
         }
-        let mut roundings: Vec<Format> = Vec::new();
-        if acc != exec.storage {
-            roundings.push(exec.storage);
+        let separate_bias = layer.ops.iter().any(|op| op == "Add");
+        for (e, c) in accumulation_variants(acc, exec.storage, exec.ftz, n, separate_bias, casts) {
+            err = Some(match err {
+                Some(prev) => prev.max(e),
+                None => e,
+            });
+            checks.extend(c);
         }
-        roundings.extend_from_slice(casts);
-        let mut e = LayerError::accumulation(acc, exec.ftz, n);
-        for &r in &roundings {
-            e = e.then_rounded(r, exec.ftz);
-        }
-        err = Some(match err {
-            Some(prev) => prev.max(e),
-            None => e,
-        });
-        checks.extend(overflow_checks(acc, exec.ftz, n, &roundings));
     }
     let err = err.expect("every execution model has an accumulation format");
     (err, checks, vacuous)

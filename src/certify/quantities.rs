@@ -115,6 +115,9 @@ pub struct LayerError {
     pub rel_b: Float,
     /// Absolute term per output (the paper's `(1 + u) a_dot(n)`).
     pub abs: Float,
+    /// Whether the value already contains the bias (false for a `MatMul`'s products alone: a
+    /// rounding then scales `|w . z|` but not `|b|`).
+    pub bias_included: bool,
 }
 
 impl LayerError {
@@ -127,6 +130,7 @@ impl LayerError {
             rel_w: gamma_n_float(acc, n + 1),
             rel_b: gamma_n_float(acc, n),
             abs: a_acc_float(acc, ftz, n),
+            bias_included: true,
         }
     }
 
@@ -135,6 +139,43 @@ impl LayerError {
     /// `|e| <= a_mul` (`lambda` under flush-to-zero) and `|v| <= |y| + err`,
     /// `rel' = rel + u (1 + rel)` for both coefficients and `abs' = (1 + u) abs + a_mul`.
     pub fn then_rounded(&self, to: Format, ftz: bool) -> LayerError {
+        self.then_operation(to, abs_unit(to, ftz))
+    }
+
+    /// The products alone summed in `acc` (a separate `MatMul`, its bias added by a later `Add`):
+    /// `rel_w = gamma_n` (a product's rounding and at most `n - 1` additions), no bias term, and
+    /// `abs = a_acc(n)` (which dominates the `n` products' and `n - 1` additions' absolute terms).
+    pub fn products(acc: Format, ftz: bool, n: u64) -> LayerError {
+        LayerError {
+            rel_w: gamma_n_float(acc, n),
+            rel_b: Float::with_val(PREC, 0),
+            abs: a_acc_float(acc, ftz, n),
+            bias_included: false,
+        }
+    }
+
+    /// The bias added in format `to` to the (already rounded) products: `fl(v + b)` with
+    /// `|v| <= |w . z| + err`, one rounding: `rel_w' = rel_w + u (1 + rel_w)`, `rel_b' = u`,
+    /// `abs' = (1 + u) abs` plus `lambda` under flush-to-zero (an addition is exact in the
+    /// subnormal range otherwise).
+    pub fn then_bias_added(&self, to: Format, ftz: bool) -> LayerError {
+        debug_assert!(!self.bias_included, "the bias is added once");
+        let unit = if ftz {
+            abs_unit(to, true)
+        } else {
+            Float::with_val(PREC, 0)
+        };
+        let with_bias = LayerError {
+            bias_included: true,
+            ..self.clone()
+        };
+        with_bias.then_operation(to, unit)
+    }
+
+    /// One more correctly rounded operation in `to` on the layer output, with absolute error at
+    /// most `unit`: `rel' = rel + u (1 + rel)`, `abs' = (1 + u) abs + unit` (`rel_b` stays 0 while
+    /// the bias is not in the value).
+    fn then_operation(&self, to: Format, unit: Float) -> LayerError {
         let u = unit_roundoff(to);
         let widen = |rel: &Float| {
             let mut t = rel.clone();
@@ -145,11 +186,16 @@ impl LayerError {
         };
         let mut abs = self.abs.clone();
         abs.mul_assign_round(&one_plus(&u), Round::Up);
-        abs.add_assign_round(&abs_unit(to, ftz), Round::Up);
+        abs.add_assign_round(&unit, Round::Up);
         LayerError {
             rel_w: widen(&self.rel_w),
-            rel_b: widen(&self.rel_b),
+            rel_b: if self.bias_included {
+                widen(&self.rel_b)
+            } else {
+                self.rel_b.clone()
+            },
             abs,
+            bias_included: self.bias_included,
         }
     }
 
@@ -159,6 +205,7 @@ impl LayerError {
             rel_w: self.rel_w.max(&other.rel_w),
             rel_b: self.rel_b.max(&other.rel_b),
             abs: self.abs.max(&other.abs),
+            bias_included: self.bias_included || other.bias_included,
         }
     }
 }
@@ -175,34 +222,29 @@ pub fn one_plus_up(x: &Float) -> f64 {
     one_plus(x).to_f64_round(Round::Up)
 }
 
-/// The overflow checks of one layer in one accumulation format followed by the given roundings
-/// (Theorem "Layerwise overflow-freedom", extended in docs/soundness.md "Overflow"):
-///
-/// * every value the accumulation forms before a rounding (partial sums include the bias) is at
-///   most `(1 + gamma_n)(S + ||b||_inf) + a_dot_fwd(n)` in magnitude, which must stay below the
-///   accumulation format's `F_max`;
-/// * before each later rounding to a format `R`, the value is at most
-///   `(1 + rel_w) S + (1 + rel_b) ||b||_inf + abs` with the error terms accumulated so far,
-///   which must stay below `R`'s `F_max`.
-pub fn overflow_checks(acc: Format, ftz: bool, n: u64, roundings: &[Format]) -> Vec<OverflowCheck> {
+/// The bound every value an accumulation in `acc` forms before its rounding must stay below
+/// (Theorem "Layerwise overflow-freedom", extended in docs/soundness.md "Overflow"): partial sums
+/// include the bias, so `(1 + gamma_n)(S + ||b||_inf) + a_dot_fwd(n) < F_max` of `acc`.
+pub fn accumulator_check(acc: Format, ftz: bool, n: u64) -> OverflowCheck {
     let g = one_plus_up(&gamma_n_float(acc, n));
-    let mut checks = vec![OverflowCheck {
+    OverflowCheck {
         scale_w: g,
         scale_b: g,
         abs: a_dot_fwd(acc, ftz, n),
         f_max: acc.f_max(),
-    }];
-    let mut err = LayerError::accumulation(acc, ftz, n);
-    for &r in roundings {
-        checks.push(OverflowCheck {
-            scale_w: one_plus_up(&err.rel_w),
-            scale_b: one_plus_up(&err.rel_b),
-            abs: err.abs.to_f64_round(Round::Up),
-            f_max: r.f_max(),
-        });
-        err = err.then_rounded(r, ftz);
     }
-    checks
+}
+
+/// The bound before one more operation rounding into `to`, given the error terms so far: the
+/// value is within `err` of the exact output, so at most `(1 + rel_w) S + (1 + rel_b) ||b||_inf +
+/// abs`, which must stay below `to`'s `F_max` for the result to be finite.
+pub fn step_check(err: &LayerError, to: Format) -> OverflowCheck {
+    OverflowCheck {
+        scale_w: one_plus_up(&err.rel_w),
+        scale_b: one_plus_up(&err.rel_b),
+        abs: err.abs.to_f64_round(Round::Up),
+        f_max: to.f_max(),
+    }
 }
 
 /// One step of the deterministic radii (sec. 4, "Deterministic radii"):
@@ -230,7 +272,7 @@ pub fn deviation_step(
     )
 }
 
-/// One bound a layer's values must stay below (see [`overflow_checks`]):
+/// One bound a layer's values must stay below (see [`accumulator_check`], [`step_check`]):
 /// `scale_w S + scale_b ||b||_inf + abs < f_max`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OverflowCheck {
@@ -424,8 +466,11 @@ mod tests {
 
     #[test]
     fn overflow_checks_follow_every_rounding() {
-        let checks = overflow_checks(Format::Float32, false, 10, &[Format::Float16]);
-        assert_eq!(checks.len(), 2);
+        let acc = LayerError::accumulation(Format::Float32, false, 10);
+        let checks = [
+            accumulator_check(Format::Float32, false, 10),
+            step_check(&acc, Format::Float16),
+        ];
         assert_eq!(checks[0].f_max, Format::Float32.f_max());
         assert_eq!(checks[1].f_max, 65504.0);
         let one = Rational::from(1);
@@ -456,6 +501,35 @@ mod tests {
         let f = final_pair_bounds(0.1, 0.2, 0.3, 0.4, 0.5);
         let e = exact(0.1) * exact(0.2) + exact(0.3) * exact(0.4) + exact(0.5);
         assert!(exact(f) >= e && exact(f) - e < Rational::from((1, 1u64 << 48)));
+    }
+
+    #[test]
+    fn a_separate_bias_add_after_the_storage_rounding_composes_exactly() {
+        // float32 accumulation of n products, rounded to float16, then the bias added in float16
+        let n = 100u32;
+        let e = LayerError::products(Format::Float32, false, n as u64)
+            .then_rounded(Format::Float16, false)
+            .then_bias_added(Format::Float16, false);
+        let one = Rational::from(1);
+        let one_us = Rational::from(&one + &u(Format::Float16));
+        let rel_w =
+            Rational::from(&one_us * &one_us) * (&one + gamma_exact(Format::Float32, n)) - &one;
+        upper("rel_w", q(&e.rel_w), &rel_w, true);
+        upper("rel_b", q(&e.rel_b), &u(Format::Float16), true);
+        let abs = &one_us
+            * (&one_us * ((&one + gamma_exact(Format::Float32, n)) * n * a_mul(Format::Float32))
+                + a_mul(Format::Float16));
+        upper("abs", q(&e.abs), &abs, true);
+        // under flush-to-zero the addition may flush: + lambda of float16
+        let f = LayerError::products(Format::Float32, true, n as u64)
+            .then_rounded(Format::Float16, true)
+            .then_bias_added(Format::Float16, true);
+        let abs_ftz = &one_us
+            * (&one_us
+                * ((&one + gamma_exact(Format::Float32, n)) * (2 * n) * lambda(Format::Float32))
+                + lambda(Format::Float16))
+            + lambda(Format::Float16);
+        upper("abs ftz", q(&f.abs), &abs_ftz, true);
     }
 
     #[test]
