@@ -20,6 +20,7 @@ pub mod inspect;
 pub mod model;
 pub mod norms;
 pub mod onnx;
+pub mod onnx_checks;
 pub mod policy;
 pub mod progress;
 pub mod report;

@@ -3,12 +3,15 @@
 //! The loader walks the ONNX protobuf node by node (tract renames ops and merges constants in
 //! its own graph, so op types, attributes and initializers are read from the protobuf; see
 //! [`crate::onnx`]). It accepts what real exporters emit for dense ReLU classifiers and rejects
-//! everything else naming the node, its op type and the supported set.
+//! everything else naming the node, its op type and the supported set. The specification's rules
+//! (attribute schemas, one definition per name, tensor storage) are checked first
+//! ([`crate::onnx_checks`]); weight and bias values are decoded only once the whole graph has
+//! been checked against their declared shapes (`weights`).
 //!
 //! Every weight and bias is converted to the declared deployment format by round-to-nearest-even:
 //! that converted network, read as exact reals, is the network `N` that is certified.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use ndarray::Array2;
@@ -17,6 +20,11 @@ use sha2::{Digest, Sha256};
 use crate::error::LipfpError;
 use crate::format::Format;
 use crate::onnx::{self, proto, ConstData, ConstTensor};
+use crate::onnx_checks::{self as checks, node_label};
+
+mod shapes;
+mod weights;
+use weights::{Draft, Part, Weight};
 
 /// The op types the loader understands.
 pub const SUPPORTED_OPS: &str = "Gemm, MatMul, Add (bias), Relu, Flatten, Reshape, Shape, Gather, \
@@ -179,8 +187,11 @@ struct Act {
 }
 
 #[derive(Clone, Debug)]
-enum Value {
+enum Value<'a> {
+    /// An integer constant (shape computations).
     Const(ConstTensor),
+    /// A float constant, decoded only when the layers are finished.
+    Weight(Weight<'a>),
     /// A 1-D integer tensor (or scalar) computed from the activation's shape.
     Shape {
         dims: Vec<Dim>,
@@ -195,8 +206,9 @@ struct Builder<'a> {
     path: &'a Path,
     format: Format,
     ftz: bool,
-    values: HashMap<String, Value>,
-    layers: Vec<Dense>,
+    opset: i64,
+    values: HashMap<String, Value<'a>>,
+    layers: Vec<Draft<'a>>,
     chain_id: usize,
     changed: usize,
     /// The element type each layer computes in (its input activation's type), in order.
@@ -204,26 +216,6 @@ struct Builder<'a> {
     /// Model narrowing casts relative to `format` and refuse layers computing in a narrower type
     /// (off only when probing which format the layers compute in: casts are then only followed).
     check_compute: bool,
-}
-
-fn node_label(node: &proto::NodeProto, index: usize) -> String {
-    if node.name.is_empty() {
-        format!("{}#{index}", node.op_type)
-    } else {
-        node.name.clone()
-    }
-}
-
-fn attr<'n>(node: &'n proto::NodeProto, name: &str) -> Option<&'n proto::AttributeProto> {
-    node.attribute.iter().find(|a| a.name == name)
-}
-
-fn attr_i(node: &proto::NodeProto, name: &str, default: i64) -> i64 {
-    attr(node, name).map(|a| a.i).unwrap_or(default)
-}
-
-fn attr_f(node: &proto::NodeProto, name: &str, default: f32) -> f32 {
-    attr(node, name).map(|a| a.f).unwrap_or(default)
 }
 
 /// The format of an ONNX element type code, for the float types lipfp knows.
@@ -288,6 +280,7 @@ fn build(
         path,
         format,
         ftz,
+        opset: checks::default_opset(path, &model)?,
         values: HashMap::new(),
         layers: Vec::new(),
         chain_id: 0,
@@ -295,18 +288,17 @@ fn build(
         compute: Vec::new(),
         check_compute,
     };
-    let dir = path.parent();
-
-    for init in &graph.initializer {
-        let t = onnx::decode_tensor(init, dir)
-            .map_err(|m| LipfpError::model(path, format!("initializer `{}`: {m}", init.name)))?;
-        b.values.insert(init.name.clone(), Value::Const(t));
-    }
     if !graph.sparse_initializer.is_empty() {
         return Err(LipfpError::model(
             path,
             "sparse initializers are not supported",
         ));
+    }
+    checks::check_names(path, graph)?;
+    for init in &graph.initializer {
+        let v = weights::tensor_value(init, path.parent())
+            .map_err(|m| LipfpError::model(path, format!("initializer `{}`: {m}", init.name)))?;
+        b.values.insert(init.name.clone(), v);
     }
     let data_inputs: Vec<&proto::ValueInfoProto> = graph
         .input
@@ -344,7 +336,7 @@ fn build(
         }),
     );
 
-    let function_names: Vec<(&str, &str)> = model
+    let function_names: HashSet<(&str, &str)> = model
         .functions
         .iter()
         .map(|f| {
@@ -357,10 +349,7 @@ fn build(
 
     for (index, node) in graph.node.iter().enumerate() {
         let label = node_label(node, index);
-        if function_names
-            .iter()
-            .any(|(d, n)| *n == node.op_type && *d == node.domain)
-        {
+        if function_names.contains(&(node.domain.as_str(), node.op_type.as_str())) {
             return Err(LipfpError::unsupported(
                 path,
                 &label,
@@ -376,6 +365,7 @@ fn build(
                 "only the default ONNX domain is supported",
             ));
         }
+        checks::check_node(path, &label, node, b.opset)?;
         b.node(node, &label)?;
     }
 
@@ -441,7 +431,7 @@ fn build(
             format!("graph output must be [batch, classes], got per-example shape {features:?}"),
         ));
     }
-    let classes = b.layers.last().map(|l| l.m()).unwrap_or(0);
+    let classes = b.layers.last().map(|l| l.m).unwrap_or(0);
     if classes < 2 {
         return Err(LipfpError::model(
             path,
@@ -449,7 +439,7 @@ fn build(
         ));
     }
     let net = DenseNet {
-        layers: b.layers,
+        layers: b.finish()?,
         input_name: input.name.clone(),
         input_shape,
         format,
@@ -499,8 +489,8 @@ fn read_input_shape(
     Ok((dims, elem))
 }
 
-impl Builder<'_> {
-    fn get(&self, name: &str, label: &str, op: &str) -> Result<&Value, LipfpError> {
+impl<'a> Builder<'a> {
+    fn get(&self, name: &str, label: &str, op: &str) -> Result<&Value<'a>, LipfpError> {
         match self.values.get(name) {
             Some(Value::Unusable(why)) => Err(self.fail(label, op, format!("input `{name}` cannot be used: {why}"))),
             Some(v) => Ok(v),
@@ -512,7 +502,7 @@ impl Builder<'_> {
         }
     }
 
-    fn set(&mut self, node: &proto::NodeProto, v: Value) {
+    fn set(&mut self, node: &proto::NodeProto, v: Value<'a>) {
         if let Some(o) = node.output.first() {
             self.values.insert(o.clone(), v);
         }
@@ -522,7 +512,20 @@ impl Builder<'_> {
         LipfpError::at_node(self.path, label, op, why)
     }
 
-    fn node(&mut self, node: &proto::NodeProto, label: &str) -> Result<(), LipfpError> {
+    /// An INT attribute of `node` (`default` when absent; another type is an error).
+    fn int_attr(
+        &self,
+        node: &proto::NodeProto,
+        label: &str,
+        name: &str,
+        default: i64,
+    ) -> Result<i64, LipfpError> {
+        checks::attr_int(node, name)
+            .map(|v| v.unwrap_or(default))
+            .map_err(|m| self.fail(label, &node.op_type, m))
+    }
+
+    fn node(&mut self, node: &'a proto::NodeProto, label: &str) -> Result<(), LipfpError> {
         let op = node.op_type.as_str();
         let inputs: Vec<&str> = node.input.iter().map(|s| s.as_str()).collect();
         // every op below reads its leading inputs by position: check they are there
@@ -539,29 +542,22 @@ impl Builder<'_> {
         }
         match op {
             "Constant" => {
-                let t = constant_value(node, self.path.parent())
+                let v = constant_value(node, self.path.parent())
                     .map_err(|m| self.fail(label, op, m))?;
-                self.set(node, Value::Const(t));
+                self.set(node, v);
             }
             "Identity" => {
                 let v = self.get(inputs[0], label, op)?.clone();
                 self.set(node, v);
             }
             "Cast" => {
-                let to = attr_i(node, "to", 0) as i32;
+                let to = checks::cast_to(node).map_err(|m| self.fail(label, op, m))?;
                 let to_name = onnx::data_type_name(to);
-                let v = self.get(inputs[0], label, op)?.clone();
-                match v {
-                    Value::Act(a) => {
-                        let v = self.cast_activation(a, &to_name, label)?;
-                        self.set(node, v);
-                    }
-                    Value::Const(c) => {
-                        let c = cast_const(c, &to_name).map_err(|m| self.fail(label, op, m))?;
-                        self.set(node, Value::Const(c));
-                    }
-                    other => self.set(node, other),
-                }
+                let v = match self.get(inputs[0], label, op)?.clone() {
+                    Value::Act(a) => self.cast_activation(a, &to_name, label)?,
+                    other => cast_const(other, &to_name).map_err(|m| self.fail(label, op, m))?,
+                };
+                self.set(node, v);
             }
             "Dropout" => {
                 if let Some(name) = inputs.get(2).filter(|s| !s.is_empty()) {
@@ -587,9 +583,9 @@ impl Builder<'_> {
                 }
             }
             "Flatten" => {
-                let axis = attr_i(node, "axis", 1);
                 let a = self.act(inputs[0], label, op)?;
-                if axis != 1 {
+                let axis = self.int_attr(node, label, "axis", 1)?;
+                if checks::normalize_axis(axis, a.shape.len(), true) != Ok(1) {
                     return Err(self.fail(
                         label,
                         op,
@@ -617,8 +613,8 @@ impl Builder<'_> {
                         x.clamp(0, rank)
                     }
                 };
-                let start = norm(attr_i(node, "start", 0)) as usize;
-                let end = norm(attr(node, "end").map(|a| a.i).unwrap_or(rank)) as usize;
+                let start = norm(self.int_attr(node, label, "start", 0)?) as usize;
+                let end = norm(self.int_attr(node, label, "end", rank)?) as usize;
                 let dims = a.shape[start..end.max(start)].to_vec();
                 self.set(
                     node,
@@ -629,83 +625,12 @@ impl Builder<'_> {
                 );
             }
             "Gather" => self.gather(node, label, &inputs)?,
-            "Unsqueeze" | "Squeeze" => {
-                let v = self.get(inputs[0], label, op)?.clone();
-                match v {
-                    Value::Shape { dims, scalar } => {
-                        // Unsqueeze turns a gathered scalar into a 1-element vector; Squeeze the reverse
-                        let scalar = op == "Squeeze" && (scalar || dims.len() == 1);
-                        self.set(node, Value::Shape { dims, scalar });
-                    }
-                    Value::Const(ConstTensor {
-                        data: ConstData::Float(_),
-                        ..
-                    }) => {
-                        return Err(self.fail(
-                            label,
-                            op,
-                            "reshaping a weight tensor is not supported; store weights in their final shape",
-                        ));
-                    }
-                    Value::Const(mut c) => {
-                        // an integer shape computation: only the rank changes
-                        if op == "Unsqueeze" {
-                            c.shape.insert(0, 1);
-                        } else {
-                            c.shape.retain(|&d| d != 1);
-                        }
-                        self.set(node, Value::Const(c));
-                    }
-                    Value::Act(mut a) => {
-                        if op == "Unsqueeze" {
-                            return Err(self.fail(
-                                label,
-                                op,
-                                "unsqueeze of the activation is not supported",
-                            ));
-                        }
-                        let mut shape = vec![a.shape[0]];
-                        shape.extend(a.shape[1..].iter().filter(|d| **d != Dim::Fixed(1)));
-                        a.shape = shape;
-                        self.set(node, Value::Act(a));
-                    }
-                    Value::Unusable(_) => unreachable!("get() rejects unusable values"),
-                }
-            }
-            "Concat" => {
-                let mut dims = Vec::new();
-                for name in &inputs {
-                    match self.get(name, label, op)? {
-                        Value::Shape { dims: d, .. } => dims.extend(d.iter().copied()),
-                        Value::Const(ConstTensor {
-                            data: ConstData::Int(v),
-                            ..
-                        }) => {
-                            for &x in v {
-                                dims.push(shape_const_dim(x))
-                            }
-                        }
-                        _ => {
-                            return Err(self.fail(
-                                label,
-                                op,
-                                "only shape computations may be concatenated",
-                            ))
-                        }
-                    }
-                }
-                self.set(
-                    node,
-                    Value::Shape {
-                        dims,
-                        scalar: false,
-                    },
-                );
-            }
+            "Unsqueeze" | "Squeeze" => self.squeeze(node, label, &inputs)?,
+            "Concat" => self.concat(node, label, &inputs)?,
             "Gemm" => self.gemm(node, label, &inputs)?,
             "MatMul" => {
                 let a = self.act(inputs[0], label, op)?;
-                let w = self.constant(inputs[1], label, op, "weight")?;
+                let w = self.weight(inputs[1], label, op, "weight")?;
                 if w.shape.len() != 2 {
                     return Err(self.fail(
                         label,
@@ -713,10 +638,9 @@ impl Builder<'_> {
                         format!("weight must be 2-D, got shape {:?}", w.shape),
                     ));
                 }
-                let (n, m) = (w.shape[0], w.shape[1]);
-                let vals = float_values(&w);
-                let wt = Array2::from_shape_fn((m, n), |(i, j)| vals[j * m + i]);
-                let out = self.push_dense(a, wt, None, label, op, inputs[1])?;
+                // MatMul(x, B) with B stored [n, m]
+                let w = part(w, inputs[1], label, op);
+                let out = self.push_dense(a, w, true, None, label, op)?;
                 self.set(node, out);
             }
             "Add" => self.add(node, label, &inputs)?,
@@ -769,7 +693,12 @@ impl Builder<'_> {
     /// recorded on the layer whose output it rounds (a later layer must see the activation
     /// widened back, see `push_dense`). A narrowing cast of the network input or between a MatMul
     /// and its bias is refused.
-    fn cast_activation(&mut self, a: Act, to_name: &str, label: &str) -> Result<Value, LipfpError> {
+    fn cast_activation(
+        &mut self,
+        a: Act,
+        to_name: &str,
+        label: &str,
+    ) -> Result<Value<'a>, LipfpError> {
         let op = "Cast";
         let to = match to_name {
             "float" => Format::Float32,
@@ -816,20 +745,18 @@ impl Builder<'_> {
         }
     }
 
-    fn constant(
+    fn weight(
         &self,
         name: &str,
         label: &str,
         op: &str,
         what: &str,
-    ) -> Result<ConstTensor, LipfpError> {
+    ) -> Result<Weight<'a>, LipfpError> {
         match self.get(name, label, op)? {
-            Value::Const(c) => match c.data {
-                ConstData::Float(_) => Ok(c.clone()),
-                ConstData::Int(_) => {
-                    Err(self.fail(label, op, format!("{what} `{name}` has an integer type")))
-                }
-            },
+            Value::Weight(w) => Ok(w.clone()),
+            Value::Const(_) => {
+                Err(self.fail(label, op, format!("{what} `{name}` has an integer type")))
+            }
             Value::Act(_) => Err(self.fail(
                 label,
                 op,
@@ -895,15 +822,17 @@ impl Builder<'_> {
         Ok(c)
     }
 
+    /// A dense layer reading the activation `a` through the weight `w`, stored `[m, n]` or
+    /// (`transposed`) `[n, m]`; its values are read once the whole graph is checked.
     fn push_dense(
         &mut self,
         a: Act,
-        w: Array2<f64>,
-        bias: Option<(Vec<f64>, &str)>,
+        w: Part<'a>,
+        transposed: bool,
+        bias: Option<Part<'a>>,
         label: &str,
         op: &str,
-        w_name: &str,
-    ) -> Result<Value, LipfpError> {
+    ) -> Result<Value<'a>, LipfpError> {
         self.require_head(&a, label, op)?;
         if self.check_compute && a.narrowed {
             return Err(self.fail(
@@ -917,7 +846,12 @@ impl Builder<'_> {
             ));
         }
         self.compute.push((label.to_string(), a.elem));
-        let n = w.ncols();
+        let dims = &w.weight.shape;
+        let (m, n) = if transposed {
+            (dims[1], dims[0])
+        } else {
+            (dims[0], dims[1])
+        };
         let feat = a.shape.last().copied();
         let leading_ok = a.shape.len() >= 2
             && a.shape[1..a.shape.len() - 1]
@@ -928,29 +862,23 @@ impl Builder<'_> {
                 label,
                 op,
                 format!(
-                    "activation shape {} does not match weight input dimension {n}",
-                    show_shape(&a.shape)
+                    "activation shape {} does not match weight `{}` of dims {dims:?} (input dimension {n})",
+                    show_shape(&a.shape),
+                    w.name
                 ),
             ));
         }
-        let mut wc = w;
-        for (k, x) in wc.iter_mut().enumerate() {
-            *x = self.convert(*x, w_name, k, label, op)?;
-        }
-        let m = wc.nrows();
-        let (b, stage) = match bias {
-            Some((b, name)) => {
-                let mut bc = Vec::with_capacity(m);
-                for (k, x) in b.into_iter().enumerate() {
-                    bc.push(self.convert(x, name, k, label, op)?);
-                }
-                (bc, Stage::Biased)
-            }
-            None => (vec![0.0; m], Stage::Product),
+        let stage = if bias.is_some() {
+            Stage::Biased
+        } else {
+            Stage::Product
         };
-        self.layers.push(Dense {
-            w: wc,
-            b,
+        self.layers.push(Draft {
+            m,
+            n,
+            w,
+            transposed,
+            b: bias,
             act: Activation::Identity,
             nodes: vec![label.to_string()],
             ops: vec![op.to_string()],
@@ -975,10 +903,15 @@ impl Builder<'_> {
         inputs: &[&str],
     ) -> Result<(), LipfpError> {
         let op = "Gemm";
-        let alpha = attr_f(node, "alpha", 1.0);
-        let beta = attr_f(node, "beta", 1.0);
-        let trans_a = attr_i(node, "transA", 0);
-        let trans_b = attr_i(node, "transB", 0);
+        let float = |name, default| {
+            checks::attr_float(node, name)
+                .map(|v| v.unwrap_or(default))
+                .map_err(|m| self.fail(label, op, m))
+        };
+        let (alpha, beta) = (float("alpha", 1.0)?, float("beta", 1.0)?);
+        let trans_a = self.int_attr(node, label, "transA", 0)?;
+        // any nonzero transB transposes B (the specification; onnxruntime agrees)
+        let trans_b = self.int_attr(node, label, "transB", 0)? != 0;
         let has_c = inputs.get(2).is_some_and(|s| !s.is_empty());
         if alpha != 1.0 || (has_c && beta != 1.0) || trans_a != 0 {
             return Err(self.fail(
@@ -986,9 +919,6 @@ impl Builder<'_> {
                 op,
                 format!("alpha = {alpha}, beta = {beta}, transA = {trans_a}; supported: alpha = beta = 1, transA = 0"),
             ));
-        }
-        if inputs.len() < 2 {
-            return Err(self.fail(label, op, "needs at least two inputs"));
         }
         let a = self.act(inputs[0], label, op)?;
         if a.shape.len() != 2 {
@@ -1001,7 +931,7 @@ impl Builder<'_> {
                 ),
             ));
         }
-        let w = self.constant(inputs[1], label, op, "weight")?;
+        let w = self.weight(inputs[1], label, op, "weight")?;
         if w.shape.len() != 2 {
             return Err(self.fail(
                 label,
@@ -1009,31 +939,46 @@ impl Builder<'_> {
                 format!("weight must be 2-D, got shape {:?}", w.shape),
             ));
         }
-        let vals = float_values(&w);
-        let (r, c) = (w.shape[0], w.shape[1]);
-        // W is [m, n]: B itself when transB = 1, else B^T
-        let wm = if trans_b == 1 {
-            Array2::from_shape_fn((r, c), |(i, j)| vals[i * c + j])
-        } else {
-            Array2::from_shape_fn((c, r), |(i, j)| vals[j * c + i])
-        };
-        let m = wm.nrows();
+        // W is [m, n]: B itself when transB is set, else B^T
+        let m = w.shape[usize::from(!trans_b)];
         let bias = if has_c {
-            let bt = self.constant(inputs[2], label, op, "bias")?;
-            let b = bias_vector(&bt, m).ok_or_else(|| {
-                self.fail(
-                    label,
-                    op,
-                    format!("bias shape {:?} does not broadcast to [{m}]", bt.shape),
-                )
-            })?;
-            Some((b, inputs[2]))
+            let c = self.weight(inputs[2], label, op, "bias")?;
+            self.check_bias(&c, m, 2, inputs[2], label, op)?;
+            Some(part(c, inputs[2], label, op))
         } else {
             None
         };
         // a Gemm without C leaves the layer at the Product stage: a following Add is its bias
-        let out = self.push_dense(a, wm, bias, label, op, inputs[1])?;
+        let w = part(w, inputs[1], label, op);
+        let out = self.push_dense(a, w, !trans_b, bias, label, op)?;
         self.set(node, out);
+        Ok(())
+    }
+
+    /// A bias of `m` values (shape `[m]`, `[1, m]`, ... of rank at most `rank`) or of one value.
+    fn check_bias(
+        &self,
+        c: &Weight<'_>,
+        m: usize,
+        rank: usize,
+        name: &str,
+        label: &str,
+        op: &str,
+    ) -> Result<(), LipfpError> {
+        let leading_ones = c.shape.iter().rev().skip(1).all(|&d| d == 1);
+        let count: usize = c.shape.iter().product();
+        let fits =
+            c.shape.len() <= rank && (count == 1 || (leading_ones && c.shape.last() == Some(&m)));
+        if !fits {
+            return Err(self.fail(
+                label,
+                op,
+                format!(
+                    "bias `{name}` of shape {:?} does not broadcast to [{m}]",
+                    c.shape
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -1044,19 +989,30 @@ impl Builder<'_> {
         inputs: &[&str],
     ) -> Result<(), LipfpError> {
         let op = "Add";
-        if inputs.len() != 2 {
-            return Err(self.fail(label, op, "needs two inputs"));
-        }
         let x = self.get(inputs[0], label, op)?.clone();
         let y = self.get(inputs[1], label, op)?.clone();
         let (a, c, c_name) = match (x, y) {
-            (Value::Act(a), Value::Const(c)) => (a, c, inputs[1]),
-            (Value::Const(c), Value::Act(a)) => (a, c, inputs[0]),
+            (Value::Act(a), Value::Weight(c)) => (a, c, inputs[1]),
+            (Value::Weight(c), Value::Act(a)) => (a, c, inputs[0]),
             (Value::Act(_), Value::Act(_)) => {
                 return Err(self.fail(
                     label,
                     op,
                     "adds two activations (residual connections are not supported)",
+                ))
+            }
+            (Value::Act(_), Value::Const(_)) => {
+                return Err(self.fail(
+                    label,
+                    op,
+                    format!("bias `{}` has an integer type", inputs[1]),
+                ))
+            }
+            (Value::Const(_), Value::Act(_)) => {
+                return Err(self.fail(
+                    label,
+                    op,
+                    format!("bias `{}` has an integer type", inputs[0]),
                 ))
             }
             _ => {
@@ -1071,23 +1027,10 @@ impl Builder<'_> {
                 "a constant add is supported only as the bias directly after a MatMul without bias",
             ));
         }
-        let m = self.layers.last().map(|l| l.m()).unwrap_or(0);
-        if !matches!(c.data, ConstData::Float(_)) {
-            return Err(self.fail(label, op, format!("bias `{c_name}` has an integer type")));
-        }
-        let b = bias_vector(&c, m).ok_or_else(|| {
-            self.fail(
-                label,
-                op,
-                format!("bias shape {:?} does not broadcast to [{m}]", c.shape),
-            )
-        })?;
-        let mut bc = Vec::with_capacity(m);
-        for (k, x) in b.into_iter().enumerate() {
-            bc.push(self.convert(x, c_name, k, label, op)?);
-        }
+        let m = self.layers.last().map(|l| l.m).unwrap_or(0);
+        self.check_bias(&c, m, a.shape.len(), c_name, label, op)?;
         let last = self.layers.last_mut().expect("Product stage has a layer");
-        last.b = bc;
+        last.b = Some(part(c, c_name, label, op));
         last.nodes.push(label.to_string());
         last.ops.push(op.to_string());
         self.chain_id += 1;
@@ -1113,7 +1056,17 @@ impl Builder<'_> {
             return Err(self.fail(label, op, "needs two inputs"));
         }
         let a = self.act(inputs[0], label, op)?;
-        let allow_zero = attr_i(node, "allowzero", 0) == 1;
+        let allow_zero = match self.int_attr(node, label, "allowzero", 0)? {
+            0 => false,
+            1 => true,
+            v => {
+                return Err(self.fail(
+                    label,
+                    op,
+                    format!("allowzero = {v}; the specification defines 0 and 1"),
+                ))
+            }
+        };
         let target: Vec<Dim> = match self.get(inputs[1], label, op)? {
             Value::Const(ConstTensor {
                 data: ConstData::Int(v),
@@ -1213,8 +1166,13 @@ impl Builder<'_> {
         inputs: &[&str],
     ) -> Result<(), LipfpError> {
         let op = "Gather";
-        if inputs.len() != 2 || attr_i(node, "axis", 0) != 0 {
-            return Err(self.fail(label, op, "only Gather on axis 0 of a shape is supported"));
+        let axis = self.int_attr(node, label, "axis", 0)?;
+        if checks::normalize_axis(axis, 1, false) != Ok(0) {
+            return Err(self.fail(
+                label,
+                op,
+                format!("axis = {axis}; only Gather on axis 0 of a shape is supported"),
+            ));
         }
         let dims = match self.get(inputs[0], label, op)? {
             Value::Shape {
@@ -1227,8 +1185,14 @@ impl Builder<'_> {
             Value::Const(ConstTensor {
                 shape,
                 data: ConstData::Int(v),
-            }) => (v.clone(), shape.is_empty()),
-            _ => return Err(self.fail(label, op, "indices must be an integer constant")),
+            }) if shape.len() <= 1 => (v.clone(), shape.is_empty()),
+            _ => {
+                return Err(self.fail(
+                    label,
+                    op,
+                    "indices must be a scalar or 1-D integer constant",
+                ))
+            }
         };
         let mut out = Vec::with_capacity(idx.len());
         for i in idx {
@@ -1268,85 +1232,74 @@ fn show_shape(shape: &[Dim]) -> String {
 
 fn fixed_product(dims: &[Dim]) -> Option<usize> {
     dims.iter().try_fold(1usize, |acc, d| match d {
-        Dim::Fixed(x) => Some(acc * x),
+        Dim::Fixed(x) => acc.checked_mul(*x),
         _ => None,
     })
 }
 
-fn float_values(t: &ConstTensor) -> Vec<f64> {
-    match &t.data {
-        ConstData::Float(v) => v.clone(),
-        ConstData::Int(v) => v.iter().map(|&x| x as f64).collect(),
+/// A tensor feeding a layer, read through node `label`.
+fn part<'a>(weight: Weight<'a>, name: &str, label: &str, op: &str) -> Part<'a> {
+    Part {
+        weight,
+        name: name.to_string(),
+        label: label.to_string(),
+        op: op.to_string(),
     }
 }
 
-/// A bias of shape `[m]`, `[1, m]`, `[1, 1, m]` or a scalar, as a length-`m` vector.
-fn bias_vector(t: &ConstTensor, m: usize) -> Option<Vec<f64>> {
-    let vals = float_values(t);
-    let leading_ones = t.shape.iter().rev().skip(1).all(|&d| d == 1);
-    if vals.len() == m && leading_ones && t.shape.last() == Some(&m) {
-        Some(vals)
-    } else if vals.len() == 1 {
-        Some(vec![vals[0]; m])
-    } else {
-        None
+fn constant_value<'a>(node: &'a proto::NodeProto, dir: Option<&Path>) -> Result<Value<'a>, String> {
+    // the schema check admits only the value attributes; the specification wants exactly one
+    let [a] = &node.attribute[..] else {
+        let names: Vec<&str> = node.attribute.iter().map(|a| a.name.as_str()).collect();
+        return Err(format!(
+            "a Constant needs exactly one value attribute, found {names:?}"
+        ));
+    };
+    let int = |shape, v| {
+        Ok(Value::Const(ConstTensor {
+            shape,
+            data: ConstData::Int(v),
+        }))
+    };
+    match a.name.as_str() {
+        "value" => weights::tensor_value(
+            a.t.as_ref().ok_or("attribute `value` holds no tensor")?,
+            dir,
+        ),
+        "value_float" => Ok(Value::Weight(Weight::values(vec![], vec![a.f as f64]))),
+        "value_floats" => Ok(Value::Weight(Weight::values(
+            vec![a.floats.len()],
+            a.floats.iter().map(|&x| x as f64).collect(),
+        ))),
+        "value_int" => int(vec![], vec![a.i]),
+        "value_ints" => int(vec![a.ints.len()], a.ints.clone()),
+        other => Err(format!("a Constant given by `{other}` is not supported")),
     }
 }
 
-fn constant_value(node: &proto::NodeProto, dir: Option<&Path>) -> Result<ConstTensor, String> {
-    if let Some(a) = attr(node, "value") {
-        let t = a.t.as_ref().ok_or("attribute `value` holds no tensor")?;
-        return onnx::decode_tensor(t, dir);
-    }
-    if let Some(a) = attr(node, "value_float") {
-        return Ok(ConstTensor {
-            shape: vec![],
-            data: ConstData::Float(vec![a.f as f64]),
-        });
-    }
-    if let Some(a) = attr(node, "value_floats") {
-        return Ok(ConstTensor {
-            shape: vec![a.floats.len()],
-            data: ConstData::Float(a.floats.iter().map(|&x| x as f64).collect()),
-        });
-    }
-    if let Some(a) = attr(node, "value_int") {
-        return Ok(ConstTensor {
-            shape: vec![],
-            data: ConstData::Int(vec![a.i]),
-        });
-    }
-    if let Some(a) = attr(node, "value_ints") {
-        return Ok(ConstTensor {
-            shape: vec![a.ints.len()],
-            data: ConstData::Int(a.ints.clone()),
-        });
-    }
-    Err("a Constant without value, value_float(s) or value_int(s) is not supported".into())
-}
-
-fn cast_const(c: ConstTensor, to: &str) -> Result<ConstTensor, String> {
-    let float = matches!(to, "float" | "float16" | "double" | "bfloat16");
-    // a float-to-float cast rounds to the target type, as the runtime does
+/// A `Cast` of a constant to the element type `to`: a float-to-float cast rounds to the
+/// target type, as the runtime does; an integer constant cast to a float type becomes a float
+/// constant (rounded likewise).
+fn cast_const<'a>(v: Value<'a>, to: &str) -> Result<Value<'a>, String> {
     let target = match to {
         "float" => Some(Format::Float32),
         "float16" => Some(Format::Float16),
+        "double" => Some(Format::Float64),
         "bfloat16" => Some(Format::Bfloat16),
         _ => None,
     };
-    let data = match (c.data, float) {
-        (ConstData::Float(v), true) => match target {
-            Some(f) => ConstData::Float(v.into_iter().map(|x| f.round(x)).collect()),
-            None => ConstData::Float(v),
-        },
-        (ConstData::Int(v), true) => ConstData::Float(v.into_iter().map(|x| x as f64).collect()),
-        (ConstData::Int(v), false) => ConstData::Int(v),
-        (ConstData::Float(_), false) => {
-            return Err(format!("cast of a float constant to {to} is not supported"))
+    match (v, target) {
+        (Value::Weight(w), Some(f)) => Ok(Value::Weight(w.round_to(f))),
+        (Value::Const(c), Some(f)) => {
+            let ConstData::Int(ints) = c.data else {
+                return Err("a float constant stored as an integer tensor".into());
+            };
+            let vals = ints.into_iter().map(|x| x as f64).collect();
+            Ok(Value::Weight(Weight::values(c.shape, vals).round_to(f)))
         }
-    };
-    Ok(ConstTensor {
-        shape: c.shape,
-        data,
-    })
+        (Value::Weight(_), None) => {
+            Err(format!("cast of a float constant to {to} is not supported"))
+        }
+        (other, _) => Ok(other),
+    }
 }

@@ -44,8 +44,11 @@ pub fn data_type_name(code: i32) -> String {
     }
 }
 
-/// Decode a `TensorProto` (raw data, typed fields or external data next to the model).
+/// Decode a `TensorProto` (raw data, typed fields or external data next to the model), after
+/// checking its declared dims against its storage without reading it
+/// ([`crate::onnx_checks::check_storage`]): nothing is allocated from an unchecked count.
 pub fn decode_tensor(t: &pb::TensorProto, model_dir: Option<&Path>) -> Result<ConstTensor, String> {
+    crate::onnx_checks::check_storage(t, model_dir)?;
     let dt = DataType::try_from(t.data_type)
         .map_err(|_| format!("unknown data type code {}", t.data_type))?;
     let is_float = matches!(dt, DataType::Float | DataType::Float16 | DataType::Double);

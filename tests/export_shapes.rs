@@ -684,7 +684,7 @@ fn gemm_trans_b0_with_typed_float_data() {
     verify_f32(&path, &layers, &[12], ROWS);
     // an explicit transB = 0 attribute reads the same
     let mut b2 = b.clone();
-    for n in &mut b2.nodes {
+    for n in b2.nodes.iter_mut().filter(|n| n.op_type == "Gemm") {
         n.attribute.push(attr_int("transB", 0));
     }
     let path2 = b2.write(dir.path(), "gemm_t0_explicit.onnx");

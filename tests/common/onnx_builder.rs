@@ -9,13 +9,13 @@
 use std::path::{Path, PathBuf};
 
 use lipfp::onnx::proto::attribute_proto::AttributeType;
-use lipfp::onnx::proto::tensor_proto::DataType;
+use lipfp::onnx::proto::tensor_proto::{DataLocation, DataType};
 use lipfp::onnx::proto::tensor_shape_proto::dimension::Value as DimValue;
 use lipfp::onnx::proto::tensor_shape_proto::Dimension;
 use lipfp::onnx::proto::type_proto::{Tensor as TensorType, Value as TypeValue};
 use lipfp::onnx::proto::{
     AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
-    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use prost::Message;
 
@@ -193,6 +193,31 @@ pub fn tensor_i64_typed(name: &str, dims: &[usize], data: &[i64]) -> TensorProto
         dims: dims_i64(dims),
         data_type: DataType::Int64 as i32,
         int64_data: data.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// A tensor whose data lives in an external file next to the model (`data_location` EXTERNAL):
+/// `keys` are the `external_data` entries in order, e.g. `[("location", "w.bin"),
+/// ("offset", "0"), ("length", "48")]`. The dims are written as given, unchecked.
+pub fn tensor_external(
+    name: &str,
+    elem: DataType,
+    dims: &[i64],
+    keys: &[(&str, &str)],
+) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: elem as i32,
+        data_location: Some(DataLocation::External as i32),
+        external_data: keys
+            .iter()
+            .map(|(k, v)| StringStringEntryProto {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
         ..Default::default()
     }
 }
