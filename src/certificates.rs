@@ -137,6 +137,69 @@ pub struct MergedGate {
     pub facts: SubjectFacts,
     /// 1-based policy line (0 when unknown).
     pub policy_line: usize,
+    /// Each certificate file of the gate and the test-set indices it holds.
+    pub shards: Vec<(std::path::PathBuf, Vec<usize>)>,
+}
+
+/// Check one shard of a gate on its own: a mode list with `real`, no repeats, known names; the
+/// threshold mode among them; `count` instances, all within `[first, first + count)` of a
+/// non-empty test set of `total` points.
+fn check_shard(path: &Path, g: &GateCertificates) -> Result<(), LipfpError> {
+    let name = &g.gate;
+    let bad = |m: String| Err(LipfpError::data(path, format!("gate `{name}`: {m}")));
+    if g.modes.is_empty() || !g.modes.iter().any(|m| m == Mode::Real.name()) {
+        return bad(format!("mode list {:?} lacks the real ceiling", g.modes));
+    }
+    for (k, m) in g.modes.iter().enumerate() {
+        if Mode::parse(m).is_none() {
+            return bad(format!("unknown mode `{m}`"));
+        }
+        if g.modes[..k].contains(m) {
+            return bad(format!("mode `{m}` is listed twice"));
+        }
+    }
+    if !g.modes.contains(&g.threshold_mode) {
+        return bad(format!(
+            "the threshold mode `{}` is not among the certified modes {:?}",
+            g.threshold_mode, g.modes
+        ));
+    }
+    let end = g.first.checked_add(g.count);
+    if g.total == 0 || end.is_none_or(|e| e > g.total) || g.instances.len() as u64 != g.count {
+        return bad(format!(
+            "shard [{}, +{}) of a test set of {} points holds {} points",
+            g.first,
+            g.count,
+            g.total,
+            g.instances.len()
+        ));
+    }
+    if let Some(i) = g
+        .instances
+        .iter()
+        .find(|i| i.index < g.first || i.index - g.first >= g.count)
+    {
+        return bad(format!("point {} lies outside the shard", i.index));
+    }
+    Ok(())
+}
+
+/// Whether two shards of one gate describe the same run (everything but the slice and timings).
+fn same_run(a: &GateCertificates, b: &GateCertificates) -> bool {
+    a.model == b.model
+        && a.model_hash == b.model_hash
+        && a.format == b.format
+        && a.ftz == b.ftz
+        && a.execution == b.execution
+        && a.epsilon == b.epsilon
+        && a.epsilons == b.epsilons
+        && a.gram_iterations == b.gram_iterations
+        && a.modes == b.modes
+        && a.threshold_mode == b.threshold_mode
+        && a.thresholds == b.thresholds
+        && a.total == b.total
+        && a.has_labels == b.has_labels
+        && a.policy_line == b.policy_line
 }
 
 /// Merge the gates of several certificate files: shards of the same gate are concatenated,
@@ -161,27 +224,30 @@ pub fn merge(
     for name in order {
         let parts = &by_gate[&name];
         let (path0, g0) = parts[0];
-        for (p, g) in parts.iter().skip(1) {
-            let same = g.model_hash == g0.model_hash
-                && g.format == g0.format
-                && g.ftz == g0.ftz
-                && g.execution == g0.execution
-                && g.epsilon == g0.epsilon
-                && g.epsilons == g0.epsilons
-                && g.modes == g0.modes
-                && g.total == g0.total
-                && g.gram_iterations == g0.gram_iterations
-                && g.has_labels == g0.has_labels;
-            if !same {
+        for (p, g) in parts.iter() {
+            check_shard(p, g)?;
+            if !same_run(g, g0) {
                 return Err(LipfpError::data(
                     p,
                     format!(
-                        "gate `{name}` was certified differently than in {} (model, format, radius, modes, \
-                         test-set size or labels differ); refusing to merge",
+                        "gate `{name}` was certified differently than in {} (model, format, execution, \
+                         radius, modes, thresholds, test-set size or labels differ); refusing to merge",
                         path0.display()
                     ),
                 ));
             }
+        }
+        // the shards' points are in memory: a test set larger than all of them together is
+        // incomplete (checked before allocating anything of its size)
+        let held: u64 = parts.iter().map(|(_, g)| g.count).sum();
+        if held != g0.total {
+            return Err(LipfpError::data(
+                path0,
+                format!(
+                    "gate `{name}`: the certificate files hold {held} of {} points; give every shard's file",
+                    g0.total
+                ),
+            ));
         }
         let total = g0.total as usize;
         let mut instances: Vec<Option<&Instance>> = vec![None; total];
@@ -331,6 +397,13 @@ pub fn merge(
                 notes,
             },
             policy_line: g0.policy_line as usize,
+            shards: parts
+                .iter()
+                .map(|(p, g)| {
+                    let idx = g.instances.iter().map(|i| i.index as usize).collect();
+                    (p.to_path_buf(), idx)
+                })
+                .collect(),
         });
     }
     Ok(merged)

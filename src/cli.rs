@@ -173,9 +173,17 @@ pub struct ReportArgs {
     /// Report destinations.
     #[command(flatten)]
     pub out: ReportOutputs,
-    /// Baseline JSON report for the `max_*_drop_pp` thresholds recorded in the files.
+    /// Baseline JSON report for the `max_*_drop_pp` thresholds.
     #[arg(long)]
     pub baseline: Option<PathBuf>,
+    /// Check the files against this policy: its gates, thresholds, radii and modes, and the
+    /// model and data it names (hash, execution model, point count, predictions, labels).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// With --config: re-certify this many randomly chosen points of every file and require
+    /// identical verdicts (catches forged or corrupt flags).
+    #[arg(long, requires = "config")]
+    pub verify: Option<usize>,
 }
 
 /// `lipfp inspect`.
@@ -506,7 +514,22 @@ fn report_files(a: &ReportArgs, progress: &Progress) -> Result<Exit, LipfpError>
         .map(|(_, f)| f.policy.clone())
         .find(|p| !p.is_empty());
     progress.stage(&format!("merging {} certificate files", files.len()));
-    let merged = certificates::merge(&files)?;
+    let mut merged = certificates::merge(&files)?;
+    match &a.config {
+        Some(config) => {
+            let policy = Policy::load(config)?;
+            crate::audit::audit(&policy, &mut merged, a.verify.unwrap_or(0), progress)?;
+        }
+        None => {
+            for m in &mut merged {
+                m.facts.notes.push(
+                    "unverified merge: the figures and thresholds are the certificate files' own; \
+                     `lipfp report --config <policy> --verify <K>` checks them against the model and data"
+                        .into(),
+                );
+            }
+        }
+    }
     let mut gates = Vec::with_capacity(merged.len());
     for m in &merged {
         let base = baseline

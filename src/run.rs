@@ -571,6 +571,55 @@ impl CertifyOutcome {
     }
 }
 
+/// What the forward passes measured at point `i` of `subject`.
+fn centre_of(subject: &Subject, i: usize) -> Centre<'_> {
+    let classes = subject.net.classes();
+    let hidden_layers = subject.net.layers.len() - 1;
+    let hi = subject.reference.as_ref().map(|r| HiCentre {
+        logits: &r.logits[i * classes..(i + 1) * classes],
+        gap: r.gaps[i],
+        norms: &r.norms[i * hidden_layers..(i + 1) * hidden_layers],
+    });
+    Centre {
+        logits: &subject.logits[i * classes..(i + 1) * classes],
+        x_norm: subject.x_norms[i],
+        hi,
+    }
+}
+
+/// Whether each of the points `indices` (into `subject`) is certified in `mode`: the same
+/// computation as [`certify`], for a sample (used to re-check certificate files).
+pub fn certify_points(
+    subject: &Subject,
+    radius: &Radius,
+    mode: Mode,
+    indices: &[usize],
+) -> Result<Vec<bool>, LipfpError> {
+    let eps = radii(subject, radius)?;
+    let Ok(mb) = &subject.bounds else {
+        return Ok(vec![false; indices.len()]);
+    };
+    if mode.needs_reference() && subject.reference.is_none() {
+        return Err(LipfpError::Usage(
+            "internal: a pre-deployment mode was asked for without the float64 reference pass"
+                .into(),
+        ));
+    }
+    let certifier = Certifier {
+        fmt: mb,
+        hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
+    };
+    Ok(indices
+        .iter()
+        .map(|&i| {
+            certifier
+                .certify(mode, &centre_of(subject, i), eps[i])
+                .verdict
+                .is_ok()
+        })
+        .collect())
+}
+
 /// Per-point radii, as upper bounds.
 fn radii(subject: &Subject, radius: &Radius) -> Result<Vec<f64>, LipfpError> {
     match radius {
@@ -611,8 +660,6 @@ pub fn certify_with_progress(
                 .into(),
         ));
     }
-    let classes = subject.net.classes();
-    let hidden_layers = subject.net.layers.len() - 1;
     let mut outcomes = Vec::with_capacity(all.len());
     let start = Instant::now();
     for mode in all {
@@ -636,17 +683,7 @@ pub fn certify_with_progress(
                     .into_par_iter()
                     .with_min_len(64)
                     .map(|i| {
-                        let hi = subject.reference.as_ref().map(|r| HiCentre {
-                            logits: &r.logits[i * classes..(i + 1) * classes],
-                            gap: r.gaps[i],
-                            norms: &r.norms[i * hidden_layers..(i + 1) * hidden_layers],
-                        });
-                        let centre = Centre {
-                            logits: &subject.logits[i * classes..(i + 1) * classes],
-                            x_norm: subject.x_norms[i],
-                            hi,
-                        };
-                        let r = certifier.certify(mode, &centre, eps[i]);
+                        let r = certifier.certify(mode, &centre_of(subject, i), eps[i]);
                         if i % 1024 == 1023 {
                             task.add(1024);
                         }
