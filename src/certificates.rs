@@ -114,9 +114,10 @@ pub fn write(file: &CertificateFile, path: &Path) -> Result<(), LipfpError> {
     crate::files::write_atomic(path, &file.encode_to_vec(), "certificate file")
 }
 
-/// Read a certificate file.
+/// Read a certificate file (at most [`crate::files::CERTIFICATES_LIMIT`] bytes).
 pub fn read(path: &Path) -> Result<CertificateFile, LipfpError> {
-    let bytes = crate::files::read(path, "certificate file")?;
+    let bytes =
+        crate::files::read_protobuf(path, "certificate file", crate::files::CERTIFICATES_LIMIT)?;
     CertificateFile::decode(bytes.as_slice())
         .map_err(|e| LipfpError::data(path, format!("not a lipfp certificate file: {e}")))
 }
@@ -184,6 +185,17 @@ pub fn merge(
             }
         }
         let total = g0.total as usize;
+        // never allocate for more points than the files hold
+        let given: usize = parts.iter().map(|(_, g)| g.instances.len()).sum();
+        if total > given {
+            return Err(LipfpError::data(
+                path0,
+                format!(
+                    "gate `{name}`: {} of {total} points are missing; give every shard's certificate file",
+                    total - given
+                ),
+            ));
+        }
         let mut instances: Vec<Option<&Instance>> = vec![None; total];
         for (p, g) in parts {
             for inst in &g.instances {

@@ -252,7 +252,7 @@ pub struct Policy {
 impl Policy {
     /// Read and validate a policy file.
     pub fn load(path: &Path) -> Result<Policy, LipfpError> {
-        let bytes = crate::files::read(path, "policy file")?;
+        let bytes = crate::files::read_limited(path, "policy file", crate::files::POLICY_LIMIT)?;
         let text = String::from_utf8(bytes)
             .map_err(|_| LipfpError::policy(path, "the policy is not UTF-8 text"))?;
         Policy::parse(path, &text)

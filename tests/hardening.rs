@@ -1,0 +1,269 @@
+//! Issue 10, "Nothing outside the tool can make a gate pass": hostile files and hostile
+//! destinations end in exit 2 with a message naming the file, fast and in bounded memory;
+//! reports are written all or nothing; nothing user-controlled can start a workflow command;
+//! shards of very large `N` and merged notes are right.
+//!
+//! Every run is bounded: 4 GiB of address space (`ulimit -v`) and a wall-clock limit, so a
+//! regression fails the test instead of exhausting the machine. Device targets are reached
+//! only through symlinks in a temporary directory, so even an old binary that replaced its
+//! targets could not touch `/dev`.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use prost::Message;
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn digits(file: &str) -> PathBuf {
+    root().join("examples/digits").join(file)
+}
+
+/// One run of the binary.
+#[derive(Debug)]
+struct Out {
+    /// `None` when killed (by a signal or the time limit).
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    seconds: f64,
+}
+
+impl Out {
+    /// Exit code 2 within `max_s` seconds, nothing on stdout (no verdict), and every needle
+    /// in stderr.
+    fn assert_error(&self, max_s: f64, needles: &[&str]) {
+        assert_eq!(self.code, Some(2), "{self:#?}");
+        assert!(self.stdout.is_empty(), "stdout on error: {self:#?}");
+        assert!(self.seconds < max_s, "took {} s: {self:#?}", self.seconds);
+        for n in needles {
+            assert!(self.stderr.contains(n), "stderr lacks {n:?}: {self:#?}");
+        }
+    }
+}
+
+/// Run `lipfp -q <args>` with `env`, at most `limit_s` seconds and 4 GiB of address space.
+fn run(args: &[OsString], env: &[(&str, &Path)], limit_s: u64) -> Out {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("ulimit -v 4194304 && exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_lipfp"))
+        .arg("-q")
+        .args(args)
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITHUB_OUTPUT")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("spawn lipfp");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = r.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > Duration::from_secs(limit_s) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Out {
+        code: status.and_then(|s| s.code()),
+        seconds: start.elapsed().as_secs_f64(),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(items: I) -> Vec<OsString> {
+    items.into_iter().map(Into::into).collect()
+}
+
+/// `certify` of the digits example at eps 0.3 in standard mode, plus `extra`.
+fn certify(extra: Vec<OsString>) -> Vec<OsString> {
+    let mut v = args([OsString::from("certify")]);
+    if !extra.iter().any(|a| a == "--model") {
+        v.extend(args([
+            OsString::from("--model"),
+            digits("model.onnx").into(),
+        ]));
+    }
+    v.extend(args([
+        OsString::from("--epsilon"),
+        "0.3".into(),
+        "--mode".into(),
+        "standard".into(),
+    ]));
+    if !extra.iter().any(|a| a == "--inputs") {
+        v.extend(args([
+            OsString::from("--inputs"),
+            digits("x_test.npy").into(),
+        ]));
+    }
+    v.extend(extra);
+    v
+}
+
+/// A policy for the digits example with one gate named `name` (a TOML basic string body) and
+/// `extra` lines; written to `dir/lipfp.toml`.
+fn policy(dir: &Path, name: &str, extra: &str) -> PathBuf {
+    let text = format!(
+        "[model]\npath = {:?}\n[data]\ninputs = {:?}\nlabels = {:?}\n{extra}\n[[gate]]\nname = \"{name}\"\nepsilon = \"0.3\"\nmin_vra_pct = 50.0\n",
+        digits("model.onnx"),
+        digits("x_test.npy"),
+        digits("y_test.npy"),
+    );
+    let p = dir.join("lipfp.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn check(config: &Path, extra: Vec<OsString>) -> Vec<OsString> {
+    let mut v = args([OsString::from("check"), "--config".into(), config.into()]);
+    v.extend(extra);
+    v
+}
+
+/// Write an `.npy` file with header dictionary `dict` (padded to `pad_to` bytes) and `data`.
+fn npy(path: &Path, version: u8, dict: &str, pad_to: usize, data: &[u8]) {
+    let pre = if version == 1 { 10 } else { 12 };
+    let mut header = dict.to_string();
+    while header.len() + 1 < pad_to || !(pre + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY".to_vec();
+    bytes.extend([version, 0]);
+    if version == 1 {
+        bytes.extend((header.len() as u16).to_le_bytes());
+    } else {
+        bytes.extend((header.len() as u32).to_le_bytes());
+    }
+    bytes.extend(header.as_bytes());
+    bytes.extend(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A 20 KB header whose dictionary holds 30 nested lists.
+fn nested_npy(path: &Path, descr: &str, shape: &str) {
+    let nest = format!("{}{}", "[".repeat(30), "]".repeat(30));
+    let dict =
+        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, 'x': {nest}, }}");
+    npy(path, 1, &dict, 20_000, &[0; 4096]);
+}
+
+#[test]
+fn nested_npy_headers_are_refused_fast_for_inputs_labels_and_radii() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("nested.npy");
+    for (descr, shape, role) in [
+        ("<f4", "(450, 1, 8, 8)", "--inputs"),
+        ("<i8", "(450,)", "--labels"),
+        ("<f8", "(450,)", "--epsilons"),
+    ] {
+        nested_npy(&bad, descr, shape);
+        let mut a = certify(args([OsString::from(role), bad.clone().into()]));
+        if role == "--epsilons" {
+            // --epsilon and --epsilons conflict: drop the uniform radius
+            let k = a.iter().position(|x| x == "--epsilon").unwrap();
+            a.drain(k..k + 2);
+        }
+        run(&a, &[], 30).assert_error(10.0, &["nested.npy", "nests brackets 31 deep"]);
+    }
+}
+
+#[test]
+fn oversized_npy_header_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("big-header.npy");
+    let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (450, 1, 8, 8), }";
+    npy(&bad, 2, dict, 100_000, &vec![0; 450 * 64 * 4]);
+    let a = certify(args([OsString::from("--inputs"), bad.into()]));
+    run(&a, &[], 30).assert_error(10.0, &["big-header.npy", "at most 65536"]);
+}
+
+#[test]
+fn dev_zero_as_policy_baseline_or_certificates_is_refused_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let zero = Path::new("/dev/zero");
+    run(&check(zero, Vec::new()), &[], 30)
+        .assert_error(10.0, &["/dev/zero", "policy file", "limit of 1 MiB"]);
+    let p = policy(
+        dir.path(),
+        "g",
+        "[baseline]\nreport = \"/dev/zero\"\nrequired = true",
+    );
+    run(&check(&p, Vec::new()), &[], 30)
+        .assert_error(10.0, &["/dev/zero", "baseline report", "limit of 16 MiB"]);
+    run(&args(["report", "/dev/zero"]), &[], 30)
+        .assert_error(10.0, &["/dev/zero", "not a lipfp certificate file"]);
+}
+
+#[cfg(unix)]
+#[test]
+fn an_endless_fifo_policy_is_refused_at_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("policy.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+            let line = "# comment\n".repeat(1000);
+            // until lipfp closes the FIFO (EPIPE) or far beyond the limit
+            for _ in 0..1000 {
+                if f.write_all(line.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    run(&check(&fifo, Vec::new()), &[], 30).assert_error(10.0, &["policy.fifo", "limit of 1 MiB"]);
+    writer.join().unwrap();
+}
+
+#[test]
+fn certificate_file_announcing_huge_test_set_is_refused_without_allocating() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = lipfp::proto_gen::CertificateFile {
+        tool_version: "0.1.0".into(),
+        policy: String::new(),
+        gates: vec![lipfp::proto_gen::GateCertificates {
+            gate: "g".into(),
+            format: "float32".into(),
+            epsilon: "0.3".into(),
+            modes: vec!["standard".into()],
+            threshold_mode: "standard".into(),
+            total: 1 << 60,
+            ..Default::default()
+        }],
+    };
+    let p = dir.path().join("huge.pb");
+    std::fs::write(&p, file.encode_to_vec()).unwrap();
+    run(&args([OsString::from("report"), p.into()]), &[], 30)
+        .assert_error(10.0, &["huge.pb", "points are missing"]);
+}
