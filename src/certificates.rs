@@ -109,9 +109,10 @@ pub fn gate_certificates(
     }
 }
 
-/// Write a certificate file atomically.
-pub fn write(file: &CertificateFile, path: &Path) -> Result<(), LipfpError> {
-    crate::files::write_atomic(path, &file.encode_to_vec(), "certificate file")
+/// A certificate file as an artifact to write at `path` (with the command's other reports:
+/// see [`crate::files::stage`]).
+pub fn artifact(file: &CertificateFile, path: &Path) -> crate::files::Artifact {
+    crate::files::Artifact::new(path, file.encode_to_vec(), "certificate file")
 }
 
 /// Read a certificate file (at most [`crate::files::CERTIFICATES_LIMIT`] bytes).

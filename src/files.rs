@@ -3,11 +3,16 @@
 //! Reads are bounded: every file read whole has a size limit (checked while streaming, so
 //! `/dev/zero` or a FIFO cannot exhaust memory), and errors name the file and the limit.
 //!
-//! Writes are atomic (a temporary file next to the target, then a rename) so a reader never
-//! sees half a report.
+//! Writes are all-or-nothing: a command renders every artifact to memory, [`stage`]s them all
+//! (a temporary file next to each target, written and synced; targets that are not regular
+//! files, such as `/dev/stdout`, a FIFO or a device, are written directly, after every
+//! temporary file succeeded) and only then [`Staged::commit`]s them (renames into place). When
+//! anything fails, the temporary files are removed and the error names the path and the OS
+//! error (e.g. "No space left on device"). A symlink to a regular file is kept: the file it
+//! points to is replaced atomically.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::LipfpError;
@@ -152,23 +157,164 @@ pub fn read_protobuf(path: &Path, what: &str, limit: u64) -> Result<Vec<u8>, Lip
     }
 }
 
-/// Write `bytes` to `path` atomically, creating the parent directory.
-pub fn write_atomic(path: &Path, bytes: &[u8], what: &str) -> Result<(), LipfpError> {
-    let err = |e: std::io::Error| LipfpError::Io {
-        path: path.to_path_buf(),
-        message: format!("could not write the {what}: {e}"),
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(err)?;
+/// One file a command writes.
+#[derive(Clone, Debug)]
+pub struct Artifact {
+    /// Where it goes, as the user named it.
+    pub path: PathBuf,
+    /// Its complete contents.
+    pub bytes: Vec<u8>,
+    /// Its role in messages, e.g. "JSON report".
+    pub what: &'static str,
+}
+
+impl Artifact {
+    /// An artifact for `path`.
+    pub fn new(path: &Path, bytes: impl Into<Vec<u8>>, what: &'static str) -> Artifact {
+        Artifact {
+            path: path.to_path_buf(),
+            bytes: bytes.into(),
+            what,
+        }
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        err(e)
-    })
+
+    fn error(&self, e: &std::io::Error) -> LipfpError {
+        LipfpError::Io {
+            path: self.path.clone(),
+            message: format!("could not write the {}: {e}", self.what),
+        }
+    }
+}
+
+/// How a target is written.
+enum Target {
+    /// A regular file (or a new one) at this path, after following symlinks: replaced
+    /// atomically through a temporary file in its directory.
+    Replace(PathBuf),
+    /// Something that is not a regular file (device, FIFO, `/dev/stdout`): written directly.
+    Direct,
+}
+
+/// Symlink hops followed before giving up (Linux's limit).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// Classify `path`, following symlinks hop by hop (so a dangling symlink's target is created
+/// and the symlink kept). Anything reached through `/proc` or `/dev/fd` (e.g. `/dev/stdout`)
+/// is a file descriptor's file and written directly.
+fn classify(path: &Path) -> std::io::Result<Target> {
+    let mut p = path.to_path_buf();
+    for _ in 0..MAX_SYMLINK_HOPS {
+        if p.starts_with("/proc") || p.starts_with("/dev/fd") {
+            return Ok(Target::Direct);
+        }
+        let m = match std::fs::symlink_metadata(&p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Target::Replace(p)),
+            Err(e) => return Err(e),
+        };
+        if m.file_type().is_symlink() {
+            let link = std::fs::read_link(&p)?;
+            p = match p.parent() {
+                Some(dir) if link.is_relative() => dir.join(link),
+                _ => link,
+            };
+        } else if m.is_file() {
+            return Ok(Target::Replace(p));
+        } else if m.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "it is a directory",
+            ));
+        } else {
+            return Ok(Target::Direct);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        "too many levels of symbolic links",
+    ))
+}
+
+/// A temporary file next to `target` holding `bytes`, synced to disk (so a full disk is
+/// reported here, not lost at close). New files get the usual `0666 & !umask` mode, replaced
+/// files keep theirs.
+fn temporary(target: &Path, bytes: &[u8]) -> std::io::Result<tempfile::NamedTempFile> {
+    let dir = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let prefix = format!(".{name}.");
+    let mut b = tempfile::Builder::new();
+    b.prefix(&prefix).suffix(".lipfp-tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        b.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = b.tempfile_in(dir)?;
+    if let Ok(m) = std::fs::metadata(target) {
+        tmp.as_file().set_permissions(m.permissions())?;
+    }
+    tmp.as_file_mut().write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    Ok(tmp)
+}
+
+/// Write `bytes` to a target that is not a regular file (appending: `/dev/stdout` redirected
+/// to a file keeps what is already there).
+fn write_direct(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+    f.write_all(bytes)?;
+    f.flush()
+}
+
+/// Artifacts written to temporary files, waiting for [`Staged::commit`]. Dropping it without
+/// committing removes the temporary files.
+#[must_use = "staged artifacts are discarded unless committed"]
+pub struct Staged {
+    pending: Vec<(tempfile::NamedTempFile, PathBuf, Artifact)>,
+}
+
+/// Stage every artifact: temporary files for regular targets first, then direct writes to
+/// targets that are not regular files. On the first failure everything staged so far is
+/// removed and the error names the artifact's path and the OS error.
+pub fn stage(artifacts: &[Artifact]) -> Result<Staged, LipfpError> {
+    let mut pending = Vec::new();
+    let mut direct = Vec::new();
+    for a in artifacts {
+        match classify(&a.path).map_err(|e| a.error(&e))? {
+            Target::Replace(real) => {
+                let tmp = temporary(&real, &a.bytes).map_err(|e| a.error(&e))?;
+                pending.push((tmp, real, a.clone()));
+            }
+            Target::Direct => direct.push(a),
+        }
+    }
+    for a in direct {
+        write_direct(&a.path, &a.bytes).map_err(|e| a.error(&e))?;
+    }
+    Ok(Staged { pending })
+}
+
+impl Staged {
+    /// Rename every temporary file into place. A failure removes the temporary files not yet
+    /// renamed.
+    pub fn commit(self) -> Result<(), LipfpError> {
+        for (tmp, real, a) in self.pending {
+            tmp.persist(&real).map_err(|e| a.error(&e.error))?;
+        }
+        Ok(())
+    }
+}
+
+/// Write one artifact (see [`stage`]).
+pub fn write_atomic(path: &Path, bytes: &[u8], what: &'static str) -> Result<(), LipfpError> {
+    stage(&[Artifact::new(path, bytes, what)])?.commit()
 }
 
 #[cfg(test)]
@@ -235,5 +381,42 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("field number 0 at byte 0"), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_are_kept_and_devices_written_directly() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.json");
+        std::fs::write(&real, "old").unwrap();
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink("real.json", &link).unwrap();
+        write_atomic(&link, b"new", "JSON report").unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&real).unwrap(), b"new");
+        let dangling = dir.path().join("dangling.json");
+        std::os::unix::fs::symlink("created.json", &dangling).unwrap();
+        write_atomic(&dangling, b"x", "JSON report").unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("created.json")).unwrap(),
+            b"x"
+        );
+        let full = dir.path().join("full.json");
+        std::os::unix::fs::symlink("/dev/full", &full).unwrap();
+        let e = write_atomic(&full, b"x", "JSON report")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("full.json") && e.contains("No space left"),
+            "{e}"
+        );
+        assert!(std::fs::symlink_metadata(&full)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 5);
     }
 }

@@ -15,6 +15,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use prost::Message;
+use serde_json::Value;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -266,4 +268,166 @@ fn certificate_file_announcing_huge_test_set_is_refused_without_allocating() {
     std::fs::write(&p, file.encode_to_vec()).unwrap();
     run(&args([OsString::from("report"), p.into()]), &[], 30)
         .assert_error(10.0, &["huge.pb", "points are missing"]);
+}
+
+/// Names in `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_failing_json_write_writes_no_other_report_and_prints_no_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(dir.path().join("blocker"), "x").unwrap();
+    let p = policy(dir.path(), "g", "");
+    let a = check(
+        &p,
+        args([
+            OsString::from("--certificates"),
+            out.join("c.pb").into(),
+            "--junit".into(),
+            out.join("j.xml").into(),
+            "--json".into(),
+            dir.path().join("blocker/r.json").into(),
+        ]),
+    );
+    let r = run(&a, &[], 60);
+    r.assert_error(60.0, &["blocker/r.json", "could not write the JSON report"]);
+    assert!(!r.stdout.contains("passed"), "{r:#?}");
+    // only the JUnit error testcase the exit-2 contract asks for
+    assert_eq!(listing(&out), ["j.xml"], "{r:#?}");
+    let xml = std::fs::read_to_string(out.join("j.xml")).unwrap();
+    assert!(
+        xml.contains("<error") && !xml.contains("<testcase name=\"g\""),
+        "{xml}"
+    );
+}
+
+#[test]
+fn a_failing_junit_write_leaves_no_json() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("blocker"), "x").unwrap();
+    let p = policy(dir.path(), "g", "");
+    let json = dir.path().join("r.json");
+    let a = check(
+        &p,
+        args([
+            OsString::from("--json"),
+            json.clone().into(),
+            "--junit".into(),
+            dir.path().join("blocker/j.xml").into(),
+        ]),
+    );
+    let r = run(&a, &[], 60);
+    r.assert_error(60.0, &["blocker/j.xml", "could not write the JUnit report"]);
+    assert!(!json.exists(), "a JSON report next to a failed JUnit write");
+    assert!(!r.stdout.contains("passed"), "{r:#?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_full_disk_is_reported_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = dir.path().join("full.json");
+    std::os::unix::fs::symlink("/dev/full", &full).unwrap();
+    let certs = dir.path().join("c.pb");
+    let a = certify(args([
+        OsString::from("--certificates"),
+        certs.clone().into(),
+        "--json".into(),
+        full.clone().into(),
+    ]));
+    let r = run(&a, &[], 60);
+    r.assert_error(60.0, &["full.json", "No space left on device"]);
+    assert!(!certs.exists() && r.stdout.is_empty(), "{r:#?}");
+    assert!(std::fs::symlink_metadata(&full)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(listing(dir.path()), ["full.json"]);
+
+    // GitHub's output file on a full disk
+    let json = dir.path().join("r.json");
+    let a = certify(args([OsString::from("--json"), json.clone().into()]));
+    let r = run(
+        &a,
+        &[
+            ("GITHUB_ACTIONS", Path::new("true")),
+            ("GITHUB_OUTPUT", &full),
+        ],
+        60,
+    );
+    r.assert_error(
+        60.0,
+        &["full.json", "GITHUB_OUTPUT", "No space left on device"],
+    );
+    assert!(!json.exists() && r.stdout.is_empty(), "{r:#?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn symlinks_fifos_and_stdout_are_written_through_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    // a symlink to a regular file: the symlink stays, its target gets the report
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    std::fs::write(dir.path().join("real/r.json"), "old").unwrap();
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink("real/r.json", &link).unwrap();
+    // a FIFO read by another process
+    let fifo = dir.path().join("junit.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    // /dev/stdout, through a symlink
+    let stdout = dir.path().join("stdout.pb");
+    std::os::unix::fs::symlink("/dev/stdout", &stdout).unwrap();
+    let a = certify(args([
+        OsString::from("--json"),
+        link.clone().into(),
+        "--junit".into(),
+        fifo.clone().into(),
+        "--certificates".into(),
+        stdout.clone().into(),
+    ]));
+    let r = run(&a, &[], 60);
+    assert_eq!(r.code, Some(0), "{r:#?}");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("real/r.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["gates"][0]["n"], 450);
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    let xml = reader.join().unwrap();
+    assert!(xml.contains("<testsuites"), "{xml}");
+    assert!(std::fs::symlink_metadata(&stdout)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    // the certificates went to stdout, before the summary
+    let summary = r.stdout.find("REPORT").expect("the summary is printed");
+    assert!(r.stdout[..summary].contains("certify"), "{r:#?}");
+    assert_eq!(
+        listing(dir.path()),
+        ["junit.fifo", "link.json", "real", "stdout.pb"]
+    );
 }

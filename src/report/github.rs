@@ -318,7 +318,8 @@ pub fn outputs(report: &Report) -> String {
 }
 
 /// Append `text` to the file at `path` (creating it), as for `$GITHUB_STEP_SUMMARY` and
-/// `$GITHUB_OUTPUT`; a newline is added when `text` does not end with one.
+/// `$GITHUB_OUTPUT`; a newline is added when `text` does not end with one. The data is synced
+/// so that a full disk is reported here.
 pub fn append(path: &Path, text: &str) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -329,7 +330,11 @@ pub fn append(path: &Path, text: &str) -> std::io::Result<()> {
         buf.push('\n');
     }
     f.write_all(buf.as_bytes())?;
-    f.flush()
+    f.flush()?;
+    if f.metadata()?.is_file() {
+        f.sync_data()?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
