@@ -221,7 +221,10 @@ pub fn run(cli: Cli) -> Exit {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("lipfp: error: {e}");
+            eprintln!(
+                "lipfp: error: {}",
+                report::console::diagnostic(&e.to_string())
+            );
             if let Some(path) = junit {
                 // dashboards still get a report: one error testcase, never a partial pass
                 let xml = report::junit::render_error(&suite, &e.to_string());

@@ -46,6 +46,18 @@ impl Out {
             assert!(self.stderr.contains(n), "stderr lacks {n:?}: {self:#?}");
         }
     }
+
+    /// No stdout or stderr line is a workflow command (after leading whitespace, as GitHub
+    /// trims it) other than the `::error file=` annotations lipfp emits itself.
+    fn assert_no_injected_commands(&self) {
+        for line in self.stdout.lines().chain(self.stderr.lines()) {
+            let t = line.trim_start();
+            assert!(
+                !t.starts_with("::") || t.starts_with("::error file="),
+                "injected workflow command {line:?}: {self:#?}"
+            );
+        }
+    }
 }
 
 /// Run `lipfp -q <args>` with `env`, at most `limit_s` seconds and 4 GiB of address space.
@@ -430,4 +442,94 @@ fn symlinks_fifos_and_stdout_are_written_through_not_replaced() {
         listing(dir.path()),
         ["junit.fifo", "link.json", "real", "stdout.pb"]
     );
+}
+
+#[test]
+fn gate_names_with_control_characters_are_refused_in_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = policy(dir.path(), "a\\n::error ::pwned", "");
+    let r = run(
+        &check(&p, Vec::new()),
+        &[("GITHUB_ACTIONS", Path::new("true"))],
+        60,
+    );
+    r.assert_error(60.0, &["lipfp.toml", "line 8", "control character U+000A"]);
+    r.assert_no_injected_commands();
+}
+
+#[test]
+fn gate_names_with_control_characters_are_refused_in_certificate_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("c.pb");
+    let a = certify(args([
+        OsString::from("--certificates"),
+        certs.clone().into(),
+    ]));
+    assert_eq!(run(&a, &[], 60).code, Some(0));
+    let mut file =
+        lipfp::proto_gen::CertificateFile::decode(std::fs::read(&certs).unwrap().as_slice())
+            .unwrap();
+    file.gates[0].gate = "x\n::error ::pwned".into();
+    std::fs::write(&certs, file.encode_to_vec()).unwrap();
+    let r = run(
+        &args([OsString::from("report"), certs.into()]),
+        &[("GITHUB_ACTIONS", Path::new("true"))],
+        60,
+    );
+    r.assert_error(60.0, &["c.pb", "gate #1", "control character U+000A"]);
+    r.assert_no_injected_commands();
+}
+
+#[test]
+fn paths_with_newlines_cannot_start_workflow_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    // per-instance radii from a file whose name holds a newline: the console prints it
+    let radii = dir.path().join("r\n::error ::pwned.npy");
+    let eps: Vec<u8> = (0..450).flat_map(|_| 0.3f64.to_le_bytes()).collect();
+    npy(
+        &radii,
+        1,
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (450,), }",
+        0,
+        &eps,
+    );
+    let p = policy(dir.path(), "g", "");
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace(
+            "epsilon = \"0.3\"",
+            "epsilons = \"r\\n::error ::pwned.npy\"",
+        )
+        .replace("min_vra_pct = 50.0", "min_vra_pct = 99.0");
+    std::fs::write(&p, text).unwrap();
+    let (summary, outputs) = (dir.path().join("summary.md"), dir.path().join("outputs"));
+    let r = run(
+        &check(&p, Vec::new()),
+        &[
+            ("GITHUB_ACTIONS", Path::new("true")),
+            ("GITHUB_STEP_SUMMARY", &summary),
+            ("GITHUB_OUTPUT", &outputs),
+        ],
+        60,
+    );
+    assert_eq!(r.code, Some(1), "{r:#?}");
+    r.assert_no_injected_commands();
+    assert!(r.stdout.contains("r\\n::error ::pwned.npy"), "{r:#?}");
+    let annotation = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("::error file="))
+        .expect("one annotation");
+    assert!(
+        annotation.contains("r%0A::error ::pwned.npy"),
+        "{annotation}"
+    );
+    let outputs = std::fs::read_to_string(outputs).unwrap();
+    for line in outputs.lines() {
+        let (key, _) = line.split_once('=').expect("key=value");
+        assert!(
+            key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "{outputs}"
+        );
+    }
 }
