@@ -138,6 +138,42 @@ pub fn read(path: &Path) -> Result<CertificateFile, LipfpError> {
     Ok(file)
 }
 
+/// `(count, rest)` of a note counting converted input values, `"<count> input values changed
+/// when converted ..."`: each shard counts its own points.
+fn changed_inputs_note(note: &str) -> Option<(u64, &str)> {
+    let (count, rest) = note.split_once(' ')?;
+    let count = count.parse().ok()?;
+    rest.starts_with("input values changed when converted ")
+        .then_some((count, rest))
+}
+
+/// The notes of a gate's shards: shard notes dropped, duplicates removed, and the counts of
+/// converted input values summed over the shards (one note, where the first shard had it).
+fn merge_notes<'a>(shards: impl Iterator<Item = &'a [String]>) -> Vec<String> {
+    let mut notes: Vec<String> = Vec::new();
+    // (index in `notes`, text after the count, summed count)
+    let mut counts: Vec<(usize, &str, u64)> = Vec::new();
+    for shard in shards {
+        for n in shard {
+            if let Some((count, rest)) = changed_inputs_note(n) {
+                match counts.iter_mut().find(|(_, r, _)| *r == rest) {
+                    Some(c) => c.2 = c.2.saturating_add(count),
+                    None => {
+                        counts.push((notes.len(), rest, count));
+                        notes.push(String::new());
+                    }
+                }
+            } else if !n.starts_with("shard ") && !notes.contains(n) {
+                notes.push(n.clone());
+            }
+        }
+    }
+    for (k, rest, count) in counts {
+        notes[k] = format!("{count} {rest}");
+    }
+    notes
+}
+
 /// A gate reassembled from one or more certificate files.
 pub struct MergedGate {
     /// Gate name.
@@ -321,14 +357,7 @@ pub fn merge(
         } else {
             Radius::PerInstance(g0.epsilons.clone().into())
         };
-        let mut notes: Vec<String> = Vec::new();
-        for (_, g) in parts {
-            for n in &g.notes {
-                if !n.starts_with("shard ") && !notes.contains(n) {
-                    notes.push(n.clone());
-                }
-            }
-        }
+        let mut notes = merge_notes(parts.iter().map(|(_, g)| g.notes.as_slice()));
         if parts.len() > 1 {
             notes.push(format!("merged from {} certificate files", parts.len()));
         }

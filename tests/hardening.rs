@@ -533,3 +533,86 @@ fn paths_with_newlines_cannot_start_workflow_commands() {
         );
     }
 }
+
+#[test]
+fn shards_of_a_huge_count_are_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let max = usize::MAX.to_string();
+    let a = certify(args([
+        OsString::from("--shard"),
+        format!("{max}/{max}").into(),
+        "--json".into(),
+        json.clone().into(),
+    ]));
+    let r = run(&a, &[], 60);
+    assert_eq!(r.code, Some(0), "{r:#?}");
+    // floor(450 (N-1) / N) = 449: the last shard holds the last point
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    assert_eq!(v["gates"][0]["n"], 1, "{v:#}");
+    let notes = v["gates"][0]["notes"].to_string();
+    assert!(notes.contains("points 449..450 of 450"), "{notes}");
+}
+
+/// The notes of the single gate of a JSON report.
+fn notes(path: &Path) -> Vec<String> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["gates"][0]["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn merged_shards_sum_the_changed_input_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // the breast-cancer example's standardised features all change in float16
+    let b = root().join("examples/breast-cancer");
+    let float16 = || {
+        args([
+            OsString::from("--format"),
+            "float16".into(),
+            "--model".into(),
+            b.join("model.onnx").into(),
+            "--inputs".into(),
+            b.join("x_test.npy").into(),
+        ])
+    };
+    let mut whole = certify(float16());
+    whole.extend(args([
+        OsString::from("--json"),
+        d.join("whole.json").into(),
+    ]));
+    assert_eq!(run(&whole, &[], 60).code, Some(0));
+    let mut report = args(["report"]);
+    for k in 1..=3 {
+        let c = d.join(format!("c{k}.pb"));
+        let mut a = certify(float16());
+        a.extend(args([
+            OsString::from("--shard"),
+            format!("{k}/3").into(),
+            "--certificates".into(),
+            c.clone().into(),
+        ]));
+        assert_eq!(run(&a, &[], 60).code, Some(0));
+        report.push(c.into());
+    }
+    report.extend(args([
+        OsString::from("--json"),
+        d.join("merged.json").into(),
+    ]));
+    let r = run(&report, &[], 60);
+    assert_eq!(r.code, Some(0), "{r:#?}");
+    let changed = |notes: Vec<String>| -> Vec<String> {
+        notes
+            .into_iter()
+            .filter(|n| n.contains("input values changed"))
+            .collect()
+    };
+    let whole = changed(notes(&d.join("whole.json")));
+    assert_eq!(whole.len(), 1, "{whole:?}");
+    assert_eq!(changed(notes(&d.join("merged.json"))), whole);
+}
