@@ -24,7 +24,8 @@ pub struct Baseline {
 impl Baseline {
     /// Read a JSON report written by `--json`.
     pub fn load(path: &Path) -> Result<Baseline, LipfpError> {
-        let bytes = crate::files::read(path, "baseline report")?;
+        let bytes =
+            crate::files::read_limited(path, "baseline report", crate::files::BASELINE_LIMIT)?;
         let text = String::from_utf8_lossy(&bytes);
         let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
             LipfpError::data(path, format!("baseline is not a lipfp JSON report: {e}"))

@@ -109,16 +109,69 @@ pub fn gate_certificates(
     }
 }
 
-/// Write a certificate file atomically.
-pub fn write(file: &CertificateFile, path: &Path) -> Result<(), LipfpError> {
-    crate::files::write_atomic(path, &file.encode_to_vec(), "certificate file")
+/// A certificate file as an artifact to write at `path` (with the command's other reports:
+/// see [`crate::files::stage`]).
+pub fn artifact(file: &CertificateFile, path: &Path) -> crate::files::Artifact {
+    crate::files::Artifact::new(path, file.encode_to_vec(), "certificate file")
 }
 
-/// Read a certificate file.
+/// Read a certificate file (at most [`crate::files::CERTIFICATES_LIMIT`] bytes). Gate names
+/// with control characters are refused: they would break out of report lines.
 pub fn read(path: &Path) -> Result<CertificateFile, LipfpError> {
-    let bytes = crate::files::read(path, "certificate file")?;
-    CertificateFile::decode(bytes.as_slice())
-        .map_err(|e| LipfpError::data(path, format!("not a lipfp certificate file: {e}")))
+    let bytes =
+        crate::files::read_protobuf(path, "certificate file", crate::files::CERTIFICATES_LIMIT)?;
+    let file = CertificateFile::decode(bytes.as_slice())
+        .map_err(|e| LipfpError::data(path, format!("not a lipfp certificate file: {e}")))?;
+    for (k, g) in file.gates.iter().enumerate() {
+        if let Some(c) = g.gate.chars().find(|c| c.is_control()) {
+            return Err(LipfpError::data(
+                path,
+                format!(
+                    "gate #{} (`{}`): the name contains the control character U+{:04X}",
+                    k + 1,
+                    g.gate.escape_debug(),
+                    c as u32
+                ),
+            ));
+        }
+    }
+    Ok(file)
+}
+
+/// `(count, rest)` of a note counting converted input values, `"<count> input values changed
+/// when converted ..."`: each shard counts its own points.
+fn changed_inputs_note(note: &str) -> Option<(u64, &str)> {
+    let (count, rest) = note.split_once(' ')?;
+    let count = count.parse().ok()?;
+    rest.starts_with("input values changed when converted ")
+        .then_some((count, rest))
+}
+
+/// The notes of a gate's shards: shard notes dropped, duplicates removed, and the counts of
+/// converted input values summed over the shards (one note, where the first shard had it).
+fn merge_notes<'a>(shards: impl Iterator<Item = &'a [String]>) -> Vec<String> {
+    let mut notes: Vec<String> = Vec::new();
+    // (index in `notes`, text after the count, summed count)
+    let mut counts: Vec<(usize, &str, u64)> = Vec::new();
+    for shard in shards {
+        for n in shard {
+            if let Some((count, rest)) = changed_inputs_note(n) {
+                match counts.iter_mut().find(|(_, r, _)| *r == rest) {
+                    Some(c) => c.2 = c.2.saturating_add(count),
+                    None => {
+                        counts.push((notes.len(), rest, count));
+                        notes.push(String::new());
+                    }
+                }
+            } else if !n.starts_with("shard ") && !notes.contains(n) {
+                notes.push(n.clone());
+            }
+        }
+    }
+    for (k, rest, count) in counts {
+        notes[k] = format!("{count} {rest}");
+    }
+    notes
 }
 
 /// A gate reassembled from one or more certificate files.
@@ -250,6 +303,17 @@ pub fn merge(
             ));
         }
         let total = g0.total as usize;
+        // never allocate for more points than the files hold
+        let given: usize = parts.iter().map(|(_, g)| g.instances.len()).sum();
+        if total > given {
+            return Err(LipfpError::data(
+                path0,
+                format!(
+                    "gate `{name}`: {} of {total} points are missing; give every shard's certificate file",
+                    total - given
+                ),
+            ));
+        }
         let mut instances: Vec<Option<&Instance>> = vec![None; total];
         for (p, g) in parts {
             for inst in &g.instances {
@@ -359,14 +423,7 @@ pub fn merge(
         } else {
             Radius::PerInstance(g0.epsilons.clone().into())
         };
-        let mut notes: Vec<String> = Vec::new();
-        for (_, g) in parts {
-            for n in &g.notes {
-                if !n.starts_with("shard ") && !notes.contains(n) {
-                    notes.push(n.clone());
-                }
-            }
-        }
+        let mut notes = merge_notes(parts.iter().map(|(_, g)| g.notes.as_slice()));
         if parts.len() > 1 {
             notes.push(format!("merged from {} certificate files", parts.len()));
         }

@@ -3,11 +3,12 @@
 //! Exit codes (the one documented place):
 //! * `0` — success; for `check` and `report`, every gate passed (or had no thresholds);
 //! * `1` — at least one gate failed its thresholds;
-//! * `2` — usage, policy, model or data error: nothing was certified or reported as complete
-//!   (a JUnit file, when asked for, then holds one `error` testcase);
+//! * `2` — usage, policy, model or data error, or a report that could not be written
+//!   ([`crate::report::publish`]): nothing was certified or reported as complete (a JUnit file,
+//!   when asked for, then holds one `error` testcase);
 //! * anything else — an unexpected failure (a bug: please report it).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -15,6 +16,7 @@ use crate::baseline::Baseline;
 use crate::certificates::{self, GateMeta};
 use crate::certify::{parse_mode_list, Mode};
 use crate::error::LipfpError;
+use crate::files;
 use crate::format::Format;
 use crate::gate::{evaluate, GateVerdict};
 use crate::inspect;
@@ -227,7 +229,10 @@ pub fn run(cli: Cli) -> Exit {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("lipfp: error: {e}");
+            eprintln!(
+                "lipfp: error: {}",
+                report::console::diagnostic(&e.to_string())
+            );
             if let Some(path) = junit {
                 // dashboards still get a report: one error testcase, never a partial pass
                 let xml = report::junit::render_error(&suite, &e.to_string());
@@ -270,35 +275,32 @@ fn facts(subject: &Subject, gram_iterations: u32) -> SubjectFacts {
     }
 }
 
-/// Render every requested report from one in-memory result.
+/// Render every requested report from one in-memory result (see [`emit_with`]).
 fn emit(
     report: &Report,
     out: &ReportOutputs,
     suite: &str,
     policy_file: Option<&str>,
 ) -> Result<(), LipfpError> {
-    print!("{}", report::console::render(report));
-    if let Some(p) = &out.json {
-        report::json::write(report, p)?;
-    }
-    if let Some(p) = &out.junit {
-        report::junit::write(&report::junit::render(report, suite), p)?;
-    }
-    if std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true") {
-        for line in report::github::error_annotations(report, policy_file.unwrap_or("")) {
-            println!("{line}");
-        }
-        let append = |var: &str, text: String| {
-            if let Some(path) = std::env::var_os(var) {
-                if let Err(e) = report::github::append(Path::new(&path), &text) {
-                    eprintln!("lipfp: warning: could not append to ${var}: {e}");
-                }
-            }
-        };
-        append("GITHUB_STEP_SUMMARY", report::github::step_summary(report));
-        append("GITHUB_OUTPUT", report::github::outputs(report));
-    }
-    Ok(())
+    emit_with(report, out, suite, policy_file, Vec::new())
+}
+
+/// Render every requested report (and the `artifacts` already rendered, e.g. certificates),
+/// write them all or none, then print the summary (see [`report::publish::publish`]).
+fn emit_with(
+    report: &Report,
+    out: &ReportOutputs,
+    suite: &str,
+    policy_file: Option<&str>,
+    artifacts: Vec<files::Artifact>,
+) -> Result<(), LipfpError> {
+    let to = report::publish::Destinations {
+        json: out.json.as_deref(),
+        junit: out.junit.as_deref(),
+        suite,
+        policy_file,
+    };
+    report::publish::publish(report, &to, artifacts)
 }
 
 fn exit_for(report: &Report) -> Exit {
@@ -360,6 +362,7 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         &outcome,
         &verdict,
     );
+    let mut artifacts = Vec::new();
     if let Some(path) = &a.certificates {
         let meta = GateMeta {
             name: "certify",
@@ -374,14 +377,14 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             policy: String::new(),
             gates: vec![certificates::gate_certificates(&meta, &subject, &outcome)],
         };
-        certificates::write(&file, path)?;
+        artifacts.push(certificates::artifact(&file, path));
     }
     let report = Report {
         lipfp_version: env!("CARGO_PKG_VERSION").into(),
         policy: None,
         gates: vec![gate],
     };
-    emit(&report, &a.out, &suite_name("certify"), None)?;
+    emit_with(&report, &a.out, &suite_name("certify"), None, artifacts)?;
     Ok(Exit::Pass)
 }
 
@@ -481,24 +484,26 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         }
     }
     let policy_name = policy.path.display().to_string();
+    let mut artifacts = Vec::new();
     if let Some(path) = &a.certificates {
         let file = CertificateFile {
             tool_version: env!("CARGO_PKG_VERSION").into(),
             policy: policy_name.clone(),
             gates: certs,
         };
-        certificates::write(&file, path)?;
+        artifacts.push(certificates::artifact(&file, path));
     }
     let report = Report {
         lipfp_version: env!("CARGO_PKG_VERSION").into(),
         policy: Some(policy_name.clone()),
         gates,
     };
-    emit(
+    emit_with(
         &report,
         &a.out,
         &suite_name(&policy_name),
         Some(&policy_name),
+        artifacts,
     )?;
     Ok(exit_for(&report))
 }

@@ -4,7 +4,7 @@
 //! names the file and the index of any value at fault.
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Chain, Cursor, Read};
 use std::path::{Path, PathBuf};
 
 use npyz::{NpyFile, Order, TypeChar};
@@ -19,12 +19,101 @@ struct Array<T> {
     data: Vec<T>,
 }
 
-/// Open an `.npy` file, checking that the data its header announces fits in the file (so a
-/// corrupted header cannot make a reader allocate for data that is not there).
-fn open(path: &Path) -> Result<NpyFile<BufReader<File>>, LipfpError> {
+/// Largest `.npy` header accepted (numpy writes a few hundred bytes; npyz's header parser must
+/// never see a large one).
+pub const MAX_NPY_HEADER_BYTES: usize = 64 * 1024;
+
+/// Deepest bracket nesting accepted in an `.npy` header (numpy writes 2: the dict and the shape
+/// tuple; npyz's parser takes time exponential in the depth).
+pub const MAX_NPY_HEADER_NESTING: usize = 8;
+
+/// What npyz reads: the preamble and header already read and checked here, then the file.
+type Source = BufReader<Chain<Cursor<Vec<u8>>, File>>;
+
+/// The deepest nesting of `(`, `[` and `{` outside string literals of an `.npy` header.
+fn nesting_depth(header: &[u8]) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    let mut quote: Option<u8> = None;
+    let mut escaped = false;
+    for &b in header {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == q {
+                    quote = None;
+                }
+            }
+            None => match b {
+                b'\'' | b'"' => quote = Some(b),
+                b'(' | b'[' | b'{' => {
+                    depth += 1;
+                    max = max.max(depth);
+                }
+                b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+    }
+    max
+}
+
+/// Read the `.npy` preamble (magic, version, header length) and header of `f` and check them
+/// before npyz parses anything: headers above [`MAX_NPY_HEADER_BYTES`] or nested deeper than
+/// [`MAX_NPY_HEADER_NESTING`] are refused. Returns a reader that replays what was read.
+fn checked_header(path: &Path, mut f: File) -> Result<Source, LipfpError> {
+    let bad = |m: String| LipfpError::data(path, format!("not a valid .npy file: {m}"));
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => bad("the file ends inside the .npy header".into()),
+        _ => crate::files::read_error(path, "file", &e),
+    };
+    let mut pre = vec![0u8; 8];
+    f.read_exact(&mut pre).map_err(io)?;
+    if &pre[..6] != b"\x93NUMPY" {
+        return Err(bad(
+            "it does not start with the .npy magic \\x93NUMPY".into()
+        ));
+    }
+    let len_bytes = match pre[6] {
+        1 => 2,
+        2 | 3 => 4,
+        v => {
+            return Err(bad(format!(
+                "unsupported .npy format version {v}.{}",
+                pre[7]
+            )))
+        }
+    };
+    let mut len = [0u8; 4];
+    f.read_exact(&mut len[..len_bytes]).map_err(io)?;
+    pre.extend_from_slice(&len[..len_bytes]);
+    let header_len = u32::from_le_bytes(len) as usize;
+    if header_len > MAX_NPY_HEADER_BYTES {
+        return Err(bad(format!(
+            "the header is {header_len} bytes; at most {MAX_NPY_HEADER_BYTES} are accepted"
+        )));
+    }
+    let mut header = vec![0u8; header_len];
+    f.read_exact(&mut header).map_err(io)?;
+    let depth = nesting_depth(&header);
+    if depth > MAX_NPY_HEADER_NESTING {
+        return Err(bad(format!(
+            "the header nests brackets {depth} deep; at most {MAX_NPY_HEADER_NESTING} are accepted"
+        )));
+    }
+    pre.extend_from_slice(&header);
+    Ok(BufReader::new(Cursor::new(pre).chain(f)))
+}
+
+/// Open an `.npy` file, checking its header (see [`checked_header`]) and that the data it
+/// announces fits in the file (so a corrupted header cannot make a reader allocate for data
+/// that is not there).
+fn open(path: &Path) -> Result<NpyFile<Source>, LipfpError> {
     let f = File::open(path).map_err(|e| crate::files::read_error(path, "file", &e))?;
     let file_len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
-    let npy = NpyFile::new(BufReader::new(f))
+    let npy = NpyFile::new(checked_header(path, f)?)
         .map_err(|e| LipfpError::data(path, format!("not a valid .npy file: {e}")))?;
     let item = match npy.dtype() {
         npyz::DType::Plain(ts) => ts.num_bytes().unwrap_or(usize::MAX) as u64,
@@ -43,7 +132,7 @@ fn open(path: &Path) -> Result<NpyFile<BufReader<File>>, LipfpError> {
     }
 }
 
-fn dtype_desc(npy: &NpyFile<BufReader<File>>) -> (Option<(TypeChar, u64)>, String) {
+fn dtype_desc(npy: &NpyFile<Source>) -> (Option<(TypeChar, u64)>, String) {
     match npy.dtype() {
         npyz::DType::Plain(ts) => (Some((ts.type_char(), ts.size_field())), ts.to_string()),
         other => (None, format!("{other:?}")),
@@ -80,7 +169,7 @@ fn fortran_to_c<T: Copy>(shape: &[usize], data: Vec<T>) -> Vec<T> {
 
 fn read_as<T: npyz::Deserialize, U>(
     path: &Path,
-    npy: NpyFile<BufReader<File>>,
+    npy: NpyFile<Source>,
     f: impl Fn(T) -> U,
 ) -> Result<Array<U>, LipfpError>
 where
@@ -161,9 +250,9 @@ impl Inputs {
 
 /// Element readers for the float dtypes inputs may have.
 enum FloatReader {
-    F16(npyz::NpyReader<half::f16, BufReader<File>>),
-    F32(npyz::NpyReader<f32, BufReader<File>>),
-    F64(npyz::NpyReader<f64, BufReader<File>>),
+    F16(npyz::NpyReader<half::f16, Source>),
+    F32(npyz::NpyReader<f32, Source>),
+    F64(npyz::NpyReader<f64, Source>),
     /// Fortran-order files cannot be read row by row: they are read whole and reordered.
     Buffered(std::vec::IntoIter<f64>),
 }
@@ -287,7 +376,7 @@ impl InputStream {
     /// The next `rows` rows (fewer at the end), converted to the format.
     pub fn next_rows(&mut self, rows: usize) -> Result<Vec<f64>, LipfpError> {
         let rows = rows.min(self.n - self.next_row);
-        let mut out = Vec::with_capacity((rows * self.dim).min(1 << 24));
+        let mut out = Vec::with_capacity(rows.saturating_mul(self.dim).min(1 << 24));
         for r in 0..rows {
             let row = self.next_row + r;
             for f in 0..self.dim {

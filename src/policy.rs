@@ -252,7 +252,7 @@ pub struct Policy {
 impl Policy {
     /// Read and validate a policy file.
     pub fn load(path: &Path) -> Result<Policy, LipfpError> {
-        let bytes = crate::files::read(path, "policy file")?;
+        let bytes = crate::files::read_limited(path, "policy file", crate::files::POLICY_LIMIT)?;
         let text = String::from_utf8(bytes)
             .map_err(|_| LipfpError::policy(path, "the policy is not UTF-8 text"))?;
         Policy::parse(path, &text)
@@ -308,6 +308,16 @@ impl Policy {
                 .matches('\n')
                 .count();
             let name = g.name.into_inner();
+            if let Some(c) = name.chars().find(|c| c.is_control()) {
+                // a newline in a name would start a new line in every report (a workflow
+                // command on GitHub Actions)
+                return Err(err(format!(
+                    "[[gate]] #{} (line {line}): the name `{}` contains the control character U+{:04X}; gate names must be printable text on one line",
+                    k + 1,
+                    name.escape_debug(),
+                    c as u32
+                )));
+            }
             let at = format!("[[gate]] #{} (`{}`, line {line})", k + 1, name);
             if name.trim().is_empty() {
                 return Err(err(format!("[[gate]] #{}: name must not be empty", k + 1)));
@@ -508,6 +518,21 @@ min_vra_pct = 90
             .unwrap_err()
             .to_string();
         assert!(e.contains("[cache]") && e.contains("recomputes"), "{e}");
+    }
+
+    #[test]
+    fn control_characters_in_gate_names_are_refused_naming_the_line() {
+        for name in ["a\\n::error ::x", "a\\rb", "a\\u0007b"] {
+            let text = GOOD.replace("name = \"g\"", &format!("name = \"{name}\""));
+            let e = Policy::parse(Path::new("p.toml"), &text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("line 11") && e.contains("control character"),
+                "{e}"
+            );
+            assert!(!e.contains('\n') && !e.contains('\r'), "{e:?}");
+        }
     }
 
     #[test]

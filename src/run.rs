@@ -78,10 +78,13 @@ impl Shard {
         })
     }
 
-    /// The slice `[first, first + len)` of a test set of `total` points.
+    /// The slice `[first, first + len)` of a test set of `total` points (exact for any `K/N`:
+    /// the products are formed in 128 bits, where they cannot overflow).
     pub fn range(self, total: usize) -> (usize, usize) {
-        let first = total * self.index / self.count;
-        let end = total * (self.index + 1) / self.count;
+        // total * k / count <= total for k <= count, so the quotient fits back in usize
+        let at = |k: usize| (total as u128 * k as u128 / self.count.max(1) as u128) as usize;
+        let first = at(self.index);
+        let end = at(self.index.saturating_add(1).min(self.count));
         (first, end - first)
     }
 }

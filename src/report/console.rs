@@ -1,9 +1,44 @@
 //! Console summary on stdout.
+//!
+//! Every line starts with fixed text (a verdict word, indentation and a label, or the counts):
+//! user-controlled text (gate names, paths, notes) is made [`printable`] first, so it can never
+//! start a line of its own — on GitHub Actions a line starting with `::` is a workflow command.
 
 use std::fmt::Write;
 
 use crate::certify::Mode;
 use crate::report::{GateReport, Report};
+
+/// `s` on one line: control characters (newline, carriage return, escape, ...) written as
+/// Rust escapes (`\n`, `\r`, `\u{1b}`).
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Diagnostic text for stderr: control characters other than newline escaped, and any line
+/// that would start with `::` once leading whitespace is removed (a workflow command on
+/// GitHub Actions) prefixed with `lipfp: `.
+pub fn diagnostic(text: &str) -> String {
+    text.split('\n')
+        .map(|line| {
+            let line = printable(line);
+            if line.trim_start().starts_with("::") {
+                format!("lipfp: {line}")
+            } else {
+                line
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
 
 fn fmt_pct(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.2}%"))
@@ -21,10 +56,11 @@ fn gate_block(out: &mut String, g: &GateReport) {
         .clone()
         .or_else(|| g.epsilons.as_ref().map(|p| format!("per-instance ({p})")))
         .unwrap_or_default();
+    let eps = printable(&eps);
     let _ = writeln!(
         out,
         "{verdict:<6} {}  [{}{}, eps {eps}, mode {}, n {}]",
-        g.name,
+        printable(&g.name),
         g.format,
         if g.ftz { " ftz" } else { "" },
         g.mode,
@@ -55,10 +91,10 @@ fn gate_block(out: &mut String, g: &GateReport) {
         );
     }
     for f in &g.failures {
-        let _ = writeln!(out, "       failed: {f}");
+        let _ = writeln!(out, "       failed: {}", printable(f));
     }
     for n in &g.notes {
-        let _ = writeln!(out, "       note: {n}");
+        let _ = writeln!(out, "       note: {}", printable(n));
     }
     let _ = writeln!(
         out,
@@ -83,4 +119,22 @@ pub fn render(report: &Report) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_text_cannot_start_a_line() {
+        assert_eq!(
+            printable("a\n::error ::x\r\u{1b}"),
+            "a\\n::error ::x\\r\\u{1b}"
+        );
+        assert_eq!(printable("dé-jà vu"), "dé-jà vu");
+        assert_eq!(
+            diagnostic("p.toml: bad\n  ::error::x\n1 | a\r::b"),
+            "p.toml: bad\nlipfp:   ::error::x\n1 | a\\r::b"
+        );
+    }
 }

@@ -283,14 +283,37 @@ pub fn output_key(gate_name: &str) -> String {
         .collect()
 }
 
+/// One `$GITHUB_OUTPUT` entry: `key=value`, or, should `value` ever hold a line break, the
+/// multi-line form `key<<DELIMITER`, the value, `DELIMITER`, with a random delimiter that does
+/// not occur in the value (so no value can add an output of its own).
+fn output_entry(out: &mut String, key: &str, value: &str) {
+    if !value.contains(['\n', '\r']) {
+        let _ = writeln!(out, "{key}={value}");
+        return;
+    }
+    let delimiter = loop {
+        use std::hash::{BuildHasher, Hasher};
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let d = format!("ghadelimiter_{random:016x}");
+        if !value.contains(&d) {
+            break d;
+        }
+    };
+    let _ = writeln!(out, "{key}<<{delimiter}\n{value}\n{delimiter}");
+}
+
 /// Lines for `$GITHUB_OUTPUT`: `passed=true|false` (false when any gate failed), then per gate
 /// `<key>_vra_pct=`, `<key>_certified_pct=` (the gated mode's rates) and `<key>_passed=`
 /// (`true`, `false`, or empty for a gate without thresholds), with `<key>` from
 /// [`output_key`]. An unavailable rate (VRA without labels) is empty. When two gate names map
-/// to the same key, the later one gets `_2`, `_3`, … appended. Every value is a single line.
+/// to the same key, the later one gets `_2`, `_3`, … appended. Every value is a single line
+/// (a value with a line break would use the `key<<delimiter` form with a random delimiter).
 pub fn outputs(report: &Report) -> String {
     let any_failed = report.gates.iter().any(|g| g.passed == Some(false));
-    let mut out = format!("passed={}\n", !any_failed);
+    let mut out = String::new();
+    output_entry(&mut out, "passed", &(!any_failed).to_string());
     let mut used = BTreeSet::new();
     for g in &report.gates {
         let base = output_key(&g.name);
@@ -302,23 +325,28 @@ pub fn outputs(report: &Report) -> String {
         }
         let m = g.modes.get(g.mode.name());
         let num = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
-        let _ = writeln!(out, "{key}_vra_pct={}", num(m.and_then(|m| m.vra_pct)));
-        let _ = writeln!(
-            out,
-            "{key}_certified_pct={}",
-            num(m.map(|m| m.certified_pct))
+        output_entry(
+            &mut out,
+            &format!("{key}_vra_pct"),
+            &num(m.and_then(|m| m.vra_pct)),
         );
-        let _ = writeln!(
-            out,
-            "{key}_passed={}",
-            g.passed.map(|p| p.to_string()).unwrap_or_default()
+        output_entry(
+            &mut out,
+            &format!("{key}_certified_pct"),
+            &num(m.map(|m| m.certified_pct)),
+        );
+        output_entry(
+            &mut out,
+            &format!("{key}_passed"),
+            &g.passed.map(|p| p.to_string()).unwrap_or_default(),
         );
     }
     out
 }
 
 /// Append `text` to the file at `path` (creating it), as for `$GITHUB_STEP_SUMMARY` and
-/// `$GITHUB_OUTPUT`; a newline is added when `text` does not end with one.
+/// `$GITHUB_OUTPUT`; a newline is added when `text` does not end with one. The data is synced
+/// so that a full disk is reported here.
 pub fn append(path: &Path, text: &str) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -329,7 +357,11 @@ pub fn append(path: &Path, text: &str) -> std::io::Result<()> {
         buf.push('\n');
     }
     f.write_all(buf.as_bytes())?;
-    f.flush()
+    f.flush()?;
+    if f.metadata()?.is_file() {
+        f.sync_data()?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -340,6 +372,20 @@ mod tests {
     fn escaping_follows_the_workflow_command_rules() {
         assert_eq!(escape_data("50% a\r\nb: c, d"), "50%25 a%0D%0Ab: c, d");
         assert_eq!(escape_property("a:b,c%\n"), "a%3Ab%2Cc%25%0A");
+    }
+
+    #[test]
+    fn output_values_cannot_add_outputs() {
+        let mut out = String::new();
+        output_entry(&mut out, "k", "1.5");
+        assert_eq!(out, "k=1.5\n");
+        out.clear();
+        output_entry(&mut out, "k", "a\npassed=true");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 4, "{out}");
+        let delimiter = lines[0].strip_prefix("k<<").unwrap();
+        assert!(delimiter.starts_with("ghadelimiter_"), "{out}");
+        assert_eq!(&lines[1..], ["a", "passed=true", delimiter]);
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod console;
 pub mod github;
 pub mod json;
 pub mod junit;
+pub mod publish;
 
 use std::collections::BTreeMap;
 

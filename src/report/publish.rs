@@ -1,0 +1,78 @@
+//! Publishing a run's reports: every artifact rendered to memory, written all or nothing (see
+//! [`crate::files::stage`]), and the console summary printed last.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::error::LipfpError;
+use crate::files::{self, Artifact};
+use crate::report::{self, Report};
+
+/// Where a run's reports go.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Destinations<'a> {
+    /// `--json`.
+    pub json: Option<&'a Path>,
+    /// `--junit`.
+    pub junit: Option<&'a Path>,
+    /// The JUnit suite name.
+    pub suite: &'a str,
+    /// The policy file named by GitHub annotations (none for `certify`).
+    pub policy_file: Option<&'a str>,
+}
+
+/// Render every requested report (and the `artifacts` already rendered, e.g. certificates) to
+/// memory, then write them all or none: temporary files are staged, GitHub's step summary and
+/// outputs appended (when `GITHUB_ACTIONS=true`), the temporaries renamed into place, and only
+/// then the console summary and the annotations printed. Any failure (ENOSPC included) is an
+/// error naming the path; staged temporaries are removed.
+pub fn publish(
+    report: &Report,
+    to: &Destinations<'_>,
+    mut artifacts: Vec<Artifact>,
+) -> Result<(), LipfpError> {
+    if let Some(p) = to.json {
+        let json = report::json::render(report) + "\n";
+        artifacts.push(Artifact::new(p, json, "JSON report"));
+    }
+    if let Some(p) = to.junit {
+        let xml = report::junit::render(report, to.suite);
+        artifacts.push(Artifact::new(p, xml, "JUnit report"));
+    }
+    let mut stdout = report::console::render(report);
+    let mut appends = Vec::new();
+    if std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true") {
+        for line in report::github::error_annotations(report, to.policy_file.unwrap_or("")) {
+            stdout.push_str(&line);
+            stdout.push('\n');
+        }
+        for (var, text) in [
+            ("GITHUB_STEP_SUMMARY", report::github::step_summary(report)),
+            ("GITHUB_OUTPUT", report::github::outputs(report)),
+        ] {
+            if let Some(path) = std::env::var_os(var).filter(|p| !p.is_empty()) {
+                appends.push((var, PathBuf::from(path), text));
+            }
+        }
+    }
+    let staged = files::stage(&artifacts)?;
+    for (var, path, text) in appends {
+        report::github::append(&path, &text).map_err(|e| LipfpError::Io {
+            path,
+            message: format!("could not append to ${var}: {e}"),
+        })?;
+    }
+    staged.commit()?;
+    print_stdout(&stdout)
+}
+
+/// Print `text` on stdout, reporting a failed write (a closed pipe, a full disk) as an error.
+fn print_stdout(text: &str) -> Result<(), LipfpError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| LipfpError::Io {
+            path: PathBuf::from("<stdout>"),
+            message: format!("could not print the summary: {e}"),
+        })
+}
