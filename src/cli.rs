@@ -580,13 +580,10 @@ fn bench(a: &BenchArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         higgs_points: a.higgs_points,
     };
     let r = crate::bench::run_bench(&opts, progress)?;
-    print!("{}", crate::bench::render(&r));
     if let Some(p) = &a.json {
         let text = serde_json::to_string_pretty(&r).expect("bench report serialises");
-        std::fs::write(p, text + "\n").map_err(|e| LipfpError::Io {
-            path: p.clone(),
-            message: e.to_string(),
-        })?;
+        crate::files::write_atomic(p, (text + "\n").as_bytes(), "benchmark report")?;
     }
+    print!("{}", crate::bench::render(&r));
     Ok(Exit::Pass)
 }

@@ -29,8 +29,23 @@ pub enum ConstData {
     Int(Vec<i64>),
 }
 
+/// The largest model file read: the protobuf limit of 2 GiB (larger weights live in external
+/// data files, checked separately).
+pub const MAX_MODEL_BYTES: u64 = 2 << 30;
+
 /// Read the ONNX protobuf without building tract's graph.
 pub fn read_model_proto(path: &Path) -> Result<pb::ModelProto, String> {
+    // a protobuf message cannot exceed 2 GiB; a device or a FIFO could be read without end
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read the model: {e}"))?;
+    if !meta.is_file() {
+        return Err("the model is not a regular file".into());
+    }
+    if meta.len() > MAX_MODEL_BYTES {
+        return Err(format!(
+            "the model file has {} bytes, more than an ONNX protobuf can hold ({MAX_MODEL_BYTES})",
+            meta.len()
+        ));
+    }
     onnx()
         .proto_model_for_path(path)
         .map_err(|e| format!("not a readable ONNX protobuf: {e}"))

@@ -1,6 +1,7 @@
 //! Progress on stderr: stage lines, a bar on a terminal, periodic plain lines in CI logs, and
 //! nothing with `--quiet`. Reports go to files or stdout; logs never mix with them.
 
+use crate::report::console::printable;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -35,8 +36,10 @@ impl Progress {
         }
     }
 
-    /// Announce a stage of long work.
+    /// Announce a stage of long work (on one line: control characters in names and paths are
+    /// escaped, so nothing a policy says can start a line of its own).
     pub fn stage(&self, msg: &str) {
+        let msg = printable(msg);
         if !self.quiet {
             if self.terminal {
                 eprintln!("  \u{2022} {msg}");
@@ -48,7 +51,7 @@ impl Progress {
 
     /// A warning (shown even when quiet).
     pub fn warn(&self, msg: &str) {
-        eprintln!("lipfp: warning: {msg}");
+        eprintln!("lipfp: warning: {}", printable(msg));
     }
 
     /// Start counting `total` units of work labelled `what` (thread-safe; see [`Task::add`]).
@@ -99,7 +102,7 @@ impl Task {
                     *last = Instant::now();
                     eprintln!(
                         "lipfp: {}: {done}/{} ({:.0}%)",
-                        self.what,
+                        printable(&self.what),
                         self.total,
                         100.0 * done as f64 / self.total.max(1) as f64
                     );

@@ -616,3 +616,19 @@ fn merged_shards_sum_the_changed_input_values() {
     assert_eq!(whole.len(), 1, "{whole:?}");
     assert_eq!(changed(notes(&d.join("merged.json"))), whole);
 }
+
+#[test]
+fn a_model_that_is_a_device_or_a_fifo_is_refused_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("model.onnx");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // nobody writes the FIFO: opening it to read would block forever
+    for model in [fifo.as_path(), Path::new("/dev/zero")] {
+        let a = certify(args([OsString::from("--model"), model.into()]));
+        run(&a, &[], 30).assert_error(5.0, &["not a regular file"]);
+    }
+}
