@@ -264,6 +264,12 @@ pub fn run_bench(opts: &BenchOptions, progress: &Progress) -> Result<BenchReport
     } else {
         skipped.push("higgs-scale: --higgs-points 0".into());
     }
+    if phases.is_empty() {
+        return Err(LipfpError::Usage(format!(
+            "nothing to measure ({}); point --shared at the benchmark data or set --higgs-points",
+            skipped.join("; ")
+        )));
+    }
     Ok(BenchReport {
         lipfp_version: env!("CARGO_PKG_VERSION").into(),
         threads: rayon::current_num_threads(),

@@ -120,12 +120,12 @@ fn the_action_is_composite_and_passes_inputs_through_env() {
 
 /// The base MNIST model's report as the baseline, the biased model as "retrained weights".
 #[test]
+#[cfg_attr(
+    not(lipfp_shared),
+    ignore = "../shared/benchmarks not found: the benchmark data is not part of the repository"
+)]
 fn baseline_regression_names_the_vra_drop() {
     let s = root().join("../shared/benchmarks");
-    if !s.join("mnist/model.onnx").exists() {
-        eprintln!("skipping: ../shared/benchmarks not found");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let policy = |model: &Path, baseline: Option<&Path>| {
         let mut p = format!(

@@ -138,12 +138,12 @@ fn digits_shards_merge_to_the_whole_run() {
 }
 
 #[test]
+#[cfg_attr(
+    not(lipfp_shared),
+    ignore = "../shared/benchmarks not found: the benchmark data is not part of the repository"
+)]
 fn mnist_halves_merge_to_the_whole_run() {
     let d = root().join("../shared/benchmarks/mnist");
-    if !d.join("model.onnx").exists() {
-        eprintln!("skipping: ../shared/benchmarks/mnist not found");
-        return;
-    }
     sharded_equals_whole(
         &d.join("model.onnx"),
         &d.join("x_test.npy"),

@@ -98,3 +98,20 @@ fn bench_reports_every_phase() {
         assert!(p["wall_s"].as_f64().unwrap() >= 0.0);
     }
 }
+
+#[test]
+fn bench_with_nothing_to_measure_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lipfp"))
+        .args(["-q", "bench", "--shared"])
+        .arg(tmp.path().join("no-shared-here"))
+        .args(["--higgs-points", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nothing to measure") && err.contains("mnist"),
+        "{err}"
+    );
+}

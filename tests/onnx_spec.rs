@@ -101,7 +101,7 @@ fn lipfp_logits(net: &DenseNet, x: &[f64]) -> Vec<f64> {
 
 /// lipfp's and onnxruntime's logits agree (up to summation order) and give the same classes.
 fn assert_matches_onnxruntime(path: &Path, net: &DenseNet, rows: usize, seed: u64) {
-    let Some(py) = python() else { return };
+    let py = python();
     let dim = net.input_dim();
     let x: Vec<f64> = Lcg::new(seed)
         .f32s(rows * dim, 1.0)
@@ -148,6 +148,10 @@ fn any_nonzero_trans_b_transposes() {
 }
 
 #[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "no Python with onnxruntime, onnx and numpy (set LIPFP_PYTHON; .ci/run makes one)"
+)]
 fn trans_b_5_logits_match_onnxruntime() {
     let dir = tmp();
     let mut rng = Lcg::new(7);
@@ -560,21 +564,36 @@ fn a_duplicate_initializer_is_refused_naming_it() {
     assert_contains(&msg, &["initializer `W` is defined more than once"]);
 }
 
-#[test]
-fn an_initializer_that_is_also_an_input_is_its_stored_default() {
-    let dir = tmp();
-    // read as its stored value, which is what onnxruntime runs when the caller feeds only x
+/// A model whose weight `W` is an initializer and also a graph input (its default).
+fn initializer_input_model(dir: &Path) -> (std::path::PathBuf, Vec<f32>) {
     let (mut b, w) = one_gemm([3, 4], 3, vec![attr_int("transB", 1)]);
     b.inputs.push(value_info(
         "W",
         DataType::Float,
         Some(&[D::Fixed(3), D::Fixed(4)]),
     ));
-    let path = b.write(dir.path(), "default.onnx");
+    (b.write(dir, "default.onnx"), w)
+}
+
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "no Python with onnxruntime, onnx and numpy (set LIPFP_PYTHON; .ci/run makes one)"
+)]
+fn an_initializer_default_matches_onnxruntime() {
+    let dir = tmp();
+    let (path, _) = initializer_input_model(dir.path());
+    assert_matches_onnxruntime(&path, &load(&path), 16, 9);
+}
+
+#[test]
+fn an_initializer_that_is_also_an_input_is_its_stored_default() {
+    let dir = tmp();
+    // read as its stored value, which is what onnxruntime runs when the caller feeds only x
+    let (path, w) = initializer_input_model(dir.path());
     let net = load(&path);
     assert_eq!(net.input_name, "x");
     assert_eq!(net.layers[0].w[[2, 3]], f64::from(w[11]));
-    assert_matches_onnxruntime(&path, &net, 16, 9);
 
     // a declaration that contradicts the initializer is refused (onnxruntime refuses it too)
     let (mut b, _) = one_gemm([3, 4], 3, vec![attr_int("transB", 1)]);
