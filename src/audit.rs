@@ -85,22 +85,10 @@ fn check_gate_names(policy: &Policy, merged: &[MergedGate]) -> Result<(), LipfpE
 
 /// Load the target's model and data (every point) as `lipfp check` does.
 fn prepare(policy: &Policy, t: &Target, progress: &Progress) -> Result<Subject, LipfpError> {
-    let spec = SubjectSpec {
-        model: t.model.clone(),
-        format: t.format,
-        accumulate: t.accumulate,
-        ftz: t.ftz,
-        inputs: t.inputs.clone(),
-        labels: t.labels.clone(),
-        gram_iterations: t.gram_iterations,
-        reference: policy
-            .gates
-            .iter()
-            .filter(|g| g.target == *t)
-            .any(|g| g.modes.iter().any(|m| m.needs_reference())),
-        shard: None,
-    };
-    run::prepare(&spec, progress)
+    run::prepare(
+        &SubjectSpec::for_target(t, policy.needs_reference(t), None),
+        progress,
+    )
 }
 
 /// The files must describe the run the policy asks for, on this model and data.

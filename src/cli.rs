@@ -415,21 +415,7 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     for g in &policy.gates {
         if !subjects.iter().any(|(t, _)| *t == g.target) {
             let t = &g.target;
-            let spec = SubjectSpec {
-                model: t.model.clone(),
-                format: t.format,
-                accumulate: t.accumulate,
-                ftz: t.ftz,
-                inputs: t.inputs.clone(),
-                labels: t.labels.clone(),
-                gram_iterations: t.gram_iterations,
-                reference: policy
-                    .gates
-                    .iter()
-                    .filter(|o| o.target == *t)
-                    .any(|o| o.modes.iter().any(|m| m.needs_reference())),
-                shard,
-            };
+            let spec = SubjectSpec::for_target(t, policy.needs_reference(t), shard);
             subjects.push((t.clone(), run::prepare(&spec, progress)?));
         }
         let subject = &subjects

@@ -19,7 +19,7 @@ use crate::execution::ExecutionModel;
 use crate::format::Format;
 use crate::model::{self, DenseNet};
 use crate::norms::{self, NetworkNorms};
-use crate::policy::Radius;
+use crate::policy::{Radius, Target};
 use crate::progress::{Progress, Task};
 use crate::sound::l2_norm_up;
 
@@ -44,6 +44,24 @@ pub struct SubjectSpec {
     pub reference: bool,
     /// Certify only this slice of the test set.
     pub shard: Option<Shard>,
+}
+
+impl SubjectSpec {
+    /// What to load for a policy target (`reference` when a gate on it needs the float64
+    /// reference execution).
+    pub fn for_target(t: &Target, reference: bool, shard: Option<Shard>) -> SubjectSpec {
+        SubjectSpec {
+            model: t.model.clone(),
+            format: t.format,
+            accumulate: t.accumulate,
+            ftz: t.ftz,
+            inputs: t.inputs.clone(),
+            labels: t.labels.clone(),
+            gram_iterations: t.gram_iterations,
+            reference,
+            shard,
+        }
+    }
 }
 
 /// Shard `index` (0-based) of `count` contiguous slices of the test set.

@@ -608,8 +608,21 @@ fn all_cases() -> Vec<Case> {
 }
 
 impl Case {
-    fn exec(&self) -> ExecutionModel {
-        ExecutionModel::deployed(self.format, self.accumulate, self.ftz).unwrap()
+    /// lipfp's bounds for the case.
+    fn bounds(&self) -> ModelBounds {
+        let exec = ExecutionModel::deployed(self.format, self.accumulate, self.ftz).unwrap();
+        ModelBounds::new(&self.net, &self.norms, &exec)
+    }
+
+    /// The exact reference for the case.
+    fn reference(&self) -> NetRef {
+        reference(
+            &self.net,
+            &self.norms,
+            self.format,
+            self.accumulate,
+            self.ftz,
+        )
     }
 }
 
@@ -983,14 +996,7 @@ fn scalar_quantities_match_exact_rationals() {
 #[test]
 fn model_bounds_are_tight_upper_bounds_of_the_exact_constants() {
     for case in all_cases() {
-        let mb = ModelBounds::new(&case.net, &case.norms, &case.exec());
-        let nr = reference(
-            &case.net,
-            &case.norms,
-            case.format,
-            case.accumulate,
-            case.ftz,
-        );
+        let (mb, nr) = (case.bounds(), case.reference());
         let w = &case.label;
         assert!(mb.vacuous.is_none(), "{w}: {:?}", mb.vacuous);
         assert_eq!(mb.format, case.format);
@@ -1057,14 +1063,7 @@ fn model_bounds_are_tight_upper_bounds_of_the_exact_constants() {
 fn deviation_chain_and_radii_are_tight_upper_bounds() {
     let mut overflowed = 0;
     for case in all_cases() {
-        let mb = ModelBounds::new(&case.net, &case.norms, &case.exec());
-        let nr = reference(
-            &case.net,
-            &case.norms,
-            case.format,
-            case.accumulate,
-            case.ftz,
-        );
+        let (mb, nr) = (case.bounds(), case.reference());
         let depth = nr.layers.len();
         let top = depth - 1;
         for r0 in [0.0, 0.375, 1.25, 3.1, 17.0, 2.5e3, 4e4] {
@@ -1109,14 +1108,7 @@ fn deviation_chain_and_radii_are_tight_upper_bounds() {
 fn standard_slack_is_a_tight_lower_bound_and_the_verdict_flips_at_the_exact_boundary() {
     let x_norm = 1.25;
     for case in all_cases() {
-        let mb = ModelBounds::new(&case.net, &case.norms, &case.exec());
-        let nr = reference(
-            &case.net,
-            &case.norms,
-            case.format,
-            case.accumulate,
-            case.ftz,
-        );
+        let (mb, nr) = (case.bounds(), case.reference());
         let logits = logits_for(&case, &nr, x_norm);
         let exact = |eps: f64| nr.standard(&logits, x_norm, eps).unwrap();
         let check = |eps: f64, what: &str| -> PointResult {
@@ -1201,14 +1193,7 @@ fn standard_slack_is_a_tight_lower_bound_and_the_verdict_flips_at_the_exact_boun
 #[test]
 fn real_slack_is_a_tight_lower_bound_and_the_verdict_flips_at_the_exact_boundary() {
     for case in all_cases() {
-        let mb = ModelBounds::new(&case.net, &case.norms, &case.exec());
-        let nr = reference(
-            &case.net,
-            &case.norms,
-            case.format,
-            case.accumulate,
-            case.ftz,
-        );
+        let (mb, nr) = (case.bounds(), case.reference());
         let logits = logits_for(&case, &nr, 1.25);
         let w = &case.label;
         let check = |eps: f64| -> PointResult {

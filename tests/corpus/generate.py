@@ -346,8 +346,6 @@ def export_sklearn(x_tr, y_tr, x_te, out):
 def export_keras(x_tr, y_tr, x_te, out):
     import tensorflow as tf
     import keras
-    import tf2onnx
-
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.experimental.enable_op_determinism()
@@ -379,13 +377,20 @@ def export_keras(x_tr, y_tr, x_te, out):
     done = []
     for name, head, normalise, exercises in specs:
         model = build(head, normalise)
-        spec = (tf.TensorSpec([None, 64], tf.float32, name="input"),)
-        # tf2onnx.convert.from_keras does not support Keras 3; convert the traced call instead.
-        fn = tf.function(lambda x, m=model: m(x, training=False))
-        onx, _ = tf2onnx.convert.from_function(fn, input_signature=spec)
-        (out / f"{name}.onnx").write_bytes(onx.SerializeToString())
+        # tf2onnx.convert.from_keras fails on Keras 3 models, and from_function leaves a
+        # Normalization layer's mean and variance as graph inputs; the SavedModel route that
+        # tf2onnx documents freezes everything.
+        with tempfile.TemporaryDirectory() as tmp:
+            model.export(str(Path(tmp) / "saved_model"), verbose=False)
+            # Relative path: tf2onnx writes "converted from <path>" into the doc string.
+            cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", "saved_model",
+                   "--output", str(out / f"{name}.onnx")]
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+            if r.returncode != 0:
+                sys.exit(f"tf2onnx failed for {name}:\n{r.stderr}")
         done.append(dict(name=name,
-                         exporter="tf2onnx.convert.from_function(tf.function(keras_model))",
+                         exporter="keras Model.export (SavedModel) + "
+                                  "python -m tf2onnx.convert --saved-model",
                          exporter_version=version, exercises=exercises, x=x_te,
                          batch="dynamic"))
     return done
@@ -447,9 +452,11 @@ def ort_predictions(names, outputs):
                 scores = np.array([[row[k] for k in keys] for row in v], dtype=np.float64)
                 scores_src = f"output '{name}' (ZipMap), classes {keys}"
                 break
-    if "label" in names and isinstance(outputs["label"], np.ndarray):
-        labels = outputs["label"].astype(np.int64).reshape(-1)
-        label_src = "output 'label'"
+    int_outputs = [n for n in names
+                   if isinstance(outputs[n], np.ndarray) and outputs[n].dtype.kind in "iu"]
+    if int_outputs:  # skl2onnx's label output ('label', or 'output_label' with ZipMap)
+        labels = outputs[int_outputs[0]].astype(np.int64).reshape(-1)
+        label_src = f"output '{int_outputs[0]}'"
     else:
         labels = np.argmax(scores, axis=1).astype(np.int64)
         label_src = f"argmax of {scores_src}"
