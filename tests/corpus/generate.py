@@ -36,7 +36,12 @@ compared with onnxruntime's (`lipfp_vs_ort`).
 torch comes from PyPI (its CPU-only index was not reachable when this was written; the PyPI
 wheel also pulls CUDA libraries, unused here). Everything runs on the CPU, single-threaded,
 with fixed seeds; regenerating with the pinned versions below reproduces the files byte for
-byte (the script refuses other versions unless --allow-other-versions is given).
+byte, wherever the repository and the venv are (the script refuses other versions unless
+--allow-other-versions is given). The exports are the exporters' own output, with two
+deterministic touches that change no computation: skl2onnx gets `name=<model name>` (its graph
+name is otherwise a random uuid), and in the dynamo exporter's node metadata
+(`pkg.torch.onnx.stack_trace`) the absolute paths of the venv and of this directory become
+`<venv>/` and `<corpus>/`.
 
 Pinned (Python 3.11, manylinux x86_64; also in requirements.txt):
     torch==2.15.0 onnxscript==0.7.2 onnx==1.23.2 onnxruntime==1.32.0 numpy==2.4.6
@@ -269,6 +274,33 @@ def torch_example(variant, x_te):
     return np.ascontiguousarray(x)
 
 
+def scrub_stack_traces(path):
+    """Make the dynamo exporter's node metadata independent of where things are installed.
+
+    Each node's `pkg.torch.onnx.stack_trace` names the Python files (absolute paths) of the
+    module code it was traced from: the venv's torch and, for the normalisation model, this
+    script. The prefixes become `<venv>` and `<corpus>`; nothing else is changed.
+    """
+    import onnx
+
+    model = onnx.load(str(path))
+    prefixes = [(str(HERE) + os.sep, "<corpus>/"), (sys.prefix + os.sep, "<venv>/")]
+
+    def scrub(graph):
+        for node in graph.node:
+            for prop in node.metadata_props:
+                for old, new in prefixes:
+                    prop.value = prop.value.replace(old, new)
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    scrub(attr.g)
+                for g in attr.graphs:
+                    scrub(g)
+
+    scrub(model.graph)
+    onnx.save(model, str(path))
+
+
 def export_torch(models, x_te, out):
     import torch
 
@@ -289,6 +321,8 @@ def export_torch(models, x_te, out):
             kwargs["dynamic_axes"] = {"input": {0: "batch"}, kwargs["output_names"][0]: {0: "batch"}}
         with torch.no_grad():
             torch.onnx.export(model, example, str(path), **kwargs)
+        if dynamo:
+            scrub_stack_traces(path)
         exporter = "torch.onnx.export(dynamo=True" + ("" if optimize else ", optimize=False") + ")" \
             if dynamo else "torch.onnx.export(dynamo=False) (TorchScript)"
         version = f"torch {installed('torch')}" + (
@@ -332,7 +366,8 @@ def export_sklearn(x_tr, y_tr, x_te, out):
     ]
     done = []
     for name, est, options, exercises in specs:
-        onx = convert_sklearn(est, initial_types=initial, options=options)
+        # name: the graph name, otherwise a random uuid4 (the only nondeterminism here).
+        onx = convert_sklearn(est, name=name, initial_types=initial, options=options)
         (out / f"{name}.onnx").write_bytes(onx.SerializeToString())
         done.append(dict(name=name, exporter="skl2onnx.convert_sklearn",
                          exporter_version=version, exercises=exercises, x=x_te, batch="dynamic"))
@@ -585,9 +620,11 @@ def check_lipfp(binary, name, out):
         preds = certificate_predictions(cert)
     ort_labels = np.load(out / f"{name}.ort_label.npy")
     same = int(np.sum(preds == ort_labels))
+    summary = "\n".join(line.strip() for line in r.stdout.strip().splitlines()
+                        if not line.strip().startswith("time:"))  # keep the manifest stable
     return "accepted", {"agree": same, "rows": int(len(ort_labels)),
                         "disagree_rows": [int(i) for i in np.nonzero(preds != ort_labels)[0]]}, \
-        r.stdout.strip()
+        summary
 
 
 def lipfp_commit(binary):
