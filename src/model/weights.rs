@@ -1,20 +1,17 @@
-//! Float tensors read late. The loader checks the whole graph against the tensors' declared
-//! shapes first and decodes weight and bias values only once every check has passed, so a
-//! tensor that cannot fit the model is refused before a byte of it is read.
+//! The layers' tensors, read late. The loader checks the whole graph against the tensors'
+//! declared shapes first and decodes weight and bias values only once every check has passed,
+//! so a tensor that cannot fit the model is refused before a byte of it is read; each value is
+//! then converted to the deployment format by round-to-nearest-even.
 
 use std::path::Path;
 
 use ndarray::Array2;
 
-use super::{Activation, Builder, Dense, Value};
+use super::builder::Builder;
+use super::{Activation, Dense};
 use crate::error::LipfpError;
 use crate::format::Format;
 use crate::onnx::{self, proto, ConstData};
-use crate::onnx_checks;
-
-/// Integer tensors of at most this many elements are decoded for shape computations; larger
-/// ones are not shape computations and are never read.
-const MAX_SHAPE_ELEMENTS: usize = 64;
 
 /// A float constant: its shape now, its values when the layers are finished.
 #[derive(Clone, Debug)]
@@ -26,6 +23,7 @@ pub(super) struct Weight<'a> {
     roundings: Vec<Format>,
 }
 
+/// Where a [`Weight`]'s values are.
 #[derive(Clone, Debug)]
 enum Source<'a> {
     /// Values already in memory (`value_float(s)`, an integer constant cast to a float type).
@@ -34,12 +32,21 @@ enum Source<'a> {
     Stored(&'a proto::TensorProto),
 }
 
-impl Weight<'_> {
+impl<'a> Weight<'a> {
     /// A float constant whose values are in memory.
     pub fn values(shape: Vec<usize>, values: Vec<f64>) -> Self {
         Weight {
             shape,
             source: Source::Values(values),
+            roundings: Vec::new(),
+        }
+    }
+
+    /// A float tensor of the model of dimensions `shape`, its storage checked, read later.
+    pub fn stored(shape: Vec<usize>, tensor: &'a proto::TensorProto) -> Self {
+        Weight {
+            shape,
+            source: Source::Stored(tensor),
             roundings: Vec::new(),
         }
     }
@@ -74,46 +81,27 @@ impl Weight<'_> {
     }
 }
 
-/// The value of a tensor of the model (an initializer or a `Constant`'s `value`), its storage
-/// checked first: float tensors stay unread until the layers are finished, small integer
-/// tensors are decoded now for shape computations, larger integer tensors are never read.
-pub(super) fn tensor_value<'a>(
-    t: &'a proto::TensorProto,
-    dir: Option<&Path>,
-) -> Result<Value<'a>, String> {
-    let count = onnx_checks::check_storage(t, dir)?;
-    // check_storage proved every dim non-negative
-    let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
-    let type_name = onnx::data_type_name(t.data_type);
-    match type_name.as_str() {
-        "float" | "float16" | "double" => Ok(Value::Weight(Weight {
-            shape,
-            source: Source::Stored(t),
-            roundings: Vec::new(),
-        })),
-        "int8" | "int16" | "int32" | "int64" | "uint8" | "uint16" | "uint32" | "uint64"
-        | "bool" => {
-            if count <= MAX_SHAPE_ELEMENTS {
-                onnx::decode_tensor(t, dir).map(Value::Const)
-            } else {
-                Ok(Value::Unusable(format!(
-                    "it is an integer tensor of {count} elements, not a shape computation"
-                )))
-            }
-        }
-        _ => Err(format!(
-            "element type {type_name} is not supported (float16, float32, float64 or an integer type)"
-        )),
-    }
-}
-
 /// A tensor feeding a layer, with the node that reads it (for error messages).
 #[derive(Clone, Debug)]
 pub(super) struct Part<'a> {
     pub weight: Weight<'a>,
+    /// The tensor's name.
     pub name: String,
+    /// The node reading it and that node's op type.
     pub label: String,
     pub op: String,
+}
+
+impl<'a> Part<'a> {
+    /// The tensor `name` holding `weight`, read through node `label` of type `op`.
+    pub fn new(weight: Weight<'a>, name: &str, label: &str, op: &str) -> Self {
+        Part {
+            weight,
+            name: name.to_string(),
+            label: label.to_string(),
+            op: op.to_string(),
+        }
+    }
 }
 
 /// A dense layer whose shapes are checked and whose values are read by [`Builder::finish`].
@@ -129,8 +117,10 @@ pub(super) struct Draft<'a> {
     /// The bias, of `m` values or one broadcast value.
     pub b: Option<Part<'a>>,
     pub act: Activation,
+    /// The nodes the layer is read from and their op types (see [`Dense`]).
     pub nodes: Vec<String>,
     pub ops: Vec<String>,
+    /// Narrowing casts of the layer's output (see [`Dense`]).
     pub casts: Vec<Format>,
 }
 
@@ -141,6 +131,7 @@ impl Builder<'_> {
         drafts.into_iter().map(|d| self.finish_layer(d)).collect()
     }
 
+    /// The `want` values of `p`.
     fn read(&self, p: &Part<'_>, want: usize) -> Result<Vec<f64>, LipfpError> {
         let v = p
             .weight
@@ -156,6 +147,7 @@ impl Builder<'_> {
         Ok(v)
     }
 
+    /// The layer `d` with its values read and converted.
     fn finish_layer(&mut self, d: Draft<'_>) -> Result<Dense, LipfpError> {
         let (m, n) = (d.m, d.n);
         let vals = self.read(&d.w, m * n)?;
@@ -166,7 +158,7 @@ impl Builder<'_> {
             } else {
                 [k / n, k % n]
             };
-            w[at] = self.convert(x, &d.w.name, k, &d.w.label, &d.w.op)?;
+            w[at] = self.convert(x, &d.w, k)?;
         }
         let b = match &d.b {
             None => vec![0.0; m],
@@ -176,7 +168,7 @@ impl Builder<'_> {
                 let v = if count == 1 { vec![v[0]; m] } else { v };
                 let mut b = Vec::with_capacity(m);
                 for (k, x) in v.into_iter().enumerate() {
-                    b.push(self.convert(x, &p.name, k, &p.label, &p.op)?);
+                    b.push(self.convert(x, p, k)?);
                 }
                 b
             }
@@ -189,5 +181,40 @@ impl Builder<'_> {
             ops: d.ops,
             casts: d.casts,
         })
+    }
+
+    /// Convert entry `index` of the tensor `p`, of value `v`, to the deployment format,
+    /// refusing non-finite and (under flush-to-zero) subnormal values.
+    fn convert(&mut self, v: f64, p: &Part<'_>, index: usize) -> Result<f64, LipfpError> {
+        let (tensor, label, op) = (&p.name, &p.label, &p.op);
+        if !v.is_finite() {
+            return Err(self.fail(
+                label,
+                op,
+                format!("`{tensor}`[{index}] is not finite ({v})"),
+            ));
+        }
+        let c = self.format.round(v);
+        if !c.is_finite() {
+            return Err(self.fail(
+                label,
+                op,
+                format!("`{tensor}`[{index}] = {v:e} overflows {}", self.format),
+            ));
+        }
+        if self.ftz && self.format.is_subnormal(c) {
+            return Err(self.fail(
+                label,
+                op,
+                format!(
+                    "`{tensor}`[{index}] = {c:e} is subnormal in {}; flush-to-zero certification requires normal or zero weights",
+                    self.format
+                ),
+            ));
+        }
+        if c != v {
+            self.changed += 1;
+        }
+        Ok(c)
     }
 }

@@ -1,0 +1,732 @@
+//! Refusals that help: what lipfp does not read is refused in one paragraph naming the node, its
+//! op type and the supported set, with the reason and, where one is known, the cure. Classifier
+//! heads get the exact command that cuts the model at the logits, input normalisations the
+//! command that cuts them off and how to fold them into the first layer; with a Python that has
+//! onnx (`$LIPFP_PYTHON`, see `tests/common/runtime.rs`) the commands are run and their output
+//! is loaded.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::onnx_builder::*;
+use common::runtime;
+use lipfp::format::Format;
+use lipfp::model::{self, DenseNet, SUPPORTED_OPS};
+use lipfp::onnx::proto::tensor_proto::DataType;
+use lipfp::onnx::proto::FunctionProto;
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// `Gemm(x, W[m, n], b, transB = 1)` named `/{name}/Gemm` with output `out`.
+fn gemm(b: &mut ModelBuilder, name: &str, x: &str, (n, m): (usize, usize), out: &str) {
+    let mut rng = Lcg::new(n as u64 * 31 + m as u64);
+    let (w, bias) = (format!("{name}.weight"), format!("{name}.bias"));
+    b.init_f32(&w, &[m, n], &rng.f32s(m * n, 0.5));
+    b.init_f32(&bias, &[m], &rng.f32s(m, 0.1));
+    b.node(
+        "Gemm",
+        &format!("/{name}/Gemm"),
+        &[x, &w, &bias],
+        &[out],
+        vec![attr_int("transB", 1)],
+    );
+}
+
+/// `x[N, 12]` (already declared) -> `/fc0/Gemm` (12 -> 8) -> `/act0/Relu` -> `/fc1/Gemm`
+/// (8 -> `classes`) with output `logits`.
+fn classifier_from(b: &mut ModelBuilder, x: &str, classes: usize) {
+    gemm(b, "fc0", x, (12, 8), "h");
+    b.node("Relu", "/act0/Relu", &["h"], &["r"], vec![]);
+    gemm(b, "fc1", "r", (8, classes), "logits");
+}
+
+/// A classifier of 3 classes on `x[N, 12]` whose logits `logits` are read by `head`, which
+/// returns the graph output's name.
+fn with_head(head: impl FnOnce(&mut ModelBuilder) -> String) -> ModelBuilder {
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    classifier_from(&mut b, "x", 3);
+    let out = head(&mut b);
+    b.output_f32(&out, 3);
+    b
+}
+
+/// The Display of the error `load` must return.
+fn load_err(path: &Path) -> String {
+    match model::load(path, Format::Float32, false) {
+        Ok(net) => panic!("{} loaded as {:?}", path.display(), net.widths()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// One paragraph naming the node, its op type and the supported set, containing every needle.
+fn assert_refusal(msg: &str, node: &str, op: &str, needles: &[&str]) {
+    assert!(
+        msg.contains(&format!("node `{node}` (op {op})")),
+        "message does not name node `{node}` (op {op}): {msg}"
+    );
+    assert!(
+        msg.contains(SUPPORTED_OPS),
+        "message does not list the supported ops: {msg}"
+    );
+    assert!(!msg.contains('\n'), "message is not one paragraph: {msg}");
+    for n in needles {
+        assert!(msg.contains(n), "message does not contain {n:?}: {msg}");
+    }
+}
+
+/// The command `onnx.utils.extract_model(model, <stem>-<suffix>.onnx, [input], outputs)` as the
+/// message gives it.
+fn cut_command(model: &Path, suffix: &str, input: &str, outputs: &[&str]) -> String {
+    let stem = model.file_stem().unwrap().to_string_lossy();
+    let cut = model.with_file_name(format!("{stem}-{suffix}.onnx"));
+    let outputs: Vec<String> = outputs.iter().map(|o| format!("'{o}'")).collect();
+    format!(
+        "`python -c \"import onnx.utils; onnx.utils.extract_model('{}', '{}', ['{input}'], [{}])\"`",
+        model.display(),
+        cut.display(),
+        outputs.join(", ")
+    )
+}
+
+/// Run the `python -c "..."` command of `msg` in `sh` with the tests' Python; `false` when there
+/// is none (the runtime helper says so).
+fn run_cure(msg: &str) -> bool {
+    let Some(python) = runtime::python() else {
+        return false;
+    };
+    let start = msg
+        .find("`python -c ")
+        .expect("the message gives a command")
+        + 1;
+    let end = start + msg[start..].find('`').expect("the command ends");
+    let args = msg[start..end].strip_prefix("python").unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("\"$0\"{args}"))
+        .arg(&python)
+        .output()
+        .expect("run sh");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        &msg[start..end],
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
+
+/// The sibling `<stem>-<suffix>.onnx` of `model`, loaded.
+fn load_sibling(model: &Path, suffix: &str) -> DenseNet {
+    let stem = model.file_stem().unwrap().to_string_lossy();
+    let path: PathBuf = model.with_file_name(format!("{stem}-{suffix}.onnx"));
+    model::load(&path, Format::Float32, false).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The network of `with_head` without its head.
+fn plain_classifier(dir: &Path) -> DenseNet {
+    let b = with_head(|_| "logits".into());
+    let path = b.write(dir, "plain.onnx");
+    model::load(&path, Format::Float32, false).unwrap()
+}
+
+#[test]
+fn a_softmax_head_is_cut_at_the_logits() {
+    let dir = tmp();
+    let b = with_head(|b| {
+        let attrs = vec![attr_int("axis", 1)];
+        b.node(
+            "Softmax",
+            "/softmax/Softmax",
+            &["logits"],
+            &["probs"],
+            attrs,
+        );
+        "probs".into()
+    });
+    let path = b.write(dir.path(), "m.onnx");
+    let msg = load_err(&path);
+    let cut = cut_command(&path, "logits", "x", &["logits"]);
+    assert_refusal(
+        &msg,
+        "/softmax/Softmax",
+        "Softmax",
+        &[
+            "after the logits `logits`",
+            "classifier head",
+            "arg-max",
+            &cut,
+        ],
+    );
+    if run_cure(&msg) {
+        let net = load_sibling(&path, "logits");
+        assert_eq!(net.hash(), plain_classifier(dir.path()).hash());
+    }
+}
+
+#[test]
+fn a_log_softmax_head_is_cut_at_the_logits() {
+    let dir = tmp();
+    let b = with_head(|b| {
+        let attrs = vec![attr_int("axis", -1)];
+        b.node("LogSoftmax", "/LogSoftmax", &["logits"], &["logp"], attrs);
+        "logp".into()
+    });
+    let path = b.write(dir.path(), "m.onnx");
+    let msg = load_err(&path);
+    let cut = cut_command(&path, "logits", "x", &["logits"]);
+    assert_refusal(
+        &msg,
+        "/LogSoftmax",
+        "LogSoftmax",
+        &["after the logits `logits`", &cut],
+    );
+    if run_cure(&msg) {
+        let net = load_sibling(&path, "logits");
+        assert_eq!(net.hash(), plain_classifier(dir.path()).hash());
+    }
+}
+
+#[test]
+fn an_argmax_head_is_cut_at_the_logits() {
+    let dir = tmp();
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    classifier_from(&mut b, "x", 3);
+    let attrs = vec![attr_int("axis", 1), attr_int("keepdims", 0)];
+    b.node("ArgMax", "/ArgMax", &["logits"], &["label"], attrs);
+    b.output("label", DataType::Int64, Some(&[batch()]));
+    let path = b.write(dir.path(), "m.onnx");
+    let msg = load_err(&path);
+    let cut = cut_command(&path, "logits", "x", &["logits"]);
+    assert_refusal(
+        &msg,
+        "/ArgMax",
+        "ArgMax",
+        &["after the logits `logits`", &cut],
+    );
+    if run_cure(&msg) {
+        let net = load_sibling(&path, "logits");
+        assert_eq!(net.hash(), plain_classifier(dir.path()).hash());
+    }
+}
+
+/// skl2onnx's MLPClassifier: MatMul + Add layers, Softmax, then a label output (ArgMax,
+/// ArrayFeatureExtractor over the classes) and a probability output (ZipMap).
+#[test]
+fn an_skl2onnx_classifier_is_cut_at_the_logits_before_its_label_and_probability_outputs() {
+    let dir = tmp();
+    let mut b = ModelBuilder::new();
+    b.import_domain("ai.onnx.ml", 1);
+    b.input_f32("float_input", &[12]);
+    let mut rng = Lcg::new(7);
+    for (k, (n, m)) in [(12, 8), (8, 3)].into_iter().enumerate() {
+        let x = if k == 0 {
+            "float_input"
+        } else {
+            "next_activations"
+        };
+        b.init_f32(&format!("coefficient{k}"), &[n, m], &rng.f32s(n * m, 0.5));
+        b.init_f32(&format!("intercepts{k}"), &[m], &rng.f32s(m, 0.1));
+        let coef = format!("coefficient{k}");
+        b.node(
+            "MatMul",
+            &format!("MatMul{k}"),
+            &[x, &coef],
+            &[&format!("mul_result{k}")],
+            vec![],
+        );
+        let sum = if k == 0 {
+            "add_result0"
+        } else {
+            "out_activations_result_in"
+        };
+        b.node(
+            "Add",
+            &format!("Add{k}"),
+            &[&format!("mul_result{k}"), &format!("intercepts{k}")],
+            &[sum],
+            vec![],
+        );
+        if k == 0 {
+            b.node(
+                "Relu",
+                "Relu",
+                &["add_result0"],
+                &["next_activations"],
+                vec![],
+            );
+        }
+    }
+    b.node(
+        "Softmax",
+        "Softmax",
+        &["out_activations_result_in"],
+        &["out_activations_result"],
+        vec![attr_int("axis", 1)],
+    );
+    b.node(
+        "ArgMax",
+        "ArgMax",
+        &["out_activations_result"],
+        &["argmax_output"],
+        vec![attr_int("axis", 1)],
+    );
+    b.init_i64("classes", &[3], &[0, 1, 2]);
+    let mut extract = node(
+        "ArrayFeatureExtractor",
+        "ArrayFeatureExtractor",
+        &["classes", "argmax_output"],
+        &["label"],
+        vec![],
+    );
+    extract.domain = "ai.onnx.ml".into();
+    b.push(extract);
+    let mut zipmap = node(
+        "ZipMap",
+        "ZipMap",
+        &["out_activations_result"],
+        &["output_probability"],
+        vec![],
+    );
+    zipmap.domain = "ai.onnx.ml".into();
+    b.push(zipmap);
+    b.output("label", DataType::Int64, None);
+    b.output("output_probability", DataType::Float, None);
+    let path = b.write(dir.path(), "mlp.onnx");
+    let msg = load_err(&path);
+    let cut = cut_command(
+        &path,
+        "logits",
+        "float_input",
+        &["out_activations_result_in"],
+    );
+    assert_refusal(
+        &msg,
+        "Softmax",
+        "Softmax",
+        &["after the logits `out_activations_result_in`", &cut],
+    );
+    // a ZipMap straight on the logits is a head too
+    let mut b = with_head(|b| {
+        let mut zipmap = node("ZipMap", "ZipMap", &["logits"], &["probs"], vec![]);
+        zipmap.domain = "ai.onnx.ml".into();
+        b.push(zipmap);
+        "probs".into()
+    });
+    b.import_domain("ai.onnx.ml", 1);
+    let path = b.write(dir.path(), "zipmap.onnx");
+    let msg = load_err(&path);
+    let cut = cut_command(&path, "logits", "x", &["logits"]);
+    assert_refusal(
+        &msg,
+        "ZipMap",
+        "ai.onnx.ml:ZipMap",
+        &["after the logits `logits`", &cut],
+    );
+}
+
+#[test]
+fn a_head_that_does_not_read_the_logits_says_so() {
+    let dir = tmp();
+    let b = with_head(|b| {
+        b.node("Relu", "/act1/Relu", &["logits"], &["r1"], vec![]);
+        b.node("Softmax", "/softmax/Softmax", &["r1"], &["probs"], vec![]);
+        "probs".into()
+    });
+    let msg = load_err(&b.write(dir.path(), "m.onnx"));
+    assert_refusal(
+        &msg,
+        "/softmax/Softmax",
+        "Softmax",
+        &["classifier head", "its input `r1` is not the logits"],
+    );
+    assert!(!msg.contains("extract_model"), "{msg}");
+}
+
+/// `x[N, 12]` -> `Sub(x, mean)` -> `Div(., std)` -> the classifier.
+fn normalised_classifier() -> ModelBuilder {
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    b.init_f32("mean", &[12], &[0.5; 12]);
+    b.init_f32("std", &[12], &[0.25; 12]);
+    b.node(
+        "Sub",
+        "/norm/Sub",
+        &["x", "mean"],
+        &["/norm/Sub_output_0"],
+        vec![],
+    );
+    b.node(
+        "Div",
+        "/norm/Div",
+        &["/norm/Sub_output_0", "std"],
+        &["/norm/Div_output_0"],
+        vec![],
+    );
+    classifier_from(&mut b, "/norm/Div_output_0", 3);
+    b.output_f32("logits", 3);
+    b
+}
+
+#[test]
+fn a_sub_div_normalisation_says_how_to_fold_it_or_cut_it_off() {
+    let dir = tmp();
+    let path = normalised_classifier().write(dir.path(), "m.onnx");
+    let msg = load_err(&path);
+    let cut = cut_command(&path, "unnormalised", "/norm/Div_output_0", &["logits"]);
+    assert_refusal(
+        &msg,
+        "/norm/Sub",
+        "Sub",
+        &[
+            "on the network input `x` is an input normalisation step",
+            "(x - m: x -> a*x + c with a = 1, c = -m)",
+            "lipfp certifies in the model's input space",
+            "not supported yet",
+            "Fold the normalisation into the first layer (weight W diag(a), bias b + W c",
+            "the radius then in the normalised space",
+            &cut,
+        ],
+    );
+    if run_cure(&msg) {
+        let net = load_sibling(&path, "unnormalised");
+        assert_eq!(net.input_name, "/norm/Div_output_0");
+        assert_eq!(net.hash(), plain_classifier(dir.path()).hash());
+    }
+}
+
+#[test]
+fn a_scaling_of_the_input_is_a_normalisation() {
+    let dir = tmp();
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    b.init_f32("scale", &[], &[1.0 / 255.0]);
+    b.node("Mul", "/Mul", &["scale", "x"], &["xs"], vec![]);
+    classifier_from(&mut b, "xs", 3);
+    b.output_f32("logits", 3);
+    let path = b.write(dir.path(), "m.onnx");
+    let msg = load_err(&path);
+    let cut = cut_command(&path, "unnormalised", "xs", &["logits"]);
+    assert_refusal(
+        &msg,
+        "/Mul",
+        "Mul",
+        &["input normalisation step", "a = s", &cut],
+    );
+    // a constant Add on the input too
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    b.init_f32("shift", &[12], &[0.5; 12]);
+    b.node("Add", "/Add", &["x", "shift"], &["xs"], vec![]);
+    classifier_from(&mut b, "xs", 3);
+    b.output_f32("logits", 3);
+    let msg = load_err(&b.write(dir.path(), "add.onnx"));
+    assert_refusal(&msg, "/Add", "Add", &["input normalisation step", "c = m"]);
+}
+
+#[test]
+fn a_scaler_is_a_normalisation() {
+    let dir = tmp();
+    let mut b = ModelBuilder::new();
+    b.import_domain("ai.onnx.ml", 1);
+    b.input_f32("x", &[12]);
+    let mut scaler = node(
+        "Scaler",
+        "Scaler",
+        &["x"],
+        &["variable"],
+        vec![
+            attr_floats("offset", &[0.5; 12]),
+            attr_floats("scale", &[2.0; 12]),
+        ],
+    );
+    scaler.domain = "ai.onnx.ml".into();
+    b.push(scaler);
+    classifier_from(&mut b, "variable", 3);
+    b.output_f32("logits", 3);
+    let path = b.write(dir.path(), "m.onnx");
+    let msg = load_err(&path);
+    let cut = cut_command(&path, "unnormalised", "variable", &["logits"]);
+    assert_refusal(
+        &msg,
+        "Scaler",
+        "ai.onnx.ml:Scaler",
+        &["input normalisation step", "c = -offset * scale", &cut],
+    );
+}
+
+/// The four constant inputs of a BatchNormalization over `n` features, named `{name}.*`.
+fn batch_norm(b: &mut ModelBuilder, name: &str, x: &str, n: usize, out: &str) {
+    let inputs: Vec<String> = ["weight", "bias", "running_mean", "running_var"]
+        .iter()
+        .map(|p| format!("{name}.{p}"))
+        .collect();
+    for (k, p) in inputs.iter().enumerate() {
+        b.init_f32(p, &[n], &vec![[1.0, 0.0, 0.1, 2.0][k]; n]);
+    }
+    let mut all = vec![x];
+    all.extend(inputs.iter().map(String::as_str));
+    b.node(
+        "BatchNormalization",
+        &format!("/{name}/BatchNormalization"),
+        &all,
+        &[out],
+        vec![attr_float("epsilon", 1e-5)],
+    );
+}
+
+#[test]
+fn a_batch_normalization_is_folded_into_its_layer_or_is_a_normalisation() {
+    let dir = tmp();
+    // after a layer: fold it into that layer
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    gemm(&mut b, "fc0", "x", (12, 8), "h");
+    batch_norm(&mut b, "bn", "h", 8, "bn_out");
+    b.node("Relu", "/act0/Relu", &["bn_out"], &["r"], vec![]);
+    gemm(&mut b, "fc1", "r", (8, 3), "logits");
+    b.output_f32("logits", 3);
+    let msg = load_err(&b.write(dir.path(), "m.onnx"));
+    assert_refusal(
+        &msg,
+        "/bn/BatchNormalization",
+        "BatchNormalization",
+        &[
+            "after the dense layer `/fc0/Gemm`",
+            "a = scale / sqrt(var + epsilon), c = B - a * mean",
+            "fold it into that layer (weight diag(a) W, bias a*b + c)",
+            "torch.nn.utils.fuse_linear_bn_eval(linear, bn)",
+        ],
+    );
+    // on the input: a normalisation
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    batch_norm(&mut b, "bn", "x", 12, "bn_out");
+    classifier_from(&mut b, "bn_out", 3);
+    b.output_f32("logits", 3);
+    let path = b.write(dir.path(), "input_bn.onnx");
+    let msg = load_err(&path);
+    let cut = cut_command(&path, "unnormalised", "bn_out", &["logits"]);
+    assert_refusal(
+        &msg,
+        "/bn/BatchNormalization",
+        "BatchNormalization",
+        &["input normalisation step", "input space", &cut],
+    );
+    if run_cure(&msg) {
+        let net = load_sibling(&path, "unnormalised");
+        assert_eq!(net.hash(), plain_classifier(dir.path()).hash());
+    }
+}
+
+#[test]
+fn a_constant_step_after_a_relu_is_folded_into_the_next_layer() {
+    let dir = tmp();
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    gemm(&mut b, "fc0", "x", (12, 8), "h");
+    b.node("Relu", "/act0/Relu", &["h"], &["r"], vec![]);
+    b.init_f32("shift", &[8], &[0.5; 8]);
+    b.node("Add", "/shift/Add", &["r", "shift"], &["s"], vec![]);
+    gemm(&mut b, "fc1", "s", (8, 3), "logits");
+    b.output_f32("logits", 3);
+    let msg = load_err(&b.write(dir.path(), "m.onnx"));
+    assert_refusal(
+        &msg,
+        "/shift/Add",
+        "Add",
+        &[
+            "a constant add is supported only as the bias directly after a MatMul without bias",
+            "after a ReLU",
+            "fold it into the next dense layer (weight W diag(a), bias b + W c)",
+        ],
+    );
+}
+
+#[test]
+fn a_conv_says_only_dense_layers_are_certified() {
+    let dir = tmp();
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[1, 4, 4]);
+    let mut rng = Lcg::new(31);
+    b.init_f32("conv.weight", &[2, 1, 3, 3], &rng.f32s(18, 0.5));
+    b.init_f32("conv.bias", &[2], &rng.f32s(2, 0.1));
+    b.node(
+        "Conv",
+        "/conv1/Conv",
+        &["x", "conv.weight", "conv.bias"],
+        &["c"],
+        vec![attr_ints("kernel_shape", &[3, 3])],
+    );
+    b.node(
+        "Flatten",
+        "/Flatten",
+        &["c"],
+        &["f"],
+        vec![attr_int("axis", 1)],
+    );
+    gemm(&mut b, "fc0", "f", (8, 3), "logits");
+    b.output_f32("logits", 3);
+    let msg = load_err(&b.write(dir.path(), "m.onnx"));
+    assert_refusal(
+        &msg,
+        "/conv1/Conv",
+        "Conv",
+        &[
+            "convolutional layer",
+            "dense (fully connected) ReLU networks only",
+            "equivalent dense layer",
+        ],
+    );
+}
+
+#[test]
+fn smooth_activations_say_to_use_relu() {
+    let dir = tmp();
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    gemm(&mut b, "fc0", "x", (12, 8), "h");
+    b.node("Tanh", "/act0/Tanh", &["h"], &["t"], vec![]);
+    gemm(&mut b, "fc1", "t", (8, 3), "logits");
+    b.output_f32("logits", 3);
+    let msg = load_err(&b.write(dir.path(), "m.onnx"));
+    assert_refusal(
+        &msg,
+        "/act0/Tanh",
+        "Tanh",
+        &["activation lipfp does not model", "retrain with ReLU"],
+    );
+}
+
+#[test]
+fn a_sigmoid_on_a_single_logit_says_how_to_make_two() {
+    let dir = tmp();
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    classifier_from(&mut b, "x", 1);
+    b.node("Sigmoid", "/Sigmoid", &["logits"], &["p"], vec![]);
+    b.output_f32("p", 1);
+    let msg = load_err(&b.write(dir.path(), "m.onnx"));
+    assert_refusal(
+        &msg,
+        "/Sigmoid",
+        "Sigmoid",
+        &[
+            "single logit `logits`",
+            "binary classifier",
+            "second logit fixed at zero",
+        ],
+    );
+}
+
+#[test]
+fn a_model_local_function_says_how_to_inline_it() {
+    let dir = tmp();
+    let mut rng = Lcg::new(34);
+    let mut b = ModelBuilder::new();
+    b.import_domain("pkg.local", 1);
+    b.input_f32("x", &[12]);
+    b.init_f32("W0", &[8, 12], &rng.f32s(96, 0.5));
+    b.init_f32("B0", &[8], &rng.f32s(8, 0.1));
+    b.function(FunctionProto {
+        name: Some("LinearRelu".into()),
+        domain: Some("pkg.local".into()),
+        input: vec!["X".into(), "W".into(), "B".into()],
+        output: vec!["Y".into()],
+        node: vec![
+            node(
+                "Gemm",
+                "g",
+                &["X", "W", "B"],
+                &["G"],
+                vec![attr_int("transB", 1)],
+            ),
+            node("Relu", "r", &["G"], &["Y"], vec![]),
+        ],
+        opset_import: vec![lipfp::onnx::proto::OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        ..Default::default()
+    });
+    let mut call = node(
+        "LinearRelu",
+        "/block0/LinearRelu",
+        &["x", "W0", "B0"],
+        &["h"],
+        vec![],
+    );
+    call.domain = "pkg.local".into();
+    b.push(call);
+    gemm(&mut b, "fc1", "h", (8, 3), "logits");
+    b.output_f32("logits", 3);
+    let path = b.write(dir.path(), "m.onnx");
+    let msg = load_err(&path);
+    let inlined = dir.path().join("m-inlined.onnx");
+    let command = format!(
+        "`python -c \"import onnx, onnx.inliner; onnx.save(onnx.inliner.inline_local_functions(onnx.load('{}')), '{}')\"`",
+        path.display(),
+        inlined.display()
+    );
+    assert_refusal(
+        &msg,
+        "/block0/LinearRelu",
+        "LinearRelu",
+        &["model-local functions", &command],
+    );
+    if run_cure(&msg) {
+        let net = load_sibling(&path, "inlined");
+        assert_eq!(net.widths(), [12, 8, 3]);
+    }
+}
+
+#[test]
+fn a_second_output_beside_the_logits_is_cut_off() {
+    let dir = tmp();
+    let mut b = with_head(|_| "logits".into());
+    b.output("h", DataType::Float, None);
+    let path = b.write(dir.path(), "m.onnx");
+    let msg = load_err(&path);
+    let cut = cut_command(&path, "logits", "x", &["logits"]);
+    for needle in [
+        "expected exactly one graph output, found 2",
+        "the logits `logits`",
+        &cut,
+    ] {
+        assert!(msg.contains(needle), "{needle:?}: {msg}");
+    }
+}
+
+#[test]
+fn non_constant_weights_and_optimised_graphs_say_what_to_export() {
+    let dir = tmp();
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    b.input("W", DataType::Float, &[D::Fixed(12), D::Fixed(3)]);
+    b.node("MatMul", "/fc0/MatMul", &["x", "W"], &["y"], vec![]);
+    b.output_f32("y", 3);
+    let msg = load_err(&b.write(dir.path(), "m.onnx"));
+    assert!(msg.contains("node `/fc0/MatMul` (op MatMul)"), "{msg}");
+    assert!(msg.contains("export_params=True"), "{msg}");
+
+    let mut b = ModelBuilder::new();
+    b.import_domain("com.microsoft", 1);
+    b.input_f32("x", &[12]);
+    b.init_f32("W", &[12, 3], &[0.5; 36]);
+    let mut fused = node("FusedMatMul", "MatMul_0", &["x", "W"], &["y"], vec![]);
+    fused.domain = "com.microsoft".into();
+    b.push(fused);
+    b.output_f32("y", 3);
+    let msg = load_err(&b.write(dir.path(), "ort.onnx"));
+    assert_refusal(
+        &msg,
+        "MatMul_0",
+        "com.microsoft:FusedMatMul",
+        &["onnxruntime contrib op", "certify the model as exported"],
+    );
+}
