@@ -1,9 +1,9 @@
 //! Refusals that help: what lipfp does not read is refused in one paragraph naming the node, its
 //! op type and the supported set, with the reason and, where one is known, the cure. Classifier
 //! heads get the exact command that cuts the model at the logits, input normalisations the
-//! command that cuts them off and how to fold them into the first layer; with a Python that has
-//! onnx (`$LIPFP_PYTHON`, see `tests/common/runtime.rs`) the commands are run and their output
-//! is loaded.
+//! command that cuts them off and how to fold them into the first layer. With a Python that has
+//! onnx (`$LIPFP_PYTHON`, see `build.rs`) the commands are run, on these models and on the
+//! refused real exports of `tests/corpus`, and what they write is loaded.
 
 mod common;
 
@@ -16,6 +16,8 @@ use lipfp::format::Format;
 use lipfp::model::{self, DenseNet, SUPPORTED_OPS};
 use lipfp::onnx::proto::tensor_proto::DataType;
 use lipfp::onnx::proto::FunctionProto;
+use lipfp::progress::Progress;
+use lipfp::run::{self, SubjectSpec};
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
@@ -93,12 +95,25 @@ fn cut_command(model: &Path, suffix: &str, input: &str, outputs: &[&str]) -> Str
     )
 }
 
-/// Run the `python -c "..."` command of `msg` in `sh` with the tests' Python; `false` when there
-/// is none (the runtime helper says so).
-fn run_cure(msg: &str) -> bool {
-    let Some(python) = runtime::python() else {
-        return false;
-    };
+/// The command that cuts an input normalisation off `model` at `input` (a float32
+/// `[N, 12]` tensor), keeping `outputs`, as the message gives it.
+fn unnormalise_command(model: &Path, input: &str, outputs: &[&str]) -> String {
+    let stem = model.file_stem().unwrap().to_string_lossy();
+    let cut = model.with_file_name(format!("{stem}-unnormalised.onnx"));
+    let outputs: Vec<String> = outputs.iter().map(|o| format!("'{o}'")).collect();
+    format!(
+        "`python -c \"import onnx, onnx.utils; m = onnx.shape_inference.infer_shapes(onnx.load('{}')); \
+         m.graph.value_info.append(onnx.helper.make_tensor_value_info('{input}', onnx.TensorProto.FLOAT, \
+         ['N', 12])); onnx.save(onnx.utils.Extractor(m).extract_model(['{input}'], [{}]), '{}')\"`",
+        model.display(),
+        outputs.join(", "),
+        cut.display()
+    )
+}
+
+/// Run the `python -c "..."` command of `msg` in `sh` with the tests' Python.
+fn run_cure(msg: &str) {
+    let python = runtime::python();
     let start = msg
         .find("`python -c ")
         .expect("the message gives a command")
@@ -117,7 +132,6 @@ fn run_cure(msg: &str) -> bool {
         &msg[start..end],
         String::from_utf8_lossy(&out.stderr)
     );
-    true
 }
 
 /// The sibling `<stem>-<suffix>.onnx` of `model`, loaded.
@@ -134,10 +148,9 @@ fn plain_classifier(dir: &Path) -> DenseNet {
     model::load(&path, Format::Float32, false).unwrap()
 }
 
-#[test]
-fn a_softmax_head_is_cut_at_the_logits() {
-    let dir = tmp();
-    let b = with_head(|b| {
+/// The classifier with a `Softmax` head.
+fn softmax_model() -> ModelBuilder {
+    with_head(|b| {
         let attrs = vec![attr_int("axis", 1)];
         b.node(
             "Softmax",
@@ -147,8 +160,33 @@ fn a_softmax_head_is_cut_at_the_logits() {
             attrs,
         );
         "probs".into()
-    });
-    let path = b.write(dir.path(), "m.onnx");
+    })
+}
+
+/// The classifier with a `LogSoftmax` head.
+fn log_softmax_model() -> ModelBuilder {
+    with_head(|b| {
+        let attrs = vec![attr_int("axis", -1)];
+        b.node("LogSoftmax", "/LogSoftmax", &["logits"], &["logp"], attrs);
+        "logp".into()
+    })
+}
+
+/// The classifier with an `ArgMax` head: the label is the output.
+fn argmax_model() -> ModelBuilder {
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    classifier_from(&mut b, "x", 3);
+    let attrs = vec![attr_int("axis", 1), attr_int("keepdims", 0)];
+    b.node("ArgMax", "/ArgMax", &["logits"], &["label"], attrs);
+    b.output("label", DataType::Int64, Some(&[batch()]));
+    b
+}
+
+#[test]
+fn a_softmax_head_is_cut_at_the_logits() {
+    let dir = tmp();
+    let path = softmax_model().write(dir.path(), "m.onnx");
     let msg = load_err(&path);
     let cut = cut_command(&path, "logits", "x", &["logits"]);
     assert_refusal(
@@ -162,21 +200,12 @@ fn a_softmax_head_is_cut_at_the_logits() {
             &cut,
         ],
     );
-    if run_cure(&msg) {
-        let net = load_sibling(&path, "logits");
-        assert_eq!(net.hash(), plain_classifier(dir.path()).hash());
-    }
 }
 
 #[test]
 fn a_log_softmax_head_is_cut_at_the_logits() {
     let dir = tmp();
-    let b = with_head(|b| {
-        let attrs = vec![attr_int("axis", -1)];
-        b.node("LogSoftmax", "/LogSoftmax", &["logits"], &["logp"], attrs);
-        "logp".into()
-    });
-    let path = b.write(dir.path(), "m.onnx");
+    let path = log_softmax_model().write(dir.path(), "m.onnx");
     let msg = load_err(&path);
     let cut = cut_command(&path, "logits", "x", &["logits"]);
     assert_refusal(
@@ -185,22 +214,12 @@ fn a_log_softmax_head_is_cut_at_the_logits() {
         "LogSoftmax",
         &["after the logits `logits`", &cut],
     );
-    if run_cure(&msg) {
-        let net = load_sibling(&path, "logits");
-        assert_eq!(net.hash(), plain_classifier(dir.path()).hash());
-    }
 }
 
 #[test]
 fn an_argmax_head_is_cut_at_the_logits() {
     let dir = tmp();
-    let mut b = ModelBuilder::new();
-    b.input_f32("x", &[12]);
-    classifier_from(&mut b, "x", 3);
-    let attrs = vec![attr_int("axis", 1), attr_int("keepdims", 0)];
-    b.node("ArgMax", "/ArgMax", &["logits"], &["label"], attrs);
-    b.output("label", DataType::Int64, Some(&[batch()]));
-    let path = b.write(dir.path(), "m.onnx");
+    let path = argmax_model().write(dir.path(), "m.onnx");
     let msg = load_err(&path);
     let cut = cut_command(&path, "logits", "x", &["logits"]);
     assert_refusal(
@@ -209,10 +228,6 @@ fn an_argmax_head_is_cut_at_the_logits() {
         "ArgMax",
         &["after the logits `logits`", &cut],
     );
-    if run_cure(&msg) {
-        let net = load_sibling(&path, "logits");
-        assert_eq!(net.hash(), plain_classifier(dir.path()).hash());
-    }
 }
 
 /// skl2onnx's MLPClassifier: MatMul + Add layers, Softmax, then a label output (ArgMax,
@@ -378,7 +393,7 @@ fn a_sub_div_normalisation_says_how_to_fold_it_or_cut_it_off() {
     let dir = tmp();
     let path = normalised_classifier().write(dir.path(), "m.onnx");
     let msg = load_err(&path);
-    let cut = cut_command(&path, "unnormalised", "/norm/Div_output_0", &["logits"]);
+    let cut = unnormalise_command(&path, "/norm/Div_output_0", &["logits"]);
     assert_refusal(
         &msg,
         "/norm/Sub",
@@ -393,11 +408,6 @@ fn a_sub_div_normalisation_says_how_to_fold_it_or_cut_it_off() {
             &cut,
         ],
     );
-    if run_cure(&msg) {
-        let net = load_sibling(&path, "unnormalised");
-        assert_eq!(net.input_name, "/norm/Div_output_0");
-        assert_eq!(net.hash(), plain_classifier(dir.path()).hash());
-    }
 }
 
 #[test]
@@ -411,7 +421,7 @@ fn a_scaling_of_the_input_is_a_normalisation() {
     b.output_f32("logits", 3);
     let path = b.write(dir.path(), "m.onnx");
     let msg = load_err(&path);
-    let cut = cut_command(&path, "unnormalised", "xs", &["logits"]);
+    let cut = unnormalise_command(&path, "xs", &["logits"]);
     assert_refusal(
         &msg,
         "/Mul",
@@ -427,6 +437,15 @@ fn a_scaling_of_the_input_is_a_normalisation() {
     b.output_f32("logits", 3);
     let msg = load_err(&b.write(dir.path(), "add.onnx"));
     assert_refusal(&msg, "/Add", "Add", &["input normalisation step", "c = m"]);
+    // a constant divided by the input is not affine
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    b.init_f32("one", &[], &[1.0]);
+    b.node("Div", "/Div", &["one", "x"], &["xs"], vec![]);
+    classifier_from(&mut b, "xs", 3);
+    b.output_f32("logits", 3);
+    let msg = load_err(&b.write(dir.path(), "div.onnx"));
+    assert_refusal(&msg, "/Div", "Div", &["not an affine map"]);
 }
 
 #[test]
@@ -451,12 +470,35 @@ fn a_scaler_is_a_normalisation() {
     b.output_f32("logits", 3);
     let path = b.write(dir.path(), "m.onnx");
     let msg = load_err(&path);
-    let cut = cut_command(&path, "unnormalised", "variable", &["logits"]);
+    let cut = unnormalise_command(&path, "variable", &["logits"]);
     assert_refusal(
         &msg,
         "Scaler",
         "ai.onnx.ml:Scaler",
         &["input normalisation step", "c = -offset * scale", &cut],
+    );
+    // with a classifier head too (skl2onnx's Pipeline(StandardScaler, MLPClassifier)), the
+    // command cuts both off
+    b.outputs.clear();
+    b.node(
+        "Softmax",
+        "Softmax",
+        &["logits"],
+        &["probabilities"],
+        vec![],
+    );
+    b.output_f32("probabilities", 3);
+    let path = b.write(dir.path(), "pipeline.onnx");
+    let msg = load_err(&path);
+    let cut = unnormalise_command(&path, "variable", &["logits"]);
+    assert_refusal(
+        &msg,
+        "Scaler",
+        "ai.onnx.ml:Scaler",
+        &[
+            "(with the classifier head `Softmax`, at the logits `logits`)",
+            &cut,
+        ],
     );
 }
 
@@ -504,24 +546,25 @@ fn a_batch_normalization_is_folded_into_its_layer_or_is_a_normalisation() {
         ],
     );
     // on the input: a normalisation
-    let mut b = ModelBuilder::new();
-    b.input_f32("x", &[12]);
-    batch_norm(&mut b, "bn", "x", 12, "bn_out");
-    classifier_from(&mut b, "bn_out", 3);
-    b.output_f32("logits", 3);
-    let path = b.write(dir.path(), "input_bn.onnx");
+    let path = input_batch_norm_model().write(dir.path(), "input_bn.onnx");
     let msg = load_err(&path);
-    let cut = cut_command(&path, "unnormalised", "bn_out", &["logits"]);
+    let cut = unnormalise_command(&path, "bn_out", &["logits"]);
     assert_refusal(
         &msg,
         "/bn/BatchNormalization",
         "BatchNormalization",
         &["input normalisation step", "input space", &cut],
     );
-    if run_cure(&msg) {
-        let net = load_sibling(&path, "unnormalised");
-        assert_eq!(net.hash(), plain_classifier(dir.path()).hash());
-    }
+}
+
+/// A BatchNormalization of the input, then the classifier.
+fn input_batch_norm_model() -> ModelBuilder {
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    batch_norm(&mut b, "bn", "x", 12, "bn_out");
+    classifier_from(&mut b, "bn_out", 3);
+    b.output_f32("logits", 3);
+    b
 }
 
 #[test]
@@ -624,9 +667,8 @@ fn a_sigmoid_on_a_single_logit_says_how_to_make_two() {
     );
 }
 
-#[test]
-fn a_model_local_function_says_how_to_inline_it() {
-    let dir = tmp();
+/// A model-local function `LinearRelu` (Gemm + Relu) for the first layer, then a Gemm.
+fn function_model() -> ModelBuilder {
     let mut rng = Lcg::new(34);
     let mut b = ModelBuilder::new();
     b.import_domain("pkg.local", 1);
@@ -665,7 +707,13 @@ fn a_model_local_function_says_how_to_inline_it() {
     b.push(call);
     gemm(&mut b, "fc1", "h", (8, 3), "logits");
     b.output_f32("logits", 3);
-    let path = b.write(dir.path(), "m.onnx");
+    b
+}
+
+#[test]
+fn a_model_local_function_says_how_to_inline_it() {
+    let dir = tmp();
+    let path = function_model().write(dir.path(), "m.onnx");
     let msg = load_err(&path);
     let inlined = dir.path().join("m-inlined.onnx");
     let command = format!(
@@ -679,10 +727,6 @@ fn a_model_local_function_says_how_to_inline_it() {
         "LinearRelu",
         &["model-local functions", &command],
     );
-    if run_cure(&msg) {
-        let net = load_sibling(&path, "inlined");
-        assert_eq!(net.widths(), [12, 8, 3]);
-    }
 }
 
 #[test]
@@ -728,5 +772,125 @@ fn non_constant_weights_and_optimised_graphs_say_what_to_export() {
         "MatMul_0",
         "com.microsoft:FusedMatMul",
         &["onnxruntime contrib op", "certify the model as exported"],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The commands run (a Python with onnx)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "no Python with onnxruntime, onnx and numpy (set LIPFP_PYTHON; .ci/run makes one)"
+)]
+fn the_commands_that_cut_a_head_or_a_normalisation_off_give_the_classifier() {
+    let dir = tmp();
+    let plain = plain_classifier(dir.path());
+    let cases = [
+        ("softmax.onnx", softmax_model(), "logits"),
+        ("logsoftmax.onnx", log_softmax_model(), "logits"),
+        ("argmax.onnx", argmax_model(), "logits"),
+        ("sub_div.onnx", normalised_classifier(), "unnormalised"),
+        ("input_bn.onnx", input_batch_norm_model(), "unnormalised"),
+    ];
+    for (file, b, suffix) in cases {
+        let path = b.write(dir.path(), file);
+        run_cure(&load_err(&path));
+        let net = load_sibling(&path, suffix);
+        assert_eq!(net.hash(), plain.hash(), "{file}");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "no Python with onnxruntime, onnx and numpy (set LIPFP_PYTHON; .ci/run makes one)"
+)]
+fn the_command_that_inlines_functions_gives_a_model_lipfp_reads() {
+    let dir = tmp();
+    let path = function_model().write(dir.path(), "m.onnx");
+    run_cure(&load_err(&path));
+    assert_eq!(load_sibling(&path, "inlined").widths(), [12, 8, 3]);
+}
+
+/// The models and onnxruntime's classes of `tests/corpus` (see `tests/corpus.rs`).
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
+}
+
+/// The model at `path` in the format it is stored in.
+fn load_stored(path: &Path) -> Result<DenseNet, lipfp::error::LipfpError> {
+    model::stored_format(path).and_then(|f| model::load(path, f, false))
+}
+
+/// lipfp's classes for the corpus inputs `name.x.npy` through the model at `path`.
+fn corpus_classes(path: &Path, name: &str) -> Vec<i64> {
+    let spec = SubjectSpec {
+        model: path.to_path_buf(),
+        format: None,
+        accumulate: None,
+        ftz: false,
+        inputs: corpus().join(format!("{name}.x.npy")),
+        labels: None,
+        gram_iterations: 12,
+        reference: false,
+        shard: None,
+    };
+    let subject = run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"));
+    subject
+        .predictions
+        .iter()
+        .map(|p| p.map(|c| c as i64).unwrap_or(-1))
+        .collect()
+}
+
+/// onnxruntime's classes for the corpus inputs of `name`.
+fn ort_classes(name: &str) -> Vec<i64> {
+    let bytes = std::fs::read(corpus().join(format!("{name}.ort_label.npy"))).unwrap();
+    npyz::NpyFile::new(&bytes[..])
+        .unwrap()
+        .into_vec::<i64>()
+        .unwrap()
+}
+
+/// Every command a refusal of a real export gives runs and makes a model lipfp accepts; a model
+/// cut at the logits gives onnxruntime's classes for the original on every recorded point.
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "no Python with onnxruntime, onnx and numpy (set LIPFP_PYTHON; .ci/run makes one)"
+)]
+fn every_command_a_corpus_refusal_gives_makes_a_model_lipfp_accepts() {
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(corpus().join("MANIFEST.json")).unwrap()).unwrap();
+    let dir = tmp();
+    let mut cut = 0;
+    for m in manifest["models"].as_array().expect("a model list") {
+        let (name, file) = (m["name"].as_str().unwrap(), m["file"].as_str().unwrap());
+        let path = dir.path().join(file);
+        std::fs::copy(corpus().join(file), &path).unwrap();
+        let Err(e) = load_stored(&path) else {
+            continue;
+        };
+        let msg = e.to_string();
+        if !msg.contains("`python -c ") {
+            continue;
+        }
+        run_cure(&msg);
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let logits = dir.path().join(format!("{stem}-logits.onnx"));
+        let unnormalised = dir.path().join(format!("{stem}-unnormalised.onnx"));
+        if logits.exists() {
+            load_stored(&logits).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(corpus_classes(&logits, name), ort_classes(name), "{name}");
+        } else {
+            load_stored(&unnormalised).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        cut += 1;
+    }
+    assert!(
+        cut >= 10,
+        "only {cut} refusals of the corpus gave a command"
     );
 }

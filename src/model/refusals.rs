@@ -7,8 +7,11 @@
 use std::path::PathBuf;
 
 use super::builder::{Act, Builder, Stage, Value};
+use super::shapes::Dim;
 use crate::error::LipfpError;
+use crate::format::Format;
 use crate::onnx::proto;
+use crate::onnx_checks::node_label;
 
 /// Classifier heads that read the logits and output probabilities or a label.
 const HEADS: [&str; 4] = ["Softmax", "LogSoftmax", "ArgMax", "Hardmax"];
@@ -104,11 +107,15 @@ impl Builder<'_> {
                  output, without ReLU), but its input `{input}` is not the logits"
             );
         }
+        let argmax = if op == "ArgMax" {
+            "the label this head outputs"
+        } else {
+            "which the head does not change in real arithmetic"
+        };
         format!(
             "{op} after the logits `{input}` is a classifier head: lipfp certifies the class the \
-             logits rank first (their arg-max, which the head does not change in real arithmetic) \
-             and does not read the head itself. Cut the model at the logits and certify the cut \
-             model: {}",
+             logits rank first (their arg-max, {argmax}) and does not read the head itself. Cut \
+             the model at the logits and certify the cut model: {}",
             self.cut_command(&self.data_input, &[input], "logits")
         )
     }
@@ -146,7 +153,12 @@ impl Builder<'_> {
             .iter()
             .filter(|v| matches!(v, Some(Value::Weight(_) | Value::Const(_))))
             .count();
+        let act_first = matches!(values.first(), Some(Some(Value::Act(_))));
         match (acts, act) {
+            (1, Some(_)) if op == "Div" && !act_first => "Div of a constant by the activation \
+                is not an affine map: lipfp certifies a single chain of dense layers, which \
+                multiply and add only constants to the activation"
+                .to_string(),
             (1, Some(a)) if constants + 1 == values.len() => self.why_constant_step(node, a),
             (0, _) if constants == values.len() => format!(
                 "{op} of constants: lipfp does not evaluate constant subgraphs; export with \
@@ -191,7 +203,11 @@ impl Builder<'_> {
     /// to fold it into a dense layer (or cut it off the input).
     fn why_constant_step(&self, node: &proto::NodeProto, a: &Act) -> String {
         let op = node.op_type.as_str();
-        let map = affine_map(op);
+        let act_first = node
+            .input
+            .first()
+            .is_some_and(|i| matches!(self.values.get(i), Some(Value::Act(_))));
+        let map = affine_map(op, act_first);
         let subject = if op == "Add" {
             "a constant add is supported only as the bias directly after a MatMul without bias; \
              this one"
@@ -200,7 +216,7 @@ impl Builder<'_> {
             format!("{op} with constants")
         };
         match a.stage {
-            Stage::Input => self.why_normalisation(node, &map),
+            Stage::Input => self.why_normalisation(node, a, &map),
             Stage::Product | Stage::Biased => {
                 let layer = self
                     .layers
@@ -229,14 +245,17 @@ impl Builder<'_> {
     }
 
     /// An elementwise affine step on the network input, written as `map`.
-    fn why_normalisation(&self, node: &proto::NodeProto, map: &str) -> String {
+    fn why_normalisation(&self, node: &proto::NodeProto, a: &Act, map: &str) -> String {
         let op = node.op_type.as_str();
         let input = &self.data_input;
         let cut = match self.normalised_tensor(node) {
-            Some(t) => format!(
-                ": {}",
-                self.cut_command(t, &self.output_names(), "unnormalised")
-            ),
+            Some((at, t)) => match self.head_after(at) {
+                Some((label, logits)) => format!(
+                    " (with the classifier head `{label}`, at the logits `{logits}`): {}",
+                    self.cut_inner_command(t, a, &[logits])
+                ),
+                None => format!(": {}", self.cut_inner_command(t, a, &self.output_names())),
+            },
             None => " (onnx.utils.extract_model)".to_string(),
         };
         format!(
@@ -249,9 +268,10 @@ impl Builder<'_> {
         )
     }
 
-    /// The tensor the run of normalisation steps starting at `node` ends in: `node`'s output,
-    /// followed through the later nodes reading it while they are normalisation steps.
-    fn normalised_tensor<'n>(&'n self, node: &'n proto::NodeProto) -> Option<&'n str> {
+    /// The run of normalisation steps starting at `node`: the position of its last step in the
+    /// graph and the tensor it ends in (`node`'s output, followed through the later nodes
+    /// reading it while they are normalisation steps).
+    fn normalised_tensor<'n>(&'n self, node: &'n proto::NodeProto) -> Option<(usize, &'n str)> {
         let nodes = &self.graph.node;
         let mut at = nodes.iter().position(|n| std::ptr::eq(n, node))?;
         let mut tensor = node.output.first().filter(|o| !o.is_empty())?.as_str();
@@ -268,7 +288,25 @@ impl Builder<'_> {
                 _ => break,
             }
         }
-        Some(tensor)
+        Some((at, tensor))
+    }
+
+    /// The first classifier head after position `at` of the graph, and the tensor it reads (the
+    /// logits, unless the graph does more after the normalisation than lipfp reads).
+    fn head_after(&self, at: usize) -> Option<(String, &str)> {
+        let (index, head) =
+            self.graph
+                .node
+                .iter()
+                .enumerate()
+                .skip(at + 1)
+                .find(|(_, n)| match n.domain.as_str() {
+                    "" | "ai.onnx" => HEADS.contains(&n.op_type.as_str()),
+                    ML_DOMAIN => n.op_type == "ZipMap",
+                    _ => false,
+                })?;
+        let logits = head.input.first().filter(|i| !i.is_empty())?;
+        Some((node_label(head, index), logits.as_str()))
     }
 
     /// The calling node of a model-local function.
@@ -362,16 +400,47 @@ impl Builder<'_> {
     /// The command that extracts the part of the model from `input` to `outputs` into the
     /// sibling file `<stem>-<suffix>.onnx`.
     fn cut_command(&self, input: &str, outputs: &[&str], suffix: &str) -> String {
-        let list = |names: &[&str]| {
-            let quoted: Vec<String> = names.iter().map(|n| py_str(n)).collect();
-            format!("[{}]", quoted.join(", "))
-        };
         let code = format!(
             "import onnx.utils; onnx.utils.extract_model({}, {}, {}, {})",
             py_str(&self.path.to_string_lossy()),
             py_str(&self.sibling(suffix).to_string_lossy()),
-            list(&[input]),
-            list(outputs)
+            py_list(&[input]),
+            py_list(outputs)
+        );
+        python_command(&code)
+    }
+
+    /// The command that extracts the part of the model from the tensor `input`, which holds
+    /// the activation `a` before any layer, to `outputs` into the sibling file
+    /// `<stem>-unnormalised.onnx`. Shape inference does not type every tensor (not the output
+    /// of an ai.onnx.ml `Scaler`), so the command declares `input` as lipfp reads it.
+    fn cut_inner_command(&self, input: &str, a: &Act, outputs: &[&str]) -> String {
+        let dims: Vec<String> = a
+            .shape
+            .iter()
+            .map(|d| match d {
+                Dim::Batch => "'N'".to_string(),
+                Dim::Fixed(k) => k.to_string(),
+                Dim::Infer | Dim::Negative(_) => "None".to_string(),
+            })
+            .collect();
+        let elem = match a.elem {
+            Format::Float64 => "DOUBLE",
+            Format::Float32 => "FLOAT",
+            Format::Float16 => "FLOAT16",
+            Format::Bfloat16 => "BFLOAT16",
+        };
+        let code = format!(
+            "import onnx, onnx.utils; m = onnx.shape_inference.infer_shapes(onnx.load({})); \
+             m.graph.value_info.append(onnx.helper.make_tensor_value_info({}, \
+             onnx.TensorProto.{elem}, [{}])); onnx.save(onnx.utils.Extractor(m).extract_model({}, \
+             {}), {})",
+            py_str(&self.path.to_string_lossy()),
+            py_str(input),
+            dims.join(", "),
+            py_list(&[input]),
+            py_list(outputs),
+            py_str(&self.sibling("unnormalised").to_string_lossy()),
         );
         python_command(&code)
     }
@@ -386,10 +455,12 @@ fn qualified_op(node: &proto::NodeProto) -> String {
     }
 }
 
-/// The elementwise affine map `x -> a*x + c` an op with constants computes, as text.
-fn affine_map(op: &str) -> String {
+/// The elementwise affine map `x -> a*x + c` an op with constants computes on the activation
+/// `x` (its first operand when `act_first`), as text.
+fn affine_map(op: &str, act_first: bool) -> String {
     let (map, a, c) = match op {
-        "Sub" => ("x - m", "1", "-m"),
+        "Sub" if act_first => ("x - m", "1", "-m"),
+        "Sub" => ("m - x", "-1", "m"),
         "Add" => ("x + m", "1", "m"),
         "Mul" => ("x * s", "s", "0"),
         "Div" => ("x / s", "1/s", "0"),
@@ -415,6 +486,12 @@ fn python_command(code: &str) -> String {
     }
     quoted.push('"');
     format!("`python -c {quoted}`")
+}
+
+/// A Python list of the string literals of `names`.
+fn py_list(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| py_str(n)).collect();
+    format!("[{}]", quoted.join(", "))
 }
 
 /// A Python string literal holding `s`.
@@ -450,8 +527,9 @@ mod tests {
     #[test]
     fn every_affine_map_names_a_and_c() {
         for op in NORMALISATION_OPS {
-            let map = affine_map(op);
+            let map = affine_map(op, true);
             assert!(map.contains("a = ") && map.contains("c = "), "{map}");
         }
+        assert!(affine_map("Sub", false).contains("(m - x: x -> a*x + c with a = -1, c = m)"));
     }
 }
