@@ -48,6 +48,8 @@ pub fn audit(
         m.thresholds = g.thresholds.clone();
         m.mode = g.mode();
         m.policy_line = g.line;
+        m.model_name = Some(g.model_name.clone());
+        m.facts.test_set_hash = Some(subject.test_set_hash.clone());
         m.facts.notes.push(format!(
             "checked against {}: model hash, execution model, point count, predictions, labels, \
              accuracy and VRA recomputed; {checked} points re-certified with identical verdicts",

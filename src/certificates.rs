@@ -29,6 +29,8 @@ pub struct GateMeta<'a> {
     pub gram_iterations: u32,
     /// 1-based line in the policy (0 when not from a policy).
     pub policy_line: usize,
+    /// The model as the policy names it, or as given on the command line.
+    pub model_name: &'a str,
 }
 
 fn to_proto_thresholds(t: &Thresholds) -> proto_gen::Thresholds {
@@ -106,6 +108,7 @@ pub fn gate_certificates(
         mode_seconds: outcome.modes.iter().map(|m| m.seconds).collect(),
         instances,
         policy_line: meta.policy_line as u32,
+        model_name: meta.model_name.to_string(),
     }
 }
 
@@ -190,6 +193,8 @@ pub struct MergedGate {
     pub facts: SubjectFacts,
     /// 1-based policy line (0 when unknown).
     pub policy_line: usize,
+    /// The model as the policy names it (`None` when the files do not say).
+    pub model_name: Option<String>,
     /// Each certificate file of the gate and the test-set indices it holds.
     pub shards: Vec<(std::path::PathBuf, Vec<usize>)>,
 }
@@ -397,7 +402,7 @@ pub fn merge(
                     refusal_of,
                     degradation_sums: (deg, leps),
                     slacks: instances.iter().map(|i| i.slack[m]).collect(),
-                    conservatism: (leps > 0.0 && mode != Mode::Real).then(|| deg / leps),
+                    conservatism: crate::run::conservatism_ratio(mode, deg, leps),
                     seconds: sum(&|g| g.mode_seconds.get(m).copied().unwrap_or(0.0)),
                     verdicts,
                 }
@@ -426,6 +431,7 @@ pub fn merge(
                 certify_s: parts.iter().map(|(_, g)| g.certify_s).sum(),
                 reference_s: parts.iter().map(|(_, g)| g.reference_s).sum(),
                 model_refusal: None,
+                radii_hash: None,
             },
             radius,
             mode,
@@ -440,9 +446,11 @@ pub fn merge(
                 ftz: g0.ftz,
                 execution: g0.execution.clone(),
                 gram_iterations: g0.gram_iterations,
+                test_set_hash: None,
                 notes,
             },
             policy_line: g0.policy_line as usize,
+            model_name: (!g0.model_name.is_empty()).then(|| g0.model_name.clone()),
             shards: parts
                 .iter()
                 .map(|(p, g)| {

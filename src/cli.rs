@@ -2,10 +2,14 @@
 //!
 //! Exit codes (the one documented place):
 //! * `0` — success; for `check` and `report`, every gate passed (or had no thresholds);
-//! * `1` — at least one gate failed its thresholds;
-//! * `2` — usage, policy, model or data error, or a report that could not be written
-//!   ([`crate::report::publish`]): nothing was certified or reported as complete (a JUnit file,
-//!   when asked for, then holds one `error` testcase);
+//! * `1` — at least one gate failed its thresholds (and none errored);
+//! * `2` — an error. For `check`, either errored gates (a gate whose model, data or radii could
+//!   not be used, or whose required baseline does not compare: every report lists them with
+//!   their error, and the other gates were evaluated), or an error outside every gate (usage,
+//!   policy, baseline file, a report that could not be written: [`crate::report::publish`]),
+//!   where nothing is reported as complete: a JUnit file, when asked for, then holds one
+//!   `error` testcase, and under GitHub Actions the policy file gets an error annotation and
+//!   the job summary a line;
 //! * anything else — an unexpected failure (a bug: please report it).
 
 use std::path::PathBuf;
@@ -15,17 +19,18 @@ use clap::{Args, Parser, Subcommand};
 use crate::baseline::Baseline;
 use crate::certificates::{self, GateMeta};
 use crate::certify::{parse_mode_list, Mode};
+use crate::check::facts;
 use crate::error::LipfpError;
 use crate::files;
 use crate::format::Format;
 use crate::gate::{evaluate, GateVerdict};
 use crate::inspect;
 use crate::norms::DEFAULT_GRAM_ITERATIONS;
-use crate::policy::{Policy, Radius, Target, Thresholds};
+use crate::policy::{Policy, Radius, Thresholds};
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
-use crate::report::{self, GateReport, Report, SubjectFacts};
-use crate::run::{self, Shard, Subject, SubjectSpec};
+use crate::report::{self, GateReport, Report};
+use crate::run::{self, Shard, SubjectSpec};
 
 /// Process exit status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +122,12 @@ pub struct CheckArgs {
 
 /// `lipfp certify`.
 #[derive(Debug, Args)]
+#[command(group(
+    clap::ArgGroup::new("radius")
+        .required(true)
+        .multiple(false)
+        .args(["epsilon", "epsilons"])
+))]
 pub struct CertifyArgs {
     /// ONNX model.
     #[arg(long)]
@@ -127,14 +138,10 @@ pub struct CertifyArgs {
     /// Test labels (.npy, any integer dtype, [N]).
     #[arg(long)]
     pub labels: Option<PathBuf>,
-    /// Radius as a decimal (read exactly).
-    #[arg(
-        long,
-        conflicts_with = "epsilons",
-        required_unless_present = "epsilons"
-    )]
+    /// Radius as a decimal (read exactly); or --epsilons for per-instance radii.
+    #[arg(long)]
     pub epsilon: Option<String>,
-    /// Per-instance radii (.npy float64 [N]).
+    /// Per-instance radii (.npy float64 [N]); or --epsilon for one radius.
     #[arg(long)]
     pub epsilons: Option<PathBuf>,
     /// Deployment (storage) format: float64, float32, float16, bfloat16 (default: the format
@@ -207,21 +214,22 @@ pub struct InspectArgs {
 /// Run a parsed command line; errors are printed here and mapped to exit codes.
 pub fn run(cli: Cli) -> Exit {
     let progress = Progress::new(cli.quiet);
-    let (result, junit, suite) = match &cli.command {
+    let config = match &cli.command {
+        Command::Check(a) => Some(a.config.display().to_string()),
+        Command::Report(a) => a.config.as_ref().map(|c| c.display().to_string()),
+        _ => None,
+    };
+    let (result, out, suite) = match &cli.command {
         Command::Check(a) => (
             check(a, &progress),
-            a.out.junit.as_deref(),
+            Some(&a.out),
             suite_name(&a.config.display().to_string()),
         ),
-        Command::Certify(a) => (
-            certify(a, &progress),
-            a.out.junit.as_deref(),
-            suite_name("certify"),
-        ),
+        Command::Certify(a) => (certify(a, &progress), Some(&a.out), suite_name("certify")),
         Command::Report(a) => (
             report_files(a, &progress),
-            a.out.junit.as_deref(),
-            suite_name("report"),
+            Some(&a.out),
+            suite_name(config.as_deref().unwrap_or("report")),
         ),
         Command::Inspect(a) => (inspect_model(a, &progress), None, String::new()),
         Command::Bench(a) => (bench(a, &progress), None, String::new()),
@@ -229,20 +237,44 @@ pub fn run(cli: Cli) -> Exit {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!(
-                "lipfp: error: {}",
-                report::console::diagnostic(&e.to_string())
-            );
-            if let Some(path) = junit {
-                // dashboards still get a report: one error testcase, never a partial pass
-                let xml = report::junit::render_error(&suite, &e.to_string());
-                if let Err(w) = report::junit::write(&xml, path) {
-                    eprintln!("lipfp: error: {w}");
+            let message = e.to_string();
+            eprintln!("lipfp: error: {}", report::console::diagnostic(&message));
+            if let Some(out) = out {
+                // dashboards still get a report: one error testcase, an annotation and a
+                // summary line, never a partial pass
+                let to = report::publish::Destinations {
+                    json: None,
+                    junit: out.junit.as_deref(),
+                    suite: &suite,
+                    policy_file: config.as_deref(),
+                };
+                if let Err(w) = report::publish::publish_error(&message, &to) {
+                    // the same failure (e.g. `--junit` names a directory) is reported once
+                    if w.to_string() != message {
+                        eprintln!(
+                            "lipfp: error: {}",
+                            report::console::diagnostic(&w.to_string())
+                        );
+                    }
                 }
             }
             Exit::InputError
         }
     }
+}
+
+/// Refuse report destinations that cannot be written (a directory) before any work is done.
+fn check_outputs(out: &ReportOutputs, certificates: Option<&PathBuf>) -> Result<(), LipfpError> {
+    if let Some(p) = &out.json {
+        files::check_target(p, "JSON report")?;
+    }
+    if let Some(p) = &out.junit {
+        files::check_target(p, "JUnit report")?;
+    }
+    if let Some(p) = certificates {
+        files::check_target(p, "certificate file")?;
+    }
+    Ok(())
 }
 
 fn suite_name(what: &str) -> String {
@@ -261,18 +293,6 @@ fn parse_format_flag(flag: &str, text: Option<&str>) -> Result<Option<Format>, L
 fn parse_shard(text: Option<&str>) -> Result<Option<Shard>, LipfpError> {
     text.map(|t| Shard::parse(t).map_err(|m| LipfpError::Usage(format!("--shard {m}"))))
         .transpose()
-}
-
-fn facts(subject: &Subject, gram_iterations: u32) -> SubjectFacts {
-    SubjectFacts {
-        model: subject.net.path.display().to_string(),
-        model_hash: subject.net.hash(),
-        format: subject.net.format,
-        ftz: subject.ftz,
-        execution: subject.execution.to_string(),
-        gram_iterations,
-        notes: subject.notes.clone(),
-    }
 }
 
 /// Render every requested report from one in-memory result (see [`emit_with`]).
@@ -303,8 +323,12 @@ fn emit_with(
     report::publish::publish(report, &to, artifacts)
 }
 
+/// 2 when any gate errored, else 1 when any failed, else 0.
 fn exit_for(report: &Report) -> Exit {
-    if report.tally().1 > 0 {
+    let t = report.tally();
+    if t.errored > 0 {
+        Exit::InputError
+    } else if t.failed > 0 {
         Exit::PolicyFailed
     } else {
         Exit::Pass
@@ -312,6 +336,7 @@ fn exit_for(report: &Report) -> Exit {
 }
 
 fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
+    check_outputs(&a.out, a.certificates.as_ref())?;
     let format = parse_format_flag("--format", a.format.as_deref())?;
     let accumulate = parse_format_flag("--accumulate", a.accumulate.as_deref())?;
     let modes = match &a.mode {
@@ -353,8 +378,9 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     let verdict = GateVerdict {
         passed: None,
         failures: vec![],
+        checks: vec![],
     };
-    let gate = GateReport::new(
+    let mut gate = GateReport::new(
         "certify",
         &facts(&subject, a.gram_iterations),
         &radius,
@@ -362,6 +388,7 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         &outcome,
         &verdict,
     );
+    gate.model_name = Some(a.model.display().to_string());
     let mut artifacts = Vec::new();
     if let Some(path) = &a.certificates {
         let meta = GateMeta {
@@ -371,6 +398,7 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             thresholds: &Thresholds::default(),
             gram_iterations: a.gram_iterations,
             policy_line: 0,
+            model_name: &a.model.display().to_string(),
         };
         let file = CertificateFile {
             tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -388,113 +416,33 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     Ok(Exit::Pass)
 }
 
-/// The baseline of a policy: `None` when the policy has none, or when it is missing and not
-/// required (a warning).
-fn load_baseline(policy: &Policy, progress: &Progress) -> Result<Option<Baseline>, LipfpError> {
-    let Some((path, required)) = &policy.baseline else {
-        return Ok(None);
-    };
-    if !path.exists() && !required {
-        progress.warn(&format!(
-            "baseline report {} not found; the drop thresholds are skipped (set required = true to make this an error)",
-            path.display()
-        ));
-        return Ok(None);
-    }
-    Baseline::load(path).map(Some)
-}
-
 fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
+    check_outputs(&a.out, a.certificates.as_ref())?;
     let policy = Policy::load(&a.config)?;
     let shard = parse_shard(a.shard.as_deref())?;
-    let baseline = load_baseline(&policy, progress)?;
-    // one subject per distinct target, prepared in the order gates first name it
-    let mut subjects: Vec<(Target, Subject)> = Vec::new();
-    let mut gates = Vec::with_capacity(policy.gates.len());
-    let mut certs = Vec::new();
-    for g in &policy.gates {
-        if !subjects.iter().any(|(t, _)| *t == g.target) {
-            let t = &g.target;
-            let spec = SubjectSpec::for_target(t, policy.needs_reference(t), shard);
-            subjects.push((t.clone(), run::prepare(&spec, progress)?));
-        }
-        let subject = &subjects
-            .iter()
-            .find(|(t, _)| *t == g.target)
-            .expect("prepared above")
-            .1;
-        progress.stage(&format!(
-            "gate `{}`: certifying {} points",
-            g.name,
-            subject.n()
-        ));
-        let outcome = run::certify_with_progress(subject, &g.radius, &g.modes, progress)?;
-        let base = baseline
-            .as_ref()
-            .and_then(|b| b.figures(&g.name, g.mode().name()));
-        let mut verdict = evaluate(&g.thresholds, g.mode(), &outcome, base);
-        let mut gate = GateReport::new(
-            &g.name,
-            &facts(subject, g.target.gram_iterations),
-            &g.radius,
-            g.mode(),
-            &outcome,
-            &verdict,
-        );
-        if baseline.is_some() && base.is_none() {
-            gate.notes.push(format!(
-                "the baseline report has no gate `{}` in mode {}; drop thresholds skipped",
-                g.name,
-                g.mode()
-            ));
-        }
-        if shard.is_some() && verdict.passed.is_some() {
-            // a shard's figures are partial: thresholds are judged on the merged report
-            verdict.passed = None;
-            gate.passed = None;
-            gate.notes
-                .push("thresholds are evaluated by `lipfp report` on the merged shards".into());
-        }
-        gate.policy_line = Some(g.line);
-        gates.push(gate);
-        if a.certificates.is_some() {
-            let meta = GateMeta {
-                name: &g.name,
-                radius: &g.radius,
-                mode: g.mode(),
-                thresholds: &g.thresholds,
-                gram_iterations: g.target.gram_iterations,
-                policy_line: g.line,
-            };
-            certs.push(certificates::gate_certificates(&meta, subject, &outcome));
-        }
-    }
+    let run = crate::check::run(&policy, shard, a.certificates.is_some(), progress)?;
     let policy_name = policy.path.display().to_string();
     let mut artifacts = Vec::new();
     if let Some(path) = &a.certificates {
         let file = CertificateFile {
             tool_version: env!("CARGO_PKG_VERSION").into(),
             policy: policy_name.clone(),
-            gates: certs,
+            gates: run.certificates,
         };
         artifacts.push(certificates::artifact(&file, path));
     }
-    let report = Report {
-        lipfp_version: env!("CARGO_PKG_VERSION").into(),
-        policy: Some(policy_name.clone()),
-        gates,
-    };
     emit_with(
-        &report,
+        &run.report,
         &a.out,
         &suite_name(&policy_name),
         Some(&policy_name),
         artifacts,
     )?;
-    Ok(exit_for(&report))
+    Ok(exit_for(&run.report))
 }
 
 fn report_files(a: &ReportArgs, progress: &Progress) -> Result<Exit, LipfpError> {
+    check_outputs(&a.out, None)?;
     let mut files = Vec::with_capacity(a.files.len());
     for p in &a.files {
         files.push((p.clone(), certificates::read(p)?));
@@ -523,12 +471,25 @@ fn report_files(a: &ReportArgs, progress: &Progress) -> Result<Exit, LipfpError>
     }
     let mut gates = Vec::with_capacity(merged.len());
     for m in &merged {
-        let base = baseline
-            .as_ref()
-            .and_then(|b| b.figures(&m.name, m.mode.name()));
-        let verdict = evaluate(&m.thresholds, m.mode, &m.outcome, base);
+        let identity = crate::baseline::Identity {
+            epsilon: m.radius.fields().0,
+            epsilons_sha256: m.outcome.radii_hash.clone(),
+            format: Some(m.facts.format.name().to_string()),
+            execution: Some(m.facts.execution.clone()),
+            test_set_hash: m.facts.test_set_hash.clone(),
+        };
+        let base = match &baseline {
+            Some(b) => b.compare(&m.name, m.mode.name(), &identity),
+            None => Err("no baseline report".to_string()),
+        };
+        let verdict = evaluate(&m.thresholds, m.mode, &m.outcome, base.clone());
         let mut gate = GateReport::new(&m.name, &m.facts, &m.radius, m.mode, &m.outcome, &verdict);
         gate.policy_line = (m.policy_line > 0).then_some(m.policy_line);
+        gate.model_name = m.model_name.clone();
+        gate.notes.extend(m.thresholds.fraction_notes());
+        if let (Some(_), Err(why)) = (&baseline, base) {
+            gate.notes.push(why);
+        }
         gates.push(gate);
     }
     let report = Report {

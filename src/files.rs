@@ -312,6 +312,14 @@ impl Staged {
     }
 }
 
+/// Check, before any work is done, that `path` can be a report target: it must not be a
+/// directory (or a symlink loop). The error is the one writing would give.
+pub fn check_target(path: &Path, what: &'static str) -> Result<(), LipfpError> {
+    classify(path)
+        .map(|_| ())
+        .map_err(|e| Artifact::new(path, Vec::new(), what).error(&e))
+}
+
 /// Write one artifact (see [`stage`]).
 pub fn write_atomic(path: &Path, bytes: &[u8], what: &'static str) -> Result<(), LipfpError> {
     stage(&[Artifact::new(path, bytes, what)])?.commit()

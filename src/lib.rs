@@ -9,6 +9,7 @@ pub mod baseline;
 pub mod bench;
 pub mod certificates;
 pub mod certify;
+pub mod check;
 pub mod cli;
 pub mod data;
 pub mod error;

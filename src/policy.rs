@@ -192,6 +192,28 @@ impl Thresholds {
     pub fn is_empty(&self) -> bool {
         *self == Thresholds::default()
     }
+
+    /// One note per `*_pct` threshold that looks like a fraction (`0 < x <= 1`): thresholds
+    /// are percentages, so `min_vra_pct = 0.95` asks for 0.95%, not 95%.
+    pub fn fraction_notes(&self) -> Vec<String> {
+        [
+            ("min_accuracy_pct", self.min_accuracy_pct),
+            ("min_certified_pct", self.min_certified_pct),
+            ("min_vra_pct", self.min_vra_pct),
+        ]
+        .into_iter()
+        .filter_map(|(key, v)| {
+            let v = v?;
+            (v > 0.0 && v <= 1.0).then(|| {
+                let percent = (v * 1e11).round() / 1e9;
+                format!(
+                    "{key} = {v} looks like a fraction: thresholds are percentages (0..100), so this \
+                     asks for {v}%; write {percent} for {percent}%"
+                )
+            })
+        })
+        .collect()
+    }
 }
 
 impl Gate {
@@ -228,6 +250,8 @@ pub struct Gate {
     pub name: String,
     /// 1-based line of the gate's `name` key in the policy file.
     pub line: usize,
+    /// The gate's model path as written in the policy (relative to the policy file).
+    pub model_name: String,
     /// Model, format and data (the gate's keys override `[model]` and `[data]`).
     pub target: Target,
     /// Perturbation radius.
@@ -370,38 +394,41 @@ impl Policy {
                     }
                 }
             }
-            let target =
-                Target {
-                    model: resolve(g.model.as_deref().or(model.path.as_deref()).ok_or_else(
-                        || {
-                            err(format!(
-                                "{at}: no model: set [model] path or the gate's model"
-                            ))
-                        },
-                    )?),
-                    format: g
-                        .format
-                        .as_deref()
-                        .or(model.format.as_deref())
-                        .map(|f| parse_format(f, &at, "format"))
-                        .transpose()?,
-                    accumulate: g
-                        .accumulate
-                        .as_deref()
-                        .or(model.accumulate.as_deref())
-                        .map(|f| parse_format(f, &at, "accumulate"))
-                        .transpose()?,
-                    ftz: g.ftz.or(model.ftz).unwrap_or(false),
-                    gram_iterations,
-                    inputs: resolve(g.inputs.as_deref().or(data.inputs.as_deref()).ok_or_else(
-                        || {
-                            err(format!(
-                                "{at}: no test inputs: set [data] inputs or the gate's inputs"
-                            ))
-                        },
-                    )?),
-                    labels: g.labels.as_deref().or(data.labels.as_deref()).map(resolve),
-                };
+            let model_name = g
+                .model
+                .as_deref()
+                .or(model.path.as_deref())
+                .ok_or_else(|| {
+                    err(format!(
+                        "{at}: no model: set [model] path or the gate's model"
+                    ))
+                })?
+                .to_string();
+            let target = Target {
+                model: resolve(&model_name),
+                format: g
+                    .format
+                    .as_deref()
+                    .or(model.format.as_deref())
+                    .map(|f| parse_format(f, &at, "format"))
+                    .transpose()?,
+                accumulate: g
+                    .accumulate
+                    .as_deref()
+                    .or(model.accumulate.as_deref())
+                    .map(|f| parse_format(f, &at, "accumulate"))
+                    .transpose()?,
+                ftz: g.ftz.or(model.ftz).unwrap_or(false),
+                gram_iterations,
+                inputs: resolve(g.inputs.as_deref().or(data.inputs.as_deref()).ok_or_else(
+                    || {
+                        err(format!(
+                            "{at}: no test inputs: set [data] inputs or the gate's inputs"
+                        ))
+                    },
+                )?),
+                labels: g.labels.as_deref().or(data.labels.as_deref()).map(resolve),
+            };
             if target.labels.is_none() {
                 for (key, v) in [
                     ("min_accuracy_pct", thresholds.min_accuracy_pct),
@@ -418,6 +445,7 @@ impl Policy {
             gates.push(Gate {
                 name,
                 line,
+                model_name,
                 target,
                 radius,
                 modes,

@@ -54,6 +54,12 @@ impl Progress {
         eprintln!("lipfp: warning: {}", printable(msg));
     }
 
+    /// Report an error that does not stop the run (a gate that cannot be evaluated), even when
+    /// quiet.
+    pub fn error(&self, msg: &str) {
+        eprintln!("lipfp: error: {}", printable(msg));
+    }
+
     /// Start counting `total` units of work labelled `what` (thread-safe; see [`Task::add`]).
     pub fn task(&self, what: &str, total: u64) -> Task {
         let bar = if self.quiet || !self.terminal {

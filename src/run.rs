@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use ndarray::ArrayView2;
 use rayon::prelude::*;
+use sha2::{Digest, Sha256};
 
 use crate::certify::{
     predicted_class, Centre, Certifier, HiCentre, Mode, ModelBounds, PointResult, Refusal,
@@ -173,6 +174,9 @@ pub struct Subject {
     pub first: usize,
     /// Size of the whole test set (larger than `n()` for a shard).
     pub total: usize,
+    /// SHA-256 of the points certified: the inputs converted to the format (float64 bits)
+    /// and the labels (see [`TestSetHasher`]).
+    pub test_set_hash: String,
 }
 
 impl Subject {
@@ -197,6 +201,63 @@ impl Subject {
 /// Rows read per step when streaming inputs from a file: memory stays bounded by this many
 /// rows of inputs plus the per-point results.
 pub const STREAM_ROWS: usize = 16_384;
+
+/// The SHA-256 of a test set as certified, computed while the rows stream through the forward
+/// passes: a domain tag, the format, the number of points and features, every converted input
+/// value's float64 bits (little-endian, row-major), then `labels` or `no labels` and every
+/// label as a little-endian `u64`.
+pub struct TestSetHasher(Sha256);
+
+impl TestSetHasher {
+    /// Start the hash of `n` points of `dim` features in `format`.
+    pub fn new(format: Format, n: usize, dim: usize) -> Self {
+        let mut h = Sha256::new();
+        h.update(b"lipfp-test-set-v1\0");
+        h.update(format.name().as_bytes());
+        h.update([0]);
+        h.update((n as u64).to_le_bytes());
+        h.update((dim as u64).to_le_bytes());
+        TestSetHasher(h)
+    }
+
+    /// Add converted input values, in row-major order.
+    pub fn inputs(&mut self, values: &[f64]) {
+        let mut bytes = Vec::with_capacity(values.len() * 8);
+        for v in values {
+            bytes.extend_from_slice(&v.to_bits().to_le_bytes());
+        }
+        self.0.update(&bytes);
+    }
+
+    /// Finish with the labels, when there are any.
+    pub fn finish(mut self, labels: Option<&[usize]>) -> String {
+        match labels {
+            Some(l) => {
+                self.0.update(b"labels");
+                let mut bytes = Vec::with_capacity(l.len() * 8);
+                for &y in l {
+                    bytes.extend_from_slice(&(y as u64).to_le_bytes());
+                }
+                self.0.update(&bytes);
+            }
+            None => self.0.update(b"no labels"),
+        }
+        hex(&self.0.finalize())
+    }
+}
+
+/// Lower-case hexadecimal digits of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The conservatism ratio from its sums (see [`ModeOutcome::conservatism`]): `None` for the
+/// real mode, when no `L eps` was positive, and when the ratio is not finite (an `L eps` that
+/// underflows to a tiny positive sum).
+pub fn conservatism_ratio(mode: Mode, degradation: f64, leps: f64) -> Option<f64> {
+    let r = degradation / leps;
+    (leps > 0.0 && mode != Mode::Real && r.is_finite()).then_some(r)
+}
 
 /// Where input rows come from.
 enum Rows<'a> {
@@ -471,17 +532,23 @@ fn compute(
         .then(|| Executor::new(&net, &ExecutionModel::float64_reference()));
     let task = progress.task("forward passes", info.n as u64);
     let mut out = PassOut::default();
+    let mut hasher = TestSetHasher::new(net.format, info.n, info.dim);
     match rows {
-        Rows::Memory(values) => out = pass_rows(&exec, hi_exec.as_ref(), values, info.dim, &task),
+        Rows::Memory(values) => {
+            hasher.inputs(values);
+            out = pass_rows(&exec, hi_exec.as_ref(), values, info.dim, &task);
+        }
         Rows::Stream(mut stream) => {
             let end = stream.position() + info.n;
             while stream.position() < end {
                 let block = stream.next_rows(STREAM_ROWS.min(end - stream.position()))?;
+                hasher.inputs(&block);
                 out.extend(pass_rows(&exec, hi_exec.as_ref(), &block, info.dim, &task));
             }
             info.converted_changed = stream.converted_changed;
         }
     }
+    let test_set_hash = hasher.finish(labels.as_deref());
     task.finish();
     let passes_s = t.elapsed().as_secs_f64();
     if info.converted_changed > 0 {
@@ -537,6 +604,7 @@ fn compute(
         execution,
         first,
         total,
+        test_set_hash,
     })
 }
 
@@ -583,6 +651,9 @@ pub struct CertifyOutcome {
     pub reference_s: f64,
     /// Model-level reason why nothing can be certified, if any.
     pub model_refusal: Option<String>,
+    /// SHA-256 of the per-instance radii of the whole test set (float64 bits, little-endian),
+    /// when the radius is per instance.
+    pub radii_hash: Option<String>,
 }
 
 impl CertifyOutcome {
@@ -616,7 +687,7 @@ pub fn certify_points(
     mode: Mode,
     indices: &[usize],
 ) -> Result<Vec<bool>, LipfpError> {
-    let eps = radii(subject, radius)?;
+    let (eps, _) = radii(subject, radius)?;
     let Ok(mb) = &subject.bounds else {
         return Ok(vec![false; indices.len()]);
     };
@@ -641,13 +712,26 @@ pub fn certify_points(
         .collect())
 }
 
-/// Per-point radii, as upper bounds.
-fn radii(subject: &Subject, radius: &Radius) -> Result<Vec<f64>, LipfpError> {
+/// Per-point radii, as upper bounds, and for per-instance radii the SHA-256 of the whole
+/// file's radii (float64 bits, little-endian).
+fn radii(subject: &Subject, radius: &Radius) -> Result<(Vec<f64>, Option<String>), LipfpError> {
     match radius {
-        Radius::Uniform { up, .. } => Ok(vec![*up; subject.n()]),
+        Radius::Uniform { up, .. } => Ok((vec![*up; subject.n()], None)),
         Radius::PerInstance(p) => {
             let all = data::load_epsilons(p, subject.total)?;
-            Ok(all[subject.first..subject.first + subject.n()].to_vec())
+            let mut h = Sha256::new();
+            h.update(b"lipfp-radii-v1\0");
+            let mut bytes = Vec::with_capacity(all.len() * 8);
+            for e in &all {
+                bytes.extend_from_slice(&e.to_bits().to_le_bytes());
+            }
+            h.update(&bytes);
+            let slice = all
+                .get(subject.first..subject.first + subject.n())
+                .ok_or_else(|| {
+                    LipfpError::data(p, format!("fewer than {} radii", subject.total))
+                })?;
+            Ok((slice.to_vec(), Some(hex(&h.finalize()))))
         }
     }
 }
@@ -668,7 +752,7 @@ pub fn certify_with_progress(
     modes: &[Mode],
     progress: &Progress,
 ) -> Result<CertifyOutcome, LipfpError> {
-    let eps = radii(subject, radius)?;
+    let (eps, radii_hash) = radii(subject, radius)?;
     let mut all = vec![Mode::Real];
     for &m in modes {
         if !all.contains(&m) {
@@ -747,7 +831,7 @@ pub fn certify_with_progress(
                 .iter()
                 .map(|r| r.slack.unwrap_or(f64::NAN))
                 .collect(),
-            conservatism: (leps > 0.0 && mode != Mode::Real).then(|| deg / leps),
+            conservatism: conservatism_ratio(mode, deg, leps),
             seconds,
         });
     }
@@ -764,5 +848,6 @@ pub fn certify_with_progress(
         certify_s: subject.forward_s + reference_s + start.elapsed().as_secs_f64(),
         reference_s,
         model_refusal,
+        radii_hash,
     })
 }

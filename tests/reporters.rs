@@ -9,7 +9,8 @@ use std::process::Command;
 use lipfp::certify::Mode;
 use lipfp::error::LipfpError;
 use lipfp::format::Format;
-use lipfp::report::{github, junit, GateReport, ModeReport, Report, Timing};
+use lipfp::gate::ThresholdCheck;
+use lipfp::report::{github, junit, GateReport, GateStatus, ModeReport, Report, Timing};
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
@@ -29,20 +30,51 @@ fn mode(certified: usize, n: usize, vra: Option<usize>, sound: bool) -> ModeRepo
     }
 }
 
+/// A threshold `key` with `limit`, judged against `value` (the margin as the engine computes it).
+fn check(key: &'static str, limit: f64, what: &str, value: f64) -> ThresholdCheck {
+    let margin = if key.starts_with("min_") {
+        value - limit
+    } else {
+        limit - value
+    };
+    ThresholdCheck {
+        key,
+        limit,
+        what: what.to_string(),
+        value: Some(value),
+        margin_pp: Some(margin),
+        passed: Some(margin >= 0.0),
+        skipped: None,
+    }
+}
+
 fn gate(name: &str, passed: Option<bool>, failures: &[&str]) -> GateReport {
     let n = 1000;
+    let thresholds = match passed {
+        Some(false) => vec![
+            check("min_vra_pct", 95.0, "standard VRA", 94.1),
+            check("max_fp_cost_pp", 1.0, "floating-point cost", 1.9),
+        ],
+        Some(true) => vec![check("min_vra_pct", 90.0, "standard VRA", 94.1)],
+        None => vec![],
+    };
     GateReport {
         name: name.to_string(),
-        format: Format::Float32,
+        status: GateStatus::of(passed),
+        error: None,
+        format: Some(Format::Float32),
         ftz: false,
-        execution: "float32 storage, float32 or float64 accumulation".to_string(),
+        execution: Some("float32 storage, float32 or float64 accumulation".to_string()),
         epsilon: Some("0.3".to_string()),
         epsilons: None,
+        epsilons_sha256: None,
         n,
+        test_set_hash: Some("ef56".repeat(16)),
         accuracy_pct: Some(97.5),
         mode: Mode::Standard,
         passed,
         failures: failures.iter().map(|s| s.to_string()).collect(),
+        thresholds,
         modes: BTreeMap::from([
             ("real".to_string(), mode(960, n, Some(950), false)),
             ("standard".to_string(), mode(941, n, Some(941), true)),
@@ -52,8 +84,9 @@ fn gate(name: &str, passed: Option<bool>, failures: &[&str]) -> GateReport {
             certify_s: 0.5,
             reference_s: 0.0,
         },
-        model: "examples/digits/model.v2.onnx".to_string(),
-        model_hash: "ab12cd34".to_string(),
+        model: "/ci/work/examples/digits/model.v2.onnx".to_string(),
+        model_name: Some("examples/digits/model.v2.onnx".to_string()),
+        model_hash: Some("ab12cd34".to_string()),
         gram_iterations: 12,
         notes: vec!["3 inputs changed on conversion to float32".to_string()],
         policy_line: Some(17),
@@ -68,9 +101,10 @@ const FAILURES: [&str; 2] = [
 /// One passing and one failing gate.
 fn two_gates() -> Report {
     let mut failing = gate("breast-cancer-float32", Some(false), &FAILURES);
-    failing.format = Format::Float16;
+    failing.format = Some(Format::Float16);
     failing.ftz = true;
-    failing.model = "examples/breast-cancer/model.onnx".to_string();
+    failing.model = "/ci/work/examples/breast-cancer/model.onnx".to_string();
+    failing.model_name = Some("examples/breast-cancer/model.onnx".to_string());
     failing.policy_line = Some(42);
     Report {
         lipfp_version: "0.1.0".to_string(),
@@ -535,8 +569,13 @@ fn junit_has_one_testcase_per_gate_and_one_failure() {
     assert_eq!(cases.len(), 2);
     assert_eq!(cases[0].attr("name"), Some("digits-float32"));
     assert_eq!(cases[1].attr("name"), Some("breast-cancer-float32"));
-    assert_eq!(cases[0].attr("classname"), Some("model_v2"));
-    assert_eq!(cases[1].attr("classname"), Some("model"));
+    // the model path as the policy names it, without the extension, dots replaced: the two
+    // models are told apart, and Jenkins' split at the last dot keeps the name whole
+    assert_eq!(cases[0].attr("classname"), Some("examples/digits/model_v2"));
+    assert_eq!(
+        cases[1].attr("classname"),
+        Some("examples/breast-cancer/model")
+    );
     for c in &cases {
         assert!(!require(c, "classname").contains('.'), "dot in classname");
         assert_eq!(c.attr("time"), Some("0.75"), "time = norms + certify");
@@ -599,13 +638,13 @@ fn junit_escapes_hostile_strings() {
     report.gates[1].name = "evil <&>\"'\u{1} ]]> gate\u{FFFF}".to_string();
     report.gates[1].notes = vec!["a ]]> b <![CDATA[ c \u{0} &amp;".to_string()];
     report.gates[1].failures = vec!["line one\nline two".to_string()];
-    report.gates[0].model = "weird.dir/my.model\u{7}.v3.onnx".to_string();
+    report.gates[0].model_name = Some("weird.dir/my.model\u{7}.v3.onnx".to_string());
     let xml = junit::render(&report, "suite <&> \u{2}");
     let root = parse_junit(&xml);
     assert_eq!(root.all("testsuite")[0].attr("name"), Some("suite <&> "));
     let cases = root.all("testcase");
     assert_eq!(cases[1].attr("name"), Some("evil <&>\"' ]]> gate"));
-    assert_eq!(cases[0].attr("classname"), Some("my_model_v3"));
+    assert_eq!(cases[0].attr("classname"), Some("weird_dir/my_model_v3"));
     let failure = root.all("failure")[0];
     assert_eq!(failure.attr("message"), Some("line one line two"));
     assert!(failure.text.starts_with("line one line two\n"));
@@ -772,7 +811,7 @@ fn junit_schema_rejects_a_bad_document() {
 fn github_annotations_are_escaped() {
     let mut report = two_gates();
     report.gates[1].name = "bad, gate: x".to_string();
-    report.gates[1].format = Format::Float32;
+    report.gates[1].format = Some(Format::Float32);
     report.gates[1].ftz = false;
     report.gates[1].failures = vec!["VRA 50% < 95%\r\nsecond line".to_string()];
     let lines = github::error_annotations(&report, "conf,igs/lip:fp.toml");
@@ -848,14 +887,30 @@ fn github_outputs_use_sanitised_keys() {
             "digits_float32_v2__ftz__vra_pct=94.1",
             "digits_float32_v2__ftz__certified_pct=94.1",
             "digits_float32_v2__ftz__passed=true",
+            "digits_float32_v2__ftz__status=pass",
             "breast_cancer_float32_vra_pct=94.1",
             "breast_cancer_float32_certified_pct=94.1",
             "breast_cancer_float32_passed=false",
+            "breast_cancer_float32_status=fail",
             "digits_float32_v2__ftz__2_vra_pct=",
             "digits_float32_v2__ftz__2_certified_pct=94.1",
             "digits_float32_v2__ftz__2_passed=",
+            "digits_float32_v2__ftz__2_status=report",
+            lines[13],
         ]
     );
+    // every per-gate output again, as one JSON value a composite action can expose
+    let gates: serde_json::Value =
+        serde_json::from_str(lines[13].strip_prefix("gates=").unwrap()).unwrap();
+    assert_eq!(gates.as_object().unwrap().len(), 3, "{gates}");
+    let g = &gates["digits-float32.v2 (ftz)"];
+    assert_eq!(g["key"], "digits_float32_v2__ftz_");
+    assert_eq!(g["vra_pct"], 94.1);
+    assert_eq!(g["passed"], true);
+    assert_eq!(g["status"], "pass");
+    let g = &gates["digits_float32_v2__ftz_"];
+    assert_eq!(g["key"], "digits_float32_v2__ftz__2");
+    assert!(g["vra_pct"].is_null() && g["passed"].is_null(), "{g}");
     for l in &lines {
         let (key, _) = l.split_once('=').unwrap();
         assert!(
@@ -873,7 +928,7 @@ fn github_summary_has_a_table() {
     assert!(
         s.contains(
             "\n| gate | mode | format | eps | accuracy | certified | VRA | real ceiling (unsound) \
-             | fp cost | thresholds | result |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+             | fp cost | thresholds (margin) | result |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
         ),
         "{s}"
     );
@@ -882,8 +937,9 @@ fn github_summary_has_a_table() {
         .filter(|l| l.starts_with("| ") && !l.starts_with("| gate "))
         .collect();
     assert_eq!(rows.len(), 2, "{s}");
+    // a passing gate shows its thresholds and the margin to them too
     assert!(
-        rows[0].contains("✅ pass") && rows[0].contains("| — |"),
+        rows[0].contains("| min\\_vra\\_pct ≥ 90: 94.10% (+4.10 pp) ✅ | ✅ pass |"),
         "{}",
         rows[0]
     );
@@ -892,17 +948,22 @@ fn github_summary_has_a_table() {
     assert!(rows[1].contains("96.00% (unsound)"), "{}", rows[1]);
     assert!(rows[1].contains("| 1.90 pp |"), "{}", rows[1]);
     assert!(
-        rows[1].contains("standard VRA 94.10% &lt; min\\_vra\\_pct 95<br>"),
+        rows[1].contains(
+            "| min\\_vra\\_pct ≥ 95: 94.10% (-0.90 pp) ❌<br>max\\_fp\\_cost\\_pp ≤ 1: 1.90 pp \
+             (-0.90 pp) ❌ |"
+        ),
         "{}",
         rows[1]
     );
     assert!(s.contains("### Notes"), "{s}");
 
     let mut report = two_gates();
-    report.gates[0].passed = None;
-    report.gates[0].name = "a|b".to_string();
+    report.gates[0] = gate("a|b", None, &[]);
     let s = github::step_summary(&report);
-    assert!(s.contains("| a\\|b |") && s.contains("➖ report"), "{s}");
+    assert!(
+        s.contains("| a\\|b |") && s.contains("| — | ➖ report |"),
+        "{s}"
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@
 use std::fmt::Write;
 
 use crate::certify::Mode;
-use crate::report::{GateReport, Report};
+use crate::report::{fmt_ratio, GateReport, GateStatus, Report};
 
 /// `s` on one line: control characters (newline, carriage return, escape, ...) written as
 /// Rust escapes (`\n`, `\r`, `\u{1b}`).
@@ -45,27 +45,52 @@ fn fmt_pct(x: Option<f64>) -> String {
         .unwrap_or_else(|| "n/a".into())
 }
 
-fn gate_block(out: &mut String, g: &GateReport) {
-    let verdict = match g.passed {
-        Some(true) => "PASS",
-        Some(false) => "FAIL",
-        None => "REPORT",
-    };
+/// The bracketed facts of a gate's first line: format, eps, mode and (when evaluated) n.
+fn gate_facts(g: &GateReport) -> String {
     let eps = g
         .epsilon
         .clone()
         .or_else(|| g.epsilons.as_ref().map(|p| format!("per-instance ({p})")))
         .unwrap_or_default();
-    let eps = printable(&eps);
+    let format = g
+        .format
+        .map(|f| f.to_string())
+        .unwrap_or_else(|| "format n/a".into());
+    let n = if g.status == GateStatus::Error {
+        String::new()
+    } else {
+        format!(", n {}", g.n)
+    };
+    format!(
+        "[{format}{}, eps {}, mode {}{n}]",
+        if g.ftz { " ftz" } else { "" },
+        printable(&eps),
+        g.mode
+    )
+}
+
+fn gate_block(out: &mut String, g: &GateReport) {
+    let verdict = match g.status {
+        GateStatus::Pass => "PASS",
+        GateStatus::Fail => "FAIL",
+        GateStatus::Report => "REPORT",
+        GateStatus::Error => "ERROR",
+    };
     let _ = writeln!(
         out,
-        "{verdict:<6} {}  [{}{}, eps {eps}, mode {}, n {}]",
+        "{verdict:<6} {}  {}",
         printable(&g.name),
-        g.format,
-        if g.ftz { " ftz" } else { "" },
-        g.mode,
-        g.n
+        gate_facts(g)
     );
+    if let Some(e) = &g.error {
+        let _ = writeln!(out, "       error: {}", printable(e));
+    }
+    if g.modes.is_empty() {
+        for n in &g.notes {
+            let _ = writeln!(out, "       note: {}", printable(n));
+        }
+        return;
+    }
     let _ = writeln!(out, "       accuracy {}", fmt_pct(g.accuracy_pct));
     let ordered = Mode::ALL.iter().filter_map(|mode| {
         g.modes
@@ -78,10 +103,11 @@ fn gate_block(out: &mut String, g: &GateReport) {
         } else {
             format!("{name} (UNSOUND for fp execution)")
         };
-        let ratio = m
-            .conservatism_ratio
-            .map(|r| format!("  fp degradation {r:.3} x L eps"))
-            .unwrap_or_default();
+        let ratio = match (m.conservatism_ratio, m.sound) {
+            (Some(r), _) => format!("  fp degradation {} x L eps", fmt_ratio(r)),
+            (None, true) => "  fp degradation n/a".to_string(),
+            (None, false) => String::new(),
+        };
         let _ = writeln!(
             out,
             "       {label:<36} certified {:>6} ({:>7})  VRA {:>8}{ratio}",
@@ -109,14 +135,8 @@ pub fn render(report: &Report) -> String {
     for g in &report.gates {
         gate_block(&mut out, g);
     }
-    let total = report.gates.len();
-    let (passed, failed, _) = report.tally();
     if report.policy.is_some() {
-        let _ = writeln!(
-            out,
-            "{passed} passed, {failed} failed, {} without thresholds ({total} gates)",
-            total - passed - failed
-        );
+        let _ = writeln!(out, "{}", report.tally().line());
     }
     out
 }

@@ -11,7 +11,8 @@ use std::io::Write as _;
 use std::path::Path;
 
 use crate::certify::Mode;
-use crate::report::{GateReport, Report};
+use crate::gate::ThresholdCheck;
+use crate::report::{GateReport, GateStatus, Report};
 
 /// GitHub rejects a job summary above 1 MiB; stay clearly below it.
 pub const SUMMARY_LIMIT_BYTES: usize = 1_000_000;
@@ -76,18 +77,63 @@ fn fp_cost_pp(g: &GateReport) -> Option<f64> {
     Some(real.certified_pct - m.certified_pct)
 }
 
-fn result_cell(passed: Option<bool>) -> &'static str {
-    match passed {
-        Some(true) => "✅ pass",
-        Some(false) => "❌ fail",
-        None => "➖ report",
+fn result_cell(status: GateStatus) -> &'static str {
+    match status {
+        GateStatus::Pass => "✅ pass",
+        GateStatus::Fail => "❌ fail",
+        GateStatus::Report => "➖ report",
+        GateStatus::Error => "⛔ error",
+    }
+}
+
+/// One threshold in a table cell: `min_vra_pct ≥ 50: 80.67% (+30.67 pp) ✅`, or "not
+/// evaluated" with the reason.
+fn threshold_cell(c: &ThresholdCheck) -> String {
+    let op = if c.key.starts_with("min_") {
+        "≥"
+    } else {
+        "≤"
+    };
+    let unit = if c.key.ends_with("_pct") { "%" } else { " pp" };
+    let limit = format!("{} {op} {}", md(c.key), c.limit);
+    match (c.value, c.margin_pp, c.passed) {
+        (Some(v), Some(m), Some(ok)) => format!(
+            "{limit}: {v:.2}{unit} ({m:+.2} pp) {}",
+            if ok { "✅" } else { "❌" }
+        ),
+        _ => format!(
+            "{limit}: not evaluated ({})",
+            md(c.skipped.as_deref().unwrap_or("no figure"))
+        ),
+    }
+}
+
+/// The thresholds cell of a gate: every threshold with its margin, else the failures, else —.
+fn thresholds_cell(g: &GateReport) -> String {
+    if !g.thresholds.is_empty() {
+        g.thresholds
+            .iter()
+            .map(threshold_cell)
+            .collect::<Vec<_>>()
+            .join("<br>")
+    } else if !g.failures.is_empty() {
+        g.failures
+            .iter()
+            .map(|f| md(f))
+            .collect::<Vec<_>>()
+            .join("<br>")
+    } else {
+        "—".to_string()
     }
 }
 
 /// One table row of a gate.
 fn row(g: &GateReport) -> String {
     let m = g.modes.get(g.mode.name());
-    let format = format!("{}{}", g.format, if g.ftz { " +ftz" } else { "" });
+    let format = match g.format {
+        Some(f) => format!("{f}{}", if g.ftz { " +ftz" } else { "" }),
+        None => "—".into(),
+    };
     let eps = match (&g.epsilon, &g.epsilons) {
         (Some(e), _) => md(e),
         (None, Some(p)) => format!("per-instance ({})", md(p)),
@@ -105,49 +151,42 @@ fn row(g: &GateReport) -> String {
     let cost = fp_cost_pp(g)
         .map(|c| format!("{c:.2} pp"))
         .unwrap_or_else(|| "n/a".into());
-    let thresholds = if g.failures.is_empty() {
-        "—".to_string()
-    } else {
-        g.failures
-            .iter()
-            .map(|f| md(f))
-            .collect::<Vec<_>>()
-            .join("<br>")
+    let result = match &g.error {
+        Some(e) => format!("{}: {}", result_cell(g.status), md(e)),
+        None => result_cell(g.status).to_string(),
     };
     format!(
-        "| {} | {} | {format} | {eps} | {} | {certified} | {vra} | {real} | {cost} | {thresholds} | {} |\n",
+        "| {} | {} | {format} | {eps} | {} | {certified} | {vra} | {real} | {cost} | {} | {result} |\n",
         md(&g.name),
         g.mode,
         pct(g.accuracy_pct),
-        result_cell(g.passed)
+        thresholds_cell(g)
     )
 }
 
 /// The job summary in Markdown: a heading with the counts, one table row per gate (gate, mode,
 /// format and `+ftz`, eps, accuracy, certified, VRA, the real ceiling labelled unsound, the
-/// floating-point cost in percentage points, the failed thresholds or "—", and ✅ pass /
-/// ❌ fail / ➖ report), then the notes.
+/// floating-point cost in percentage points, every threshold with the figure and the margin to
+/// it — or "—" — and ✅ pass / ❌ fail / ➖ report / ⛔ error with the error), then the notes.
 ///
 /// The text stays below [`SUMMARY_LIMIT_BYTES`]: rows and notes that do not fit are left out,
 /// with a final line saying how many.
 pub fn step_summary(report: &Report) -> String {
-    let total = report.gates.len();
-    let (passed, failed, _) = report.tally();
-    let title = report
-        .policy
-        .as_deref()
-        .map(|p| format!("lipfp check: {}", md(p)))
-        .unwrap_or_else(|| "lipfp certify".into());
+    let tally = report.tally();
+    let title = summary_title(report.policy.as_deref());
     let mut out = format!(
-        "## {} {title}\n\n{passed} passed, {failed} failed, {} without thresholds ({total} gates) \
-         — lipfp {}\n\n",
-        if failed > 0 { "❌" } else { "✅" },
-        total - passed - failed,
+        "## {} {title}\n\n{} — lipfp {}\n\n",
+        if tally.failed + tally.errored > 0 {
+            "❌"
+        } else {
+            "✅"
+        },
+        tally.line(),
         md(&report.lipfp_version)
     );
     out.push_str(
         "| gate | mode | format | eps | accuracy | certified | VRA | real ceiling (unsound) \
-         | fp cost | thresholds | result |\n",
+         | fp cost | thresholds (margin) | result |\n",
     );
     out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
 
@@ -200,6 +239,34 @@ pub fn step_summary(report: &Report) -> String {
     out
 }
 
+/// The summary heading's title: `lipfp check: <policy>` or `lipfp certify`.
+fn summary_title(policy: Option<&str>) -> String {
+    policy
+        .map(|p| format!("lipfp check: {}", md(p)))
+        .unwrap_or_else(|| "lipfp certify".into())
+}
+
+/// The job summary of a run that stopped on an error outside every gate (exit 2): the heading
+/// and the error.
+pub fn error_summary(policy: Option<&str>, message: &str) -> String {
+    format!(
+        "## ⛔ {}\n\n**error**: {}\n\nNo gate was evaluated.\n",
+        summary_title(policy),
+        md(message)
+    )
+}
+
+/// The `::error` annotation of a run that stopped on an error outside every gate: on the
+/// policy file when there is one.
+pub fn error_annotation(policy_file: Option<&str>, message: &str) -> String {
+    let mut props = Vec::new();
+    if let Some(p) = policy_file.filter(|p| !p.is_empty()) {
+        props.push(format!("file={}", escape_property(p)));
+    }
+    props.push(format!("title={}", escape_property("lipfp error")));
+    format!("::error {}::{}", props.join(","), escape_data(message))
+}
+
 /// Escape workflow-command data (the message): `%`, `\r`, `\n`.
 pub fn escape_data(s: &str) -> String {
     s.replace('%', "%25")
@@ -213,18 +280,47 @@ pub fn escape_property(s: &str) -> String {
     escape_data(s).replace(':', "%3A").replace(',', "%2C")
 }
 
+/// The annotation text of a failing or errored gate: its title and message.
+fn annotation_text(g: &GateReport) -> (String, String) {
+    let eps = g
+        .epsilon
+        .clone()
+        .or_else(|| g.epsilons.as_ref().map(|p| format!("per-instance ({p})")))
+        .unwrap_or_default();
+    let format = match g.format {
+        Some(f) => format!("{f}{}, ", if g.ftz { " ftz" } else { "" }),
+        None => String::new(),
+    };
+    let facts = format!("({format}eps {eps}, mode {})", g.mode);
+    if let Some(e) = &g.error {
+        return (
+            format!("lipfp gate {} errored", g.name),
+            format!("{e} {facts}"),
+        );
+    }
+    let verdict = if g.failures.is_empty() {
+        "gate failed its thresholds".to_string()
+    } else {
+        g.failures.join("; ")
+    };
+    (
+        format!("lipfp gate {} failed", g.name),
+        format!("{verdict} {facts}"),
+    )
+}
+
 /// One `::error file=<policy>,line=<policy_line>,title=<title>::<message>` workflow command per
-/// failing gate, at most [`MAX_ERROR_ANNOTATIONS`]; when more gates failed, a final `::warning::`
-/// line says how many were not annotated. `line=` is omitted for a gate without a policy line,
-/// and `file=` when `policy_file` is empty. Messages and properties are escaped per the
-/// workflow-command rules.
+/// failing or errored gate (an errored gate's message is its error), in gate order, at most
+/// [`MAX_ERROR_ANNOTATIONS`]; when there are more, a final `::warning::` line says how many
+/// were not annotated. `line=` is omitted for a gate without a policy line, and `file=` when
+/// `policy_file` is empty. Messages and properties are escaped per the workflow-command rules.
 pub fn error_annotations(report: &Report, policy_file: &str) -> Vec<String> {
-    let failing: Vec<&GateReport> = report
+    let flagged: Vec<&GateReport> = report
         .gates
         .iter()
-        .filter(|g| g.passed == Some(false))
+        .filter(|g| matches!(g.status, GateStatus::Fail | GateStatus::Error))
         .collect();
-    let mut out: Vec<String> = failing
+    let mut out: Vec<String> = flagged
         .iter()
         .take(MAX_ERROR_ANNOTATIONS)
         .map(|g| {
@@ -235,34 +331,16 @@ pub fn error_annotations(report: &Report, policy_file: &str) -> Vec<String> {
             if let Some(line) = g.policy_line {
                 props.push(format!("line={line}"));
             }
-            props.push(format!(
-                "title={}",
-                escape_property(&format!("lipfp gate {} failed", g.name))
-            ));
-            let verdict = if g.failures.is_empty() {
-                "gate failed its thresholds".to_string()
-            } else {
-                g.failures.join("; ")
-            };
-            let eps = g
-                .epsilon
-                .clone()
-                .or_else(|| g.epsilons.as_ref().map(|p| format!("per-instance ({p})")))
-                .unwrap_or_default();
-            let message = format!(
-                "{verdict} ({}{}, eps {eps}, mode {})",
-                g.format,
-                if g.ftz { " ftz" } else { "" },
-                g.mode
-            );
+            let (title, message) = annotation_text(g);
+            props.push(format!("title={}", escape_property(&title)));
             format!("::error {}::{}", props.join(","), escape_data(&message))
         })
         .collect();
-    if failing.len() > MAX_ERROR_ANNOTATIONS {
+    if flagged.len() > MAX_ERROR_ANNOTATIONS {
         out.push(format!(
-            "::warning::{} more gates failed (not annotated: GitHub shows at most {} errors per \
-             step); see the job summary",
-            failing.len() - MAX_ERROR_ANNOTATIONS,
+            "::warning::{} more gates failed or errored (not annotated: GitHub shows at most {} \
+             errors per step); see the job summary",
+            flagged.len() - MAX_ERROR_ANNOTATIONS,
             MAX_ERROR_ANNOTATIONS
         ));
     }
@@ -304,17 +382,21 @@ fn output_entry(out: &mut String, key: &str, value: &str) {
     let _ = writeln!(out, "{key}<<{delimiter}\n{value}\n{delimiter}");
 }
 
-/// Lines for `$GITHUB_OUTPUT`: `passed=true|false` (false when any gate failed), then per gate
-/// `<key>_vra_pct=`, `<key>_certified_pct=` (the gated mode's rates) and `<key>_passed=`
-/// (`true`, `false`, or empty for a gate without thresholds), with `<key>` from
-/// [`output_key`]. An unavailable rate (VRA without labels) is empty. When two gate names map
-/// to the same key, the later one gets `_2`, `_3`, … appended. Every value is a single line
-/// (a value with a line break would use the `key<<delimiter` form with a random delimiter).
+/// Lines for `$GITHUB_OUTPUT`: `passed=true|false` (false when any gate failed or errored),
+/// then per gate `<key>_vra_pct=`, `<key>_certified_pct=` (the gated mode's rates),
+/// `<key>_passed=` (`true`, `false`, or empty for a gate without thresholds or an errored
+/// gate) and `<key>_status=` (`pass`, `fail`, `report` or `error`), with `<key>` from
+/// [`output_key`]; last `gates=`, one line of JSON holding all of them by gate name (see
+/// [`gates_json`]). An unavailable rate (VRA without labels, an errored gate) is empty. When
+/// two gate names map to the same key, the later one gets `_2`, `_3`, … appended. Every value
+/// is a single line (a value with a line break would use the `key<<delimiter` form with a
+/// random delimiter).
 pub fn outputs(report: &Report) -> String {
-    let any_failed = report.gates.iter().any(|g| g.passed == Some(false));
+    let t = report.tally();
     let mut out = String::new();
-    output_entry(&mut out, "passed", &(!any_failed).to_string());
+    output_entry(&mut out, "passed", &(t.failed + t.errored == 0).to_string());
     let mut used = BTreeSet::new();
+    let mut keys = Vec::with_capacity(report.gates.len());
     for g in &report.gates {
         let base = output_key(&g.name);
         let mut key = base.clone();
@@ -340,7 +422,46 @@ pub fn outputs(report: &Report) -> String {
             &format!("{key}_passed"),
             &g.passed.map(|p| p.to_string()).unwrap_or_default(),
         );
+        output_entry(&mut out, &format!("{key}_status"), g.status.name());
+        keys.push(key);
     }
+    output_entry(&mut out, "gates", &gates_json(report, &keys));
+    out
+}
+
+/// The `gates` output: a JSON object on one line, keyed by gate name, each value holding the
+/// gate's output key and its `vra_pct`, `certified_pct` (numbers or null), `passed` (true,
+/// false or null), `status` and `error` (null unless errored).
+fn gates_json(report: &Report, keys: &[String]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = report
+        .gates
+        .iter()
+        .zip(keys)
+        .map(|(g, key)| {
+            let m = g.modes.get(g.mode.name());
+            (
+                g.name.clone(),
+                serde_json::json!({
+                    "key": key,
+                    "vra_pct": m.and_then(|m| m.vra_pct),
+                    "certified_pct": m.map(|m| m.certified_pct),
+                    "passed": g.passed,
+                    "status": g.status.name(),
+                    "error": g.error,
+                }),
+            )
+        })
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+/// `$GITHUB_OUTPUT` lines of a run that stopped on an error outside every gate: `passed=false`,
+/// `gates={}` and `error=` the message.
+pub fn error_outputs(message: &str) -> String {
+    let mut out = String::new();
+    output_entry(&mut out, "passed", "false");
+    output_entry(&mut out, "gates", "{}");
+    output_entry(&mut out, "error", message);
     out
 }
 

@@ -1,10 +1,12 @@
 //! JUnit XML report, for CI systems that display test results (Jenkins, GitLab, GitHub test
 //! reporters, Azure Pipelines).
 //!
-//! One `testsuite` per policy, one `testcase` per gate — never one per test point. A gate that
-//! fails its thresholds becomes a `failure` whose `message` is a one-line verdict and whose body
-//! repeats that line first and then every figure (GitLab shows only the body). A gate without
-//! thresholds is a passing testcase whose `system-out` says so. The `junit-report` crate has no
+//! One `testsuite` per policy, one `testcase` per gate — never one per test point — named by
+//! the gate, with the model as the classname. A gate that fails its thresholds becomes a
+//! `failure` whose `message` is a one-line verdict and whose body repeats that line first and
+//! then every figure (GitLab shows only the body); a gate that could not be evaluated becomes
+//! an `error` whose `message` is the error. A gate without thresholds is a passing testcase
+//! whose `system-out` says so. The `junit-report` crate has no
 //! `properties` element, so the per-gate properties (format, ftz, epsilon, mode, model hash,
 //! tool version) are `name: value` lines at the top of each testcase's `system-out`, and the tool
 //! version and policy go into the suite's `system-out`.
@@ -22,7 +24,7 @@ use junit_report::{Duration, ReportBuilder, TestCase, TestCaseBuilder, TestSuite
 
 use crate::certify::Mode;
 use crate::error::LipfpError;
-use crate::report::{GateReport, ModeReport, Report};
+use crate::report::{fmt_ratio, GateReport, GateStatus, ModeReport, Report};
 
 /// Classname and name of the single testcase of [`render_error`].
 const ERROR_CASE: &str = "lipfp";
@@ -72,15 +74,27 @@ fn duration(seconds: f64) -> Duration {
     }
 }
 
-/// The testcase classname of a gate: the model file's stem, with dots replaced by `_` (Jenkins
-/// splits a classname into package and class at its last dot).
+/// The testcase classname of a model: its path as the policy names it (relative to the policy
+/// file), without the extension, `.` components dropped and every remaining dot replaced by
+/// `_` (Jenkins splits a classname into package and class at its last dot; this keeps it
+/// whole), e.g. `examples/digits/model.onnx` -> `examples/digits/model`.
 fn classname(model: &str) -> String {
-    let stem = Path::new(model)
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "model".to_string());
-    attr(&stem.replace('.', "_"))
+    let path = Path::new(model);
+    let without_ext = match (path.parent(), path.file_stem()) {
+        (Some(dir), Some(stem)) if !stem.is_empty() => dir.join(stem),
+        _ => path.to_path_buf(),
+    };
+    let parts: Vec<String> = without_ext
+        .components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir))
+        .map(|c| c.as_os_str().to_string_lossy().replace('.', "_"))
+        .collect();
+    let name = parts.join("/").replace("//", "/");
+    if name.is_empty() {
+        "model".to_string()
+    } else {
+        attr(&name)
+    }
 }
 
 /// The one-line verdict of a failing gate: its failed thresholds joined with `"; "`.
@@ -133,10 +147,11 @@ fn figures(g: &GateReport) -> String {
         if name == gated {
             label.push_str(" [gated]");
         }
-        let ratio = m
-            .conservatism_ratio
-            .map(|r| format!(", fp degradation {r:.3} x L eps"))
-            .unwrap_or_default();
+        let ratio = match (m.conservatism_ratio, m.sound) {
+            (Some(r), _) => format!(", fp degradation {} x L eps", fmt_ratio(r)),
+            (None, true) => ", fp degradation n/a".to_string(),
+            (None, false) => String::new(),
+        };
         let _ = writeln!(
             out,
             "{label}: certified {} ({:.2}%), VRA {}{ratio}",
@@ -155,6 +170,7 @@ fn figures(g: &GateReport) -> String {
     for f in &g.failures {
         let _ = writeln!(out, "failed: {f}");
     }
+    thresholds(&mut out, g);
     for n in &g.notes {
         let _ = writeln!(out, "note: {n}");
     }
@@ -166,10 +182,41 @@ fn figures(g: &GateReport) -> String {
     out
 }
 
+/// One line per threshold: the limit, the figure and the margin to it.
+fn thresholds(out: &mut String, g: &GateReport) {
+    for c in &g.thresholds {
+        let op = if c.key.starts_with("min_") {
+            ">="
+        } else {
+            "<="
+        };
+        let unit = if c.key.ends_with("_pct") { "%" } else { " pp" };
+        match (c.value, c.margin_pp) {
+            (Some(v), Some(m)) => {
+                let _ = writeln!(
+                    out,
+                    "threshold {} {op} {}: {} {v:.2}{unit}, margin {m:+.2} pp",
+                    c.key, c.limit, c.what
+                );
+            }
+            _ => {
+                let why = c.skipped.as_deref().unwrap_or("not evaluated");
+                let _ = writeln!(
+                    out,
+                    "threshold {} {op} {}: not evaluated ({why})",
+                    c.key, c.limit
+                );
+            }
+        }
+    }
+}
+
 /// The per-gate properties as `name: value` lines.
 fn properties(g: &GateReport, version: &str) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "format: {}", g.format);
+    if let Some(f) = g.format {
+        let _ = writeln!(out, "format: {f}");
+    }
     let _ = writeln!(out, "ftz: {}", g.ftz);
     match (&g.epsilon, &g.epsilons) {
         (Some(e), _) => {
@@ -182,7 +229,12 @@ fn properties(g: &GateReport, version: &str) -> String {
     }
     let _ = writeln!(out, "mode: {}", g.mode);
     let _ = writeln!(out, "model: {}", g.model);
-    let _ = writeln!(out, "model_hash: {}", g.model_hash);
+    if let Some(h) = &g.model_hash {
+        let _ = writeln!(out, "model_hash: {h}");
+    }
+    if let Some(h) = &g.test_set_hash {
+        let _ = writeln!(out, "test_set_hash: {h}");
+    }
     let _ = writeln!(out, "gram_iterations: {}", g.gram_iterations);
     if let Some(line) = g.policy_line {
         let _ = writeln!(out, "policy_line: {line}");
@@ -196,19 +248,38 @@ fn testcase(g: &GateReport, version: &str) -> TestCase {
     let name = attr(&g.name);
     let time = duration(g.timing.norms_s + g.timing.certify_s);
     let props = properties(g, version);
-    let (mut builder, out) = match g.passed {
-        Some(false) => {
+    let (mut builder, out) = match g.status {
+        GateStatus::Error => {
+            let error = g
+                .error
+                .as_deref()
+                .unwrap_or("the gate could not be evaluated");
+            let mut b = TestCaseBuilder::error(&name, time, "error", attr(error).trim());
+            let body = if g.modes.is_empty() {
+                let mut t = String::new();
+                thresholds(&mut t, g);
+                for n in &g.notes {
+                    let _ = writeln!(t, "note: {n}");
+                }
+                format!("{error}\n\n{t}")
+            } else {
+                format!("{error}\n\n{}", figures(g))
+            };
+            b.set_trace(&cdata(&body));
+            (b, props)
+        }
+        GateStatus::Fail => {
             let line = verdict_line(g);
             let body = format!("{line}\n\n{}", figures(g));
             let mut b = TestCaseBuilder::failure(&name, time, "threshold", &line);
             b.set_trace(&cdata(&body));
             (b, props)
         }
-        Some(true) => (
+        GateStatus::Pass => (
             TestCaseBuilder::success(&name, time),
             format!("passed\n\n{props}\n{}", figures(g)),
         ),
-        None => (
+        GateStatus::Report => (
             TestCaseBuilder::success(&name, time),
             format!(
                 "no thresholds: this gate reports and never fails\n\n{props}\n{}",
@@ -216,7 +287,7 @@ fn testcase(g: &GateReport, version: &str) -> TestCase {
             ),
         ),
     };
-    builder.set_classname(&classname(&g.model));
+    builder.set_classname(&classname(g.model_name.as_deref().unwrap_or(&g.model)));
     builder.set_system_out(&cdata(&out));
     builder.build()
 }
@@ -235,8 +306,10 @@ fn to_string(report: &junit_report::Report) -> String {
 /// Render `report` as JUnit XML: one testsuite named `suite_name` (e.g. `"lipfp: lipfp.toml"`)
 /// with one testcase per gate.
 ///
-/// Testcase name = gate name; classname = the model file's stem with dots replaced by `_`;
-/// time = norms + certify seconds. A failing gate (`passed == Some(false)`) has a `failure`
+/// Testcase name = gate name; classname = the model as the policy names it, without the
+/// extension, dots replaced by `_` (see [`classname`]); time = norms + certify seconds. A gate
+/// that could not be evaluated (`status == error`) has an `error` whose `message` is the
+/// error (on one line) and whose body is the error, then the thresholds it did not evaluate. A failing gate (`passed == Some(false)`) has a `failure`
 /// whose `message` is the one-line verdict (its failed thresholds joined with `"; "`) and whose
 /// body repeats that line first, then every figure (accuracy, each mode with `real` labelled
 /// UNSOUND, the floating-point cost, the notes). The gate's properties (format, ftz, epsilon or
@@ -295,8 +368,13 @@ mod tests {
     }
 
     #[test]
-    fn classname_has_no_dots() {
-        assert_eq!(classname("models/v1.2/net.v3.onnx"), "net_v3");
+    fn classname_is_the_model_path_without_extension_or_dots() {
+        assert_eq!(classname("models/v1.2/net.v3.onnx"), "models/v1_2/net_v3");
+        assert_eq!(
+            classname("./examples/digits/model.onnx"),
+            "examples/digits/model"
+        );
+        assert_eq!(classname("model.onnx"), "model");
         assert_eq!(classname(""), "model");
     }
 

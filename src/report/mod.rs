@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::certify::Mode;
 use crate::format::Format;
-use crate::gate::{pct, GateVerdict};
+use crate::gate::{pct, GateVerdict, ThresholdCheck};
 use crate::policy::Radius;
 use crate::run::CertifyOutcome;
 
@@ -50,39 +50,89 @@ pub struct Timing {
     pub reference_s: f64,
 }
 
+/// The outcome of one gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GateStatus {
+    /// Every threshold was met.
+    Pass,
+    /// At least one threshold was not met.
+    Fail,
+    /// The gate has no thresholds (or its verdict is withheld, e.g. on a shard): it reports.
+    Report,
+    /// The gate could not be evaluated (model refused, data mismatch, bad radii file, a
+    /// required baseline that does not compare); `error` says why.
+    Error,
+}
+
+impl GateStatus {
+    /// The status of a verdict.
+    pub fn of(passed: Option<bool>) -> GateStatus {
+        match passed {
+            Some(true) => GateStatus::Pass,
+            Some(false) => GateStatus::Fail,
+            None => GateStatus::Report,
+        }
+    }
+
+    /// `pass`, `fail`, `report` or `error`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GateStatus::Pass => "pass",
+            GateStatus::Fail => "fail",
+            GateStatus::Report => "report",
+            GateStatus::Error => "error",
+        }
+    }
+}
+
 /// One gate (or the single `certify` run).
 #[derive(Clone, Debug, Serialize)]
 pub struct GateReport {
     /// Gate name.
     pub name: String,
-    /// Deployment format.
-    pub format: Format,
+    /// `pass`, `fail`, `report` (no thresholds) or `error` (not evaluated: see `error`).
+    pub status: GateStatus,
+    /// Why the gate could not be evaluated (only with status `error`).
+    pub error: Option<String>,
+    /// Deployment format (null when the gate errored before it was known).
+    pub format: Option<Format>,
     /// Flush-to-zero constants in use.
     pub ftz: bool,
-    /// The execution model the certificates cover.
-    pub execution: String,
+    /// The execution model the certificates cover (null when the gate errored before it).
+    pub execution: Option<String>,
     /// The radius as written (null with per-instance radii).
     pub epsilon: Option<String>,
     /// Per-instance radii file, when used.
     pub epsilons: Option<String>,
+    /// SHA-256 of the per-instance radii (float64 values, little-endian), when used and read.
+    pub epsilons_sha256: Option<String>,
     /// Number of test points.
     pub n: usize,
+    /// SHA-256 of the test set as certified: the inputs converted to the format, and the
+    /// labels (null when unknown, e.g. for an unverified merge).
+    pub test_set_hash: Option<String>,
     /// Clean accuracy in percent (null without labels).
     pub accuracy_pct: Option<f64>,
     /// The mode the thresholds apply to.
     pub mode: Mode,
-    /// Verdict: null for a gate without thresholds.
+    /// Verdict: null for a gate without thresholds, and for an errored gate.
     pub passed: Option<bool>,
     /// One line per failed threshold.
     pub failures: Vec<String>,
+    /// Every threshold with the measured figure and the margin to it.
+    pub thresholds: Vec<ThresholdCheck>,
     /// Every computed mode, `real` included (labelled unsound).
     pub modes: BTreeMap<String, ModeReport>,
     /// Timing.
     pub timing: Timing,
     /// Model file.
     pub model: String,
-    /// SHA-256 of the converted network.
-    pub model_hash: String,
+    /// The model as the policy names it (relative to the policy file), or as given on the
+    /// command line; JUnit classnames are made from it.
+    pub model_name: Option<String>,
+    /// SHA-256 of the converted network (null when the gate errored before it was loaded).
+    pub model_hash: Option<String>,
     /// Gram iterations of the norms.
     pub gram_iterations: u32,
     /// Conversions, execution model and vacuity notes.
@@ -102,11 +152,53 @@ pub struct Report {
     pub gates: Vec<GateReport>,
 }
 
+/// Gate counts by status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Gates that passed.
+    pub passed: usize,
+    /// Gates that failed a threshold.
+    pub failed: usize,
+    /// Gates without thresholds (or with a withheld verdict).
+    pub report: usize,
+    /// Gates that could not be evaluated.
+    pub errored: usize,
+}
+
+impl Tally {
+    /// Every gate.
+    pub fn total(&self) -> usize {
+        self.passed + self.failed + self.report + self.errored
+    }
+
+    /// `"1 passed, 1 failed, 1 errored, 0 without thresholds (3 gates)"` (`errored` only when
+    /// a gate errored).
+    pub fn line(&self) -> String {
+        let errored = if self.errored > 0 {
+            format!("{} errored, ", self.errored)
+        } else {
+            String::new()
+        };
+        format!(
+            "{} passed, {} failed, {errored}{} without thresholds ({} gates)",
+            self.passed,
+            self.failed,
+            self.report,
+            self.total()
+        )
+    }
+}
+
 impl Report {
-    /// `(passed, failed, without thresholds)` gate counts.
-    pub fn tally(&self) -> (usize, usize, usize) {
-        let count = |v: Option<bool>| self.gates.iter().filter(|g| g.passed == v).count();
-        (count(Some(true)), count(Some(false)), count(None))
+    /// Gate counts by status.
+    pub fn tally(&self) -> Tally {
+        let count = |s: GateStatus| self.gates.iter().filter(|g| g.status == s).count();
+        Tally {
+            passed: count(GateStatus::Pass),
+            failed: count(GateStatus::Fail),
+            report: count(GateStatus::Report),
+            errored: count(GateStatus::Error),
+        }
     }
 }
 
@@ -125,6 +217,8 @@ pub struct SubjectFacts {
     pub execution: String,
     /// Gram iterations.
     pub gram_iterations: u32,
+    /// SHA-256 of the converted test inputs and labels (`None` when unknown).
+    pub test_set_hash: Option<String>,
     /// Notes.
     pub notes: Vec<String>,
 }
@@ -154,7 +248,7 @@ impl GateReport {
                         sound: m.mode.is_sound(),
                         refusals: m.refusals.clone(),
                         seconds: m.seconds,
-                        conservatism_ratio: m.conservatism.map(|c| (c * 1e6).round() / 1e6),
+                        conservatism_ratio: m.conservatism.map(round6),
                     },
                 )
             })
@@ -174,16 +268,21 @@ impl GateReport {
         }
         GateReport {
             name: name.to_string(),
-            format: facts.format,
+            status: GateStatus::of(verdict.passed),
+            error: None,
+            format: Some(facts.format),
             ftz: facts.ftz,
-            execution: facts.execution.clone(),
+            execution: Some(facts.execution.clone()),
             epsilon: radius.fields().0,
             epsilons: radius.fields().1,
+            epsilons_sha256: outcome.radii_hash.clone(),
             n,
+            test_set_hash: facts.test_set_hash.clone(),
             accuracy_pct: outcome.correct.map(|c| round4(pct(c, n))),
             mode,
             passed: verdict.passed,
             failures: verdict.failures.clone(),
+            thresholds: verdict.checks.clone(),
             modes,
             timing: Timing {
                 norms_s: outcome.norms_s,
@@ -191,15 +290,115 @@ impl GateReport {
                 reference_s: outcome.reference_s,
             },
             model: facts.model.clone(),
-            model_hash: facts.model_hash.clone(),
+            model_name: None,
+            model_hash: Some(facts.model_hash.clone()),
             gram_iterations: facts.gram_iterations,
             notes,
             policy_line: None,
         }
+    }
+
+    /// The report of a gate that could not be evaluated: status `error`, no figures, every
+    /// threshold listed as not evaluated.
+    pub fn errored(spec: &ErroredGate<'_>, error: String) -> GateReport {
+        let (epsilon, epsilons) = spec.radius.fields();
+        GateReport {
+            name: spec.name.to_string(),
+            status: GateStatus::Error,
+            error: Some(error),
+            format: spec.format,
+            ftz: spec.ftz,
+            execution: None,
+            epsilon,
+            epsilons,
+            epsilons_sha256: None,
+            n: 0,
+            test_set_hash: None,
+            accuracy_pct: None,
+            mode: spec.mode,
+            passed: None,
+            failures: Vec::new(),
+            thresholds: crate::gate::unevaluated(spec.thresholds, spec.mode),
+            modes: BTreeMap::new(),
+            timing: Timing {
+                norms_s: 0.0,
+                certify_s: 0.0,
+                reference_s: 0.0,
+            },
+            model: spec.model.display().to_string(),
+            model_name: spec.model_name.map(str::to_string),
+            model_hash: None,
+            gram_iterations: spec.gram_iterations,
+            notes: spec.notes.to_vec(),
+            policy_line: spec.policy_line,
+        }
+    }
+
+    /// Withhold the verdict (e.g. on a shard, whose figures are partial): status `report`.
+    pub fn withhold_verdict(&mut self, why: &str) {
+        self.passed = None;
+        self.status = GateStatus::Report;
+        self.notes.push(why.to_string());
+    }
+
+    /// Turn an evaluated gate into an errored one (e.g. a required baseline that does not
+    /// compare), keeping its figures: status `error`, no verdict.
+    pub fn set_error(&mut self, error: String) {
+        self.passed = None;
+        self.status = GateStatus::Error;
+        self.error = Some(error);
+    }
+}
+
+/// What is known about a gate that could not be evaluated.
+#[derive(Clone, Debug)]
+pub struct ErroredGate<'a> {
+    /// Gate name.
+    pub name: &'a str,
+    /// Declared format, if any.
+    pub format: Option<Format>,
+    /// Flush-to-zero declared.
+    pub ftz: bool,
+    /// Radius.
+    pub radius: &'a Radius,
+    /// Mode the thresholds apply to.
+    pub mode: Mode,
+    /// Thresholds.
+    pub thresholds: &'a crate::policy::Thresholds,
+    /// Model file.
+    pub model: &'a std::path::Path,
+    /// The model as the policy names it.
+    pub model_name: Option<&'a str>,
+    /// Gram iterations.
+    pub gram_iterations: u32,
+    /// Notes known before the error (e.g. thresholds that look like fractions).
+    pub notes: &'a [String],
+    /// 1-based line of the gate in the policy.
+    pub policy_line: Option<usize>,
+}
+
+/// A conservatism ratio for people: three decimals, or scientific notation from a million on
+/// (a tiny `L eps` makes the ratio huge but finite).
+pub fn fmt_ratio(r: f64) -> String {
+    if r.abs() >= 1e6 {
+        format!("{r:.3e}")
+    } else {
+        format!("{r:.3}")
     }
 }
 
 /// Round a percentage to 4 decimals for stable output.
 fn round4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
+}
+
+/// Round a ratio to 6 decimals for stable output; a value too large to scale is kept as is
+/// (rounding must not turn a finite ratio into infinity).
+fn round6(x: f64) -> f64 {
+    let scaled = x * 1e6;
+    if scaled.is_finite() {
+        scaled.round() / 1e6
+    } else {
+        x
+    }
 }

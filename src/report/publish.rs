@@ -55,15 +55,55 @@ pub fn publish(
             }
         }
     }
-    let staged = files::stage(&artifacts)?;
+    write_all(&artifacts, appends)?;
+    print_stdout(&stdout)
+}
+
+/// Publish a run that stopped on an error outside every gate (an unparsable or missing policy,
+/// an unreadable baseline, a report that could not be written): the JUnit file, when asked
+/// for, holds one `error` testcase; under GitHub Actions the job summary gets the error, the
+/// step outputs `passed=false`, `gates={}` and `error`, and stdout an `::error` annotation on
+/// the policy file. All or nothing, as [`publish`]; the error itself is printed by the caller.
+pub fn publish_error(message: &str, to: &Destinations<'_>) -> Result<(), LipfpError> {
+    let mut artifacts = Vec::new();
+    if let Some(p) = to.junit {
+        let xml = report::junit::render_error(to.suite, message);
+        artifacts.push(Artifact::new(p, xml, "JUnit report"));
+    }
+    let mut stdout = String::new();
+    let mut appends = Vec::new();
+    if std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true") {
+        stdout = report::github::error_annotation(to.policy_file, message) + "\n";
+        for (var, text) in [
+            (
+                "GITHUB_STEP_SUMMARY",
+                report::github::error_summary(to.policy_file, message),
+            ),
+            ("GITHUB_OUTPUT", report::github::error_outputs(message)),
+        ] {
+            if let Some(path) = std::env::var_os(var).filter(|p| !p.is_empty()) {
+                appends.push((var, PathBuf::from(path), text));
+            }
+        }
+    }
+    write_all(&artifacts, appends)?;
+    print_stdout(&stdout)
+}
+
+/// Stage `artifacts`, append `appends` (GitHub's step summary and outputs), then commit the
+/// artifacts: nothing is renamed into place unless every write succeeded.
+fn write_all(
+    artifacts: &[Artifact],
+    appends: Vec<(&str, PathBuf, String)>,
+) -> Result<(), LipfpError> {
+    let staged = files::stage(artifacts)?;
     for (var, path, text) in appends {
         report::github::append(&path, &text).map_err(|e| LipfpError::Io {
             path,
             message: format!("could not append to ${var}: {e}"),
         })?;
     }
-    staged.commit()?;
-    print_stdout(&stdout)
+    staged.commit()
 }
 
 /// Print `text` on stdout, reporting a failed write (a closed pipe, a full disk) as an error.
