@@ -17,6 +17,12 @@ pub fn pct(k: usize, n: usize) -> f64 {
     }
 }
 
+/// `x` rounded to 4 decimals, as reports write percentages: a drop compares the baseline's
+/// reported figure with this run's figure as it would be reported.
+fn round4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
 /// One threshold of a gate and how the run stands against it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ThresholdCheck {
@@ -171,7 +177,7 @@ fn figure(
             Some(b.certified_pct)
         };
         match (before, rate(mode, vra)) {
-            (Some(before), Ok(now)) => (Ok(before - now), Some(before)),
+            (Some(before), Ok(now)) => (Ok(before - round4(now)), Some(before)),
             (None, _) => (Err("the baseline has no VRA (no labels)".into()), None),
             (_, Err(e)) => (Err(e), None),
         }

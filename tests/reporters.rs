@@ -10,7 +10,10 @@ use lipfp::certify::Mode;
 use lipfp::error::LipfpError;
 use lipfp::format::Format;
 use lipfp::gate::ThresholdCheck;
-use lipfp::report::{github, junit, GateReport, GateStatus, ModeReport, Report, Timing};
+use lipfp::policy::{Radius, Thresholds};
+use lipfp::report::{
+    console, github, junit, ErroredGate, GateReport, GateStatus, ModeReport, Report, Timing,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
@@ -111,6 +114,41 @@ fn two_gates() -> Report {
         policy: Some("lipfp.toml".to_string()),
         gates: vec![gate("digits-float32", Some(true), &[]), failing],
     }
+}
+
+const CONV_ERROR: &str =
+    "models/conv.onnx: node `/conv/Conv` (op Conv): this op is not part of a dense ReLU classifier";
+
+/// A gate that could not be evaluated, as `lipfp check` builds it.
+fn errored(name: &str) -> GateReport {
+    let radius = Radius::parse_decimal("0.1").unwrap();
+    let thresholds = Thresholds {
+        min_vra_pct: Some(90.0),
+        ..Thresholds::default()
+    };
+    GateReport::errored(
+        &ErroredGate {
+            name,
+            format: None,
+            ftz: false,
+            radius: &radius,
+            mode: Mode::Standard,
+            thresholds: &thresholds,
+            model: Path::new("/ci/work/models/conv.onnx"),
+            model_name: Some("models/conv.onnx"),
+            gram_iterations: 12,
+            notes: &[],
+            policy_line: Some(30),
+        },
+        CONV_ERROR.to_string(),
+    )
+}
+
+/// A passing, a failing and an errored gate.
+fn three_gates() -> Report {
+    let mut r = two_gates();
+    r.gates.push(errored("conv-gate"));
+    r
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -760,6 +798,11 @@ fn junit_validates_against_the_schema_with_xmllint() {
     xmllint_validate(dir.path(), "empty.xml", &junit::render(&empty, "lipfp"));
     xmllint_validate(
         dir.path(),
+        "errored.xml",
+        &junit::render(&three_gates(), "lipfp: a.toml"),
+    );
+    xmllint_validate(
+        dir.path(),
         "error.xml",
         &junit::render_error("lipfp", "x.onnx: node `n` (op Conv): unsupported\nmore"),
     );
@@ -862,6 +905,7 @@ fn github_annotations_are_capped_at_ten() {
 fn two_gates_passing() -> Report {
     let mut r = two_gates();
     r.gates[1].passed = Some(true);
+    r.gates[1].status = GateStatus::Pass;
     r.gates[1].failures.clear();
     r
 }
@@ -998,11 +1042,139 @@ fn github_append_appends() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "a=1\nb=2\n");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Errored gates
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn an_errored_gate_is_an_error_testcase_whose_message_is_the_error() {
+    let root = parse_junit(&junit::render(&three_gates(), "lipfp: lipfp.toml"));
+    let suite = root.all("testsuite")[0];
+    assert_eq!(suite.attr("tests"), Some("3"));
+    assert_eq!(suite.attr("failures"), Some("1"));
+    assert_eq!(suite.attr("errors"), Some("1"));
+    let case = root.all("testcase")[2];
+    assert_eq!(case.attr("name"), Some("conv-gate"));
+    assert_eq!(case.attr("classname"), Some("models/conv"));
+    let error = case.elems("error").next().expect("an <error>");
+    assert_eq!(error.attr("message"), Some(CONV_ERROR));
+    assert!(error.text.starts_with(CONV_ERROR), "{}", error.text);
+    assert!(
+        error
+            .text
+            .contains("threshold min_vra_pct >= 90: not evaluated (the gate errored)"),
+        "{}",
+        error.text
+    );
+}
+
+#[test]
+fn an_errored_gate_is_annotated_summarised_output_and_printed() {
+    let report = three_gates();
+    let lines = github::error_annotations(&report, "lipfp.toml");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(
+        lines[1],
+        format!(
+            "::error file=lipfp.toml,line=30,title=lipfp gate conv-gate errored::{CONV_ERROR} \
+             (eps 0.1, mode standard)"
+        )
+    );
+
+    let s = github::step_summary(&report);
+    assert!(s.starts_with("## ❌ "), "{s}");
+    assert!(
+        s.contains("1 passed, 1 failed, 1 errored, 0 without thresholds (3 gates)"),
+        "{s}"
+    );
+    let row = s
+        .lines()
+        .find(|l| l.starts_with("| conv-gate |"))
+        .expect("a row for the errored gate");
+    assert!(
+        row.ends_with(
+            "| min\\_vra\\_pct ≥ 90: not evaluated (the gate errored) | ⛔ error: \
+             models/conv.onnx: node \\`/conv/Conv\\` (op Conv): this op is not part of a dense \
+             ReLU classifier |"
+        ),
+        "{row}"
+    );
+
+    let out = github::outputs(&report);
+    assert!(out.starts_with("passed=false\n"), "{out}");
+    assert!(
+        out.contains("\nconv_gate_passed=\nconv_gate_status=error\n"),
+        "{out}"
+    );
+    assert!(out.contains("\nconv_gate_vra_pct=\n"), "{out}");
+
+    let text = console::render(&report);
+    assert!(
+        text.contains(&format!(
+            "ERROR  conv-gate  [format n/a, eps 0.1, mode standard]\n       error: {CONV_ERROR}\n"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("1 passed, 1 failed, 1 errored, 0 without thresholds (3 gates)\n"),
+        "{text}"
+    );
+
+    let json: serde_json::Value =
+        serde_json::from_str(&lipfp::report::json::render(&report)).unwrap();
+    let g = &json["gates"][2];
+    assert_eq!(g["status"], "error");
+    assert_eq!(g["error"], CONV_ERROR);
+    assert!(g["passed"].is_null() && g["format"].is_null(), "{g:#}");
+    assert_eq!(json["gates"][0]["status"], "pass");
+    assert_eq!(json["gates"][1]["status"], "fail");
+}
+
+#[test]
+fn an_error_outside_every_gate_is_annotated_on_the_policy_and_summarised() {
+    let message = "lipfp.toml: invalid policy: TOML parse error at line 1\n  |\n1 | [model";
+    assert_eq!(
+        github::error_annotation(Some("conf/lip,fp.toml"), message),
+        "::error file=conf/lip%2Cfp.toml,title=lipfp error::lipfp.toml: invalid policy: TOML \
+         parse error at line 1%0A  |%0A1 | [model"
+    );
+    assert_eq!(
+        github::error_annotation(None, "x"),
+        "::error title=lipfp error::x"
+    );
+    let s = github::error_summary(Some("lipfp.toml"), message);
+    assert!(s.starts_with("## ⛔ lipfp check: lipfp.toml\n"), "{s}");
+    assert!(s.contains("**error**: lipfp.toml: invalid policy"), "{s}");
+    let out = github::error_outputs(message);
+    assert!(
+        out.starts_with("passed=false\ngates={}\nerror<<ghadelimiter_"),
+        "{out}"
+    );
+}
+
+#[test]
+fn huge_or_missing_conservatism_ratios_print_no_infinity() {
+    let mut report = two_gates();
+    let modes = &mut report.gates[0].modes;
+    modes.get_mut("standard").unwrap().conservatism_ratio = Some(1e300);
+    let text = console::render(&report);
+    assert!(text.contains("fp degradation 1.000e300 x L eps"), "{text}");
+    assert!(junit::render(&report, "s").contains("fp degradation 1.000e300 x L eps"));
+    report.gates[0]
+        .modes
+        .get_mut("standard")
+        .unwrap()
+        .conservatism_ratio = None;
+    let text = console::render(&report);
+    assert!(text.contains("fp degradation n/a"), "{text}");
+    assert!(!text.contains("inf"), "{text}");
+}
+
 /// Prints the rendered reports (`cargo test --test reporters -- --ignored --nocapture`).
 #[test]
 #[ignore]
 fn show_rendered_reports() {
-    let mut r = two_gates();
+    let mut r = three_gates();
     r.gates.push(gate("report-only", None, &[]));
     println!("{}", junit::render(&r, "lipfp: lipfp.toml"));
     println!(
