@@ -486,7 +486,10 @@ fn report_files(a: &ReportArgs, progress: &Progress) -> Result<Exit, LipfpError>
         let mut gate = GateReport::new(&m.name, &m.facts, &m.radius, m.mode, &m.outcome, &verdict);
         gate.policy_line = (m.policy_line > 0).then_some(m.policy_line);
         gate.model_name = m.model_name.clone();
-        gate.notes.extend(m.thresholds.fraction_notes());
+        for note in m.thresholds.fraction_notes() {
+            progress.warn(&format!("gate `{}`: {note}", m.name));
+            gate.notes.push(note);
+        }
         if let (Some(_), Err(why)) = (&baseline, base) {
             gate.notes.push(why);
         }

@@ -242,3 +242,78 @@ pub fn unevaluated(thresholds: &Thresholds, mode: Mode) -> Vec<ThresholdCheck> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::ModeOutcome;
+    use std::collections::BTreeMap;
+
+    fn mode(mode: Mode, certified: usize, vra: usize) -> ModeOutcome {
+        ModeOutcome {
+            mode,
+            certified,
+            vra: Some(vra),
+            refusals: BTreeMap::new(),
+            verdicts: vec![],
+            refusal_of: vec![],
+            degradation_sums: (0.0, 0.0),
+            slacks: vec![],
+            conservatism: None,
+            seconds: 0.0,
+        }
+    }
+
+    fn outcome() -> CertifyOutcome {
+        CertifyOutcome {
+            n: 200,
+            correct: Some(190),
+            modes: vec![mode(Mode::Real, 180, 176), mode(Mode::Standard, 170, 166)],
+            norms_s: 0.0,
+            certify_s: 0.0,
+            reference_s: 0.0,
+            model_refusal: None,
+            radii_hash: None,
+        }
+    }
+
+    #[test]
+    fn every_threshold_gets_its_figure_and_margin() {
+        let t = Thresholds {
+            min_vra_pct: Some(80.0),
+            max_fp_cost_pp: Some(4.0),
+            max_vra_drop_pp: Some(1.0),
+            ..Thresholds::default()
+        };
+        let base = BaselineFigures {
+            certified_pct: 90.0,
+            vra_pct: Some(85.0),
+        };
+        let v = evaluate(&t, Mode::Standard, &outcome(), Ok(&base));
+        assert_eq!(v.passed, Some(false));
+        let keys: Vec<_> = v.checks.iter().map(|c| c.key).collect();
+        assert_eq!(keys, ["min_vra_pct", "max_fp_cost_pp", "max_vra_drop_pp"]);
+        // VRA 83% against a minimum of 80: 3 pp inside
+        assert_eq!(v.checks[0].value, Some(83.0));
+        assert_eq!(v.checks[0].margin_pp, Some(3.0));
+        assert_eq!(v.checks[0].passed, Some(true));
+        // fp cost 90 - 85 = 5 pp against a maximum of 4: 1 pp outside
+        assert_eq!(v.checks[1].margin_pp, Some(-1.0));
+        assert_eq!(v.checks[2].value, Some(2.0));
+        assert_eq!(
+            v.failures,
+            [
+                "floating-point cost 5.00 pp > max_fp_cost_pp 4",
+                "standard VRA dropped 2.00 pp (baseline 85.00% -> now 83.00%) > max_vra_drop_pp 1"
+            ]
+        );
+        // no comparable baseline: the drop is not evaluated, with the reason
+        let v = evaluate(&t, Mode::Standard, &outcome(), Err("refused".into()));
+        assert_eq!(v.checks[2].passed, None);
+        assert_eq!(v.checks[2].skipped.as_deref(), Some("refused"));
+        assert_eq!(v.failures.len(), 1);
+        // a mode that was not computed is not evaluated rather than a panic
+        let v = evaluate(&t, Mode::Best, &outcome(), Err("none".into()));
+        assert!(v.checks.iter().all(|c| c.passed.is_none()), "{v:?}");
+    }
+}

@@ -12,6 +12,7 @@ pub mod certify;
 pub mod check;
 pub mod cli;
 pub mod data;
+pub mod digest;
 pub mod error;
 pub mod exec;
 pub mod execution;

@@ -8,12 +8,12 @@ use std::time::Instant;
 
 use ndarray::ArrayView2;
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 
 use crate::certify::{
     predicted_class, Centre, Certifier, HiCentre, Mode, ModelBounds, PointResult, Refusal,
 };
 use crate::data::{self, InputStream, Inputs};
+use crate::digest::{radii_hash, TestSetHasher};
 use crate::error::LipfpError;
 use crate::exec::{map_blocks, Executor};
 use crate::execution::ExecutionModel;
@@ -175,7 +175,7 @@ pub struct Subject {
     /// Size of the whole test set (larger than `n()` for a shard).
     pub total: usize,
     /// SHA-256 of the points certified: the inputs converted to the format (float64 bits)
-    /// and the labels (see [`TestSetHasher`]).
+    /// and the labels (see [`TestSetHasher`](crate::digest::TestSetHasher)).
     pub test_set_hash: String,
 }
 
@@ -201,55 +201,6 @@ impl Subject {
 /// Rows read per step when streaming inputs from a file: memory stays bounded by this many
 /// rows of inputs plus the per-point results.
 pub const STREAM_ROWS: usize = 16_384;
-
-/// The SHA-256 of a test set as certified, computed while the rows stream through the forward
-/// passes: a domain tag, the format, the number of points and features, every converted input
-/// value's float64 bits (little-endian, row-major), then `labels` or `no labels` and every
-/// label as a little-endian `u64`.
-pub struct TestSetHasher(Sha256);
-
-impl TestSetHasher {
-    /// Start the hash of `n` points of `dim` features in `format`.
-    pub fn new(format: Format, n: usize, dim: usize) -> Self {
-        let mut h = Sha256::new();
-        h.update(b"lipfp-test-set-v1\0");
-        h.update(format.name().as_bytes());
-        h.update([0]);
-        h.update((n as u64).to_le_bytes());
-        h.update((dim as u64).to_le_bytes());
-        TestSetHasher(h)
-    }
-
-    /// Add converted input values, in row-major order.
-    pub fn inputs(&mut self, values: &[f64]) {
-        let mut bytes = Vec::with_capacity(values.len() * 8);
-        for v in values {
-            bytes.extend_from_slice(&v.to_bits().to_le_bytes());
-        }
-        self.0.update(&bytes);
-    }
-
-    /// Finish with the labels, when there are any.
-    pub fn finish(mut self, labels: Option<&[usize]>) -> String {
-        match labels {
-            Some(l) => {
-                self.0.update(b"labels");
-                let mut bytes = Vec::with_capacity(l.len() * 8);
-                for &y in l {
-                    bytes.extend_from_slice(&(y as u64).to_le_bytes());
-                }
-                self.0.update(&bytes);
-            }
-            None => self.0.update(b"no labels"),
-        }
-        hex(&self.0.finalize())
-    }
-}
-
-/// Lower-case hexadecimal digits of `bytes`.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// The conservatism ratio from its sums (see [`ModeOutcome::conservatism`]): `None` for the
 /// real mode, when no `L eps` was positive, and when the ratio is not finite (an `L eps` that
@@ -719,19 +670,12 @@ fn radii(subject: &Subject, radius: &Radius) -> Result<(Vec<f64>, Option<String>
         Radius::Uniform { up, .. } => Ok((vec![*up; subject.n()], None)),
         Radius::PerInstance(p) => {
             let all = data::load_epsilons(p, subject.total)?;
-            let mut h = Sha256::new();
-            h.update(b"lipfp-radii-v1\0");
-            let mut bytes = Vec::with_capacity(all.len() * 8);
-            for e in &all {
-                bytes.extend_from_slice(&e.to_bits().to_le_bytes());
-            }
-            h.update(&bytes);
             let slice = all
                 .get(subject.first..subject.first + subject.n())
                 .ok_or_else(|| {
                     LipfpError::data(p, format!("fewer than {} radii", subject.total))
                 })?;
-            Ok((slice.to_vec(), Some(hex(&h.finalize()))))
+            Ok((slice.to_vec(), Some(radii_hash(&all))))
         }
     }
 }
