@@ -266,13 +266,15 @@ fn errored_gates_are_reported_by_every_reporter_and_the_other_gates_still_run() 
     let case = &xml[xml.find("<testcase name=\"softmax-a\"").unwrap()..];
     let case = &case[..case.find("</testcase>").unwrap()];
     assert!(case.contains("<error type=\"error\" message=\""), "{case}");
-    assert!(
-        case.contains(&format!(
-            "message=\"{}\"",
-            error("softmax-a").replace('"', "&quot;")
-        )),
-        "{case}"
-    );
+    let message = &case[case.find("message=\"").unwrap() + 9..];
+    let message = &message[..message.find('"').unwrap()];
+    let unescaped = message
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    assert_eq!(unescaped, error("softmax-a"), "{case}");
 
     // outputs: passed=false, per-gate status and the `gates` JSON
     let outs = read(d, "outputs.txt");
