@@ -25,11 +25,7 @@ impl TestSetHasher {
 
     /// Add converted input values, in row-major order.
     pub fn inputs(&mut self, values: &[f64]) {
-        let mut bytes = Vec::with_capacity(values.len() * 8);
-        for v in values {
-            bytes.extend_from_slice(&v.to_bits().to_le_bytes());
-        }
-        self.0.update(&bytes);
+        update_f64s(&mut self.0, values);
     }
 
     /// Finish with the labels, when there are any.
@@ -49,6 +45,22 @@ impl TestSetHasher {
     }
 }
 
+/// Values hashed per step: the bytes go through a fixed buffer of 64 KiB, never a copy of the
+/// whole block.
+const CHUNK: usize = 8192;
+
+/// Hash `values` as little-endian float64 bits.
+fn update_f64s(h: &mut Sha256, values: &[f64]) {
+    let mut buf = Vec::with_capacity(CHUNK * 8);
+    for chunk in values.chunks(CHUNK) {
+        buf.clear();
+        for v in chunk {
+            buf.extend_from_slice(&v.to_le_bytes());
+        }
+        h.update(&buf);
+    }
+}
+
 /// Lower-case hexadecimal digits of `bytes`.
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -59,11 +71,7 @@ fn hex(bytes: &[u8]) -> String {
 pub fn radii_hash(radii: &[f64]) -> String {
     let mut h = Sha256::new();
     h.update(b"lipfp-radii-v1\0");
-    let mut bytes = Vec::with_capacity(radii.len() * 8);
-    for e in radii {
-        bytes.extend_from_slice(&e.to_bits().to_le_bytes());
-    }
-    h.update(&bytes);
+    update_f64s(&mut h, radii);
     hex(&h.finalize())
 }
 

@@ -486,15 +486,22 @@ fn compute(
     let mut hasher = TestSetHasher::new(net.format, info.n, info.dim);
     match rows {
         Rows::Memory(values) => {
-            hasher.inputs(values);
-            out = pass_rows(&exec, hi_exec.as_ref(), values, info.dim, &task);
+            // the (sequential) hash runs beside the (parallel) forward passes
+            let ((), o) = rayon::join(
+                || hasher.inputs(values),
+                || pass_rows(&exec, hi_exec.as_ref(), values, info.dim, &task),
+            );
+            out = o;
         }
         Rows::Stream(mut stream) => {
             let end = stream.position() + info.n;
             while stream.position() < end {
                 let block = stream.next_rows(STREAM_ROWS.min(end - stream.position()))?;
-                hasher.inputs(&block);
-                out.extend(pass_rows(&exec, hi_exec.as_ref(), &block, info.dim, &task));
+                let ((), o) = rayon::join(
+                    || hasher.inputs(&block),
+                    || pass_rows(&exec, hi_exec.as_ref(), &block, info.dim, &task),
+                );
+                out.extend(o);
             }
             info.converted_changed = stream.converted_changed;
         }
