@@ -457,9 +457,19 @@ impl ModelBuilder {
         }
     }
 
-    /// The encoded protobuf.
+    /// The encoded protobuf. With `LIPFP_FUZZ_SEED_DIR` set, every model built is also saved
+    /// there, named by its hash, as a seed for the `onnx` fuzz target (`fuzz/make_corpus.sh`).
     pub fn bytes(&self) -> Vec<u8> {
-        self.build().encode_to_vec()
+        let bytes = self.build().encode_to_vec();
+        if let Some(dir) = std::env::var_os("LIPFP_FUZZ_SEED_DIR") {
+            use sha2::Digest;
+            let hash = lipfp::model::hex(&sha2::Sha256::digest(&bytes));
+            let _ = std::fs::write(
+                Path::new(&dir).join(format!("{}.onnx", &hash[..16])),
+                &bytes,
+            );
+        }
+        bytes
     }
 
     /// Write `dir/file` and return its path.
