@@ -348,7 +348,7 @@ fn render(merged: &[certificates::MergedGate]) {
     let gates = merged
         .iter()
         .map(|m| {
-            let verdict = evaluate(&m.thresholds, m.mode, &m.outcome, None);
+            let verdict = evaluate(&m.thresholds, m.mode, &m.outcome, Err("no baseline".into()));
             let mut g = GateReport::new(&m.name, &m.facts, &m.radius, m.mode, &m.outcome, &verdict);
             g.policy_line = (m.policy_line > 0).then_some(m.policy_line);
             g
