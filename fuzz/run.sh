@@ -38,7 +38,8 @@ mkdir -p fuzz/logs
 run_one() {
   local t=$1
   mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
-  cargo +nightly fuzz run "$t" -- \
+  # one thread per fuzzer: rayon's pool would only compete with the other fuzzers
+  RAYON_NUM_THREADS=1 cargo +nightly fuzz run "$t" -- \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -dict="$root/fuzz/dict/$t.dict" -print_final_stats=1 \
     >"fuzz/logs/$t.log" 2>&1

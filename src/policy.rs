@@ -132,7 +132,12 @@ impl Radius {
     }
 }
 
-/// Parse `[-]digits[.digits][e[-+]digits]` into an exact rational.
+/// The most digits a decimal may have, and the largest power of ten its exponent may scale it
+/// by: far beyond any radius, small enough that parsing stays cheap.
+const MAX_DECIMAL_DIGITS: usize = 10_000;
+
+/// Parse `[-]digits[.digits][e[-+]digits]` into an exact rational (`None` beyond
+/// [`MAX_DECIMAL_DIGITS`] digits or a scale of `10^±MAX_DECIMAL_DIGITS`).
 pub fn parse_decimal_exact(s: &str) -> Option<Rational> {
     let s = s.trim();
     let (mant, exp) = match s.find(['e', 'E']) {
@@ -153,14 +158,21 @@ pub fn parse_decimal_exact(s: &str) -> Option<Rational> {
     if !int.chars().chain(frac.chars()).all(|c| c.is_ascii_digit()) {
         return None;
     }
+    // in i64: an i32 exponent minus the fraction's length can leave the i32 range; and both
+    // bounds are checked before any digit is converted (a file may hold millions of them)
+    let scale = i64::from(exp) - i64::try_from(frac.len()).ok()?;
+    if scale.unsigned_abs() > MAX_DECIMAL_DIGITS as u64
+        || int.len() + frac.len() > MAX_DECIMAL_DIGITS
+    {
+        return None;
+    }
     let digits = format!("{int}{frac}");
     let num =
         rug::Integer::from_str_radix(if digits.is_empty() { "0" } else { &digits }, 10).ok()?;
-    let scale = exp - frac.len() as i32;
-    if scale.unsigned_abs() > 10_000 {
-        return None;
-    }
-    let power = rug::Integer::from(rug::Integer::u_pow_u(10, scale.unsigned_abs()));
+    let power = rug::Integer::from(rug::Integer::u_pow_u(
+        10,
+        u32::try_from(scale.unsigned_abs()).ok()?,
+    ));
     let mut q = Rational::from(num);
     if scale >= 0 {
         q *= Rational::from(power);

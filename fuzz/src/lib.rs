@@ -21,13 +21,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use lipfp::certificates;
+use lipfp::certify::Mode;
 use lipfp::data::{self, InputStream};
 use lipfp::error::LipfpError;
 use lipfp::format::Format;
 use lipfp::gate::evaluate;
 use lipfp::model::{self, Activation, Dense, DenseNet};
-use lipfp::policy::Policy;
+use lipfp::policy::{Policy, Radius};
+use lipfp::progress::Progress;
 use lipfp::report::{self, GateReport, Report};
+use lipfp::run;
 
 /// Classes of the network the label reader checks labels against.
 pub const LABEL_CLASSES: usize = 10;
@@ -140,11 +143,72 @@ fn check_net(net: &DenseNet, format: Format) {
     assert_eq!(net.hash().len(), 64);
 }
 
+/// Networks with more weights than this are loaded but not certified (the fuzzer's inputs are
+/// far smaller; the bound keeps one input's run time small whatever it declares).
+const MAX_CERTIFIED_WEIGHTS: usize = 1 << 16;
+
+/// Certify three points (zeros, ones, alternating halves: exact in every format) of a loaded
+/// network in every mode, the way `lipfp certify` does after loading: norms, forward passes
+/// (deployment format and float64 reference) and certificates. The model file is untrusted, so
+/// nothing computed from its weights may panic either.
+fn certify_loaded(net: DenseNet, ftz: bool) {
+    let weights: usize = net.layers.iter().map(|l| l.w.len()).sum();
+    if weights > MAX_CERTIFIED_WEIGHTS {
+        return;
+    }
+    let dim = net.input_dim();
+    let rows = 3;
+    let mut values = vec![0.0; dim];
+    values.extend(std::iter::repeat_n(1.0, dim));
+    values.extend((0..dim).map(|k| if k % 2 == 0 { 0.5 } else { -0.5 }));
+    let inputs = data::Inputs {
+        path: PathBuf::from("x.npy"),
+        n: rows,
+        dim,
+        values,
+        converted_changed: 0,
+        dtype: "<f4".into(),
+    };
+    let spec = run::SubjectSpec {
+        model: net.path.clone(),
+        format: Some(net.format),
+        accumulate: None,
+        ftz,
+        inputs: inputs.path.clone(),
+        labels: None,
+        gram_iterations: 4,
+        reference: true,
+        shard: None,
+    };
+    let classes = net.classes();
+    let labels = Some((0..rows).map(|k| k % classes).collect());
+    let subject = run::prepare_loaded(
+        &spec,
+        net,
+        &inputs,
+        labels,
+        Vec::new(),
+        (0, rows),
+        &Progress::silent(),
+    );
+    let Ok(subject) = subject else {
+        return;
+    };
+    let radius = Radius::parse_decimal("0.1").expect("a valid radius");
+    if let Ok(outcome) = run::certify(&subject, &radius, &Mode::ALL) {
+        assert_eq!(outcome.modes.len(), Mode::ALL.len());
+        for m in &outcome.modes {
+            assert_eq!(m.verdicts.len(), rows);
+            assert!(m.certified <= rows);
+        }
+    }
+}
+
 /// An ONNX model file: the stored format (`model::stored_format`), then the model loaded in it
 /// (float32 when there is none), with flush-to-zero when the input's length is odd (both sets
-/// of constants get exercised); a model that loads is loaded again as float16 with
-/// flush-to-zero (conversion overflow, subnormal weights). `Ok` when the first load succeeded,
-/// else the first error.
+/// of constants get exercised), and certified on three points in every mode; a model that loads
+/// is loaded and certified again as float16 with flush-to-zero (conversion overflow, subnormal
+/// weights, vacuous layers). `Ok` when the first load succeeded, else the first error.
 pub fn onnx(scratch: &Scratch, bytes: &[u8]) -> Result<(), String> {
     let path = scratch.write("model.onnx", bytes);
     let paths = [path.as_path()];
@@ -160,8 +224,12 @@ pub fn onnx(scratch: &Scratch, bytes: &[u8]) -> Result<(), String> {
     match model::load(&path, format, ftz) {
         Ok(net) => {
             check_net(&net, format);
+            certify_loaded(net, ftz);
             match model::load(&path, Format::Float16, true) {
-                Ok(net) => check_net(&net, Format::Float16),
+                Ok(net) => {
+                    check_net(&net, Format::Float16);
+                    certify_loaded(net, true);
+                }
                 Err(e) => {
                     named(&e, &paths);
                 }
@@ -332,7 +400,7 @@ pub fn policy(bytes: &[u8]) -> Result<(), String> {
                 {
                     assert!((0.0..=100.0).contains(&v), "threshold {v} accepted");
                 }
-                if let lipfp::policy::Radius::Uniform { up, .. } = g.radius {
+                if let Radius::Uniform { up, .. } = g.radius {
                     assert!(up >= 0.0 && !up.is_nan(), "radius {up}");
                 }
             }
@@ -342,8 +410,9 @@ pub fn policy(bytes: &[u8]) -> Result<(), String> {
     }
 }
 
-/// Render every report of merged gates and check that no console line, and no annotation, can
-/// be read as a workflow command other than lipfp's own `::error`.
+/// Render every report of merged gates and check that the JUnit report holds only characters
+/// XML 1.0 allows and that no console line, and no annotation, can be read as a workflow
+/// command other than lipfp's own `::error`.
 fn render(merged: &[certificates::MergedGate]) {
     let gates = merged
         .iter()
@@ -360,7 +429,14 @@ fn render(merged: &[certificates::MergedGate]) {
         gates,
     };
     let _ = report::json::render(&r);
-    let _ = report::junit::render(&r, "fuzz");
+    let junit = report::junit::render(&r, "fuzz");
+    let forbidden = |c: char| {
+        (c.is_control() && !matches!(c, '\t' | '\n' | '\r')) || c == '\u{FFFE}' || c == '\u{FFFF}'
+    };
+    assert!(
+        !junit.contains(forbidden),
+        "the JUnit report holds a character XML 1.0 forbids"
+    );
     let _ = report::github::step_summary(&r);
     let _ = report::github::outputs(&r);
     for line in report::console::render(&r).lines() {
