@@ -22,7 +22,10 @@ fn epsilon_exponent_overflow_is_refused() {
     let text = "[model]\npath = \"m.onnx\"\n[data]\ninputs = \"x.npy\"\n\n\
                 [[gate]]\nname = \"g\"\nepsilon = \"1.5e-2147483648\"\n";
     let e = harness::policy(text.as_bytes()).unwrap_err();
-    assert!(e.contains("epsilon") && e.contains("1.5e-2147483648"), "{e}");
+    assert!(
+        e.contains("epsilon") && e.contains("1.5e-2147483648"),
+        "{e}"
+    );
     let e = Policy::parse(Path::new("p.toml"), text)
         .unwrap_err()
         .to_string();
