@@ -2,25 +2,24 @@
 //! certificates (parallel) -> per-mode figures. Reporters consume [`CertifyOutcome`]; they never
 //! compute.
 
-use std::collections::BTreeMap;
+mod certify;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use ndarray::ArrayView2;
 use rayon::prelude::*;
 
-use crate::certify::{
-    predicted_class, Centre, Certifier, HiCentre, Mode, ModelBounds, PointResult, Refusal,
-};
+use crate::certify::{predicted_class, ModelBounds};
 use crate::data::{self, InputStream, Inputs};
-use crate::digest::{radii_hash, TestSetHasher};
+use crate::digest::TestSetHasher;
 use crate::error::LipfpError;
 use crate::exec::{map_blocks, Executor};
 use crate::execution::ExecutionModel;
 use crate::format::Format;
 use crate::model::{self, DenseNet};
 use crate::norms::{self, NetworkNorms};
-use crate::policy::{Radius, Target};
+use crate::policy::Target;
 use crate::progress::{Progress, Task};
 use crate::sound::l2_norm_up;
 
@@ -198,17 +197,13 @@ impl Subject {
     }
 }
 
+pub use certify::{
+    certify, certify_points, certify_with_progress, conservatism_ratio, CertifyOutcome, ModeOutcome,
+};
+
 /// Rows read per step when streaming inputs from a file: memory stays bounded by this many
 /// rows of inputs plus the per-point results.
 pub const STREAM_ROWS: usize = 16_384;
-
-/// The conservatism ratio from its sums (see [`ModeOutcome::conservatism`]): `None` for the
-/// real mode, when no `L eps` was positive, and when the ratio is not finite (an `L eps` that
-/// underflows to a tiny positive sum).
-pub fn conservatism_ratio(mode: Mode, degradation: f64, leps: f64) -> Option<f64> {
-    let r = degradation / leps;
-    (leps > 0.0 && mode != Mode::Real && r.is_finite()).then_some(r)
-}
 
 /// Where input rows come from.
 enum Rows<'a> {
@@ -563,242 +558,5 @@ fn compute(
         first,
         total,
         test_set_hash,
-    })
-}
-
-/// Figures of one mode over the whole test set.
-#[derive(Clone, Debug)]
-pub struct ModeOutcome {
-    /// The mode.
-    pub mode: Mode,
-    /// Points certified robust.
-    pub certified: usize,
-    /// Points certified and correctly classified (`None` without labels).
-    pub vra: Option<usize>,
-    /// Why the other points were not certified.
-    pub refusals: BTreeMap<String, usize>,
-    /// Per-point verdicts.
-    pub verdicts: Vec<bool>,
-    /// Per-point reason for not certifying (`None` when certified).
-    pub refusal_of: Vec<Option<Refusal>>,
-    /// Sums of the floating-point degradation and of `L eps` (the conservatism ratio's terms).
-    pub degradation_sums: (f64, f64),
-    /// Per-point certification slack `min_j (c_j - L eps - b_j)` (NaN when not computed).
-    pub slacks: Vec<f64>,
-    /// Conservatism ratio `E[E_ctr + E_ball] / E[L eps]` over points and competing classes
-    /// (paper sec. 8, RQ2), when any point's bounds could be computed.
-    pub conservatism: Option<f64>,
-    /// Seconds spent in this mode's certificates.
-    pub seconds: f64,
-}
-
-/// The result of certifying a subject at one radius.
-#[derive(Clone, Debug)]
-pub struct CertifyOutcome {
-    /// Number of points.
-    pub n: usize,
-    /// Correct predictions (`None` without labels).
-    pub correct: Option<usize>,
-    /// One entry per mode, in the order asked (the real ceiling first).
-    pub modes: Vec<ModeOutcome>,
-    /// Seconds in norms.
-    pub norms_s: f64,
-    /// Seconds in the forward passes plus all certificates.
-    pub certify_s: f64,
-    /// Seconds in the float64 reference pass (0 when not run).
-    pub reference_s: f64,
-    /// Model-level reason why nothing can be certified, if any.
-    pub model_refusal: Option<String>,
-    /// SHA-256 of the per-instance radii of the whole test set (float64 bits, little-endian),
-    /// when the radius is per instance.
-    pub radii_hash: Option<String>,
-}
-
-impl CertifyOutcome {
-    /// Outcome of `mode`, if computed.
-    pub fn mode(&self, mode: Mode) -> Option<&ModeOutcome> {
-        self.modes.iter().find(|m| m.mode == mode)
-    }
-}
-
-/// What the forward passes measured at point `i` of `subject`.
-fn centre_of(subject: &Subject, i: usize) -> Centre<'_> {
-    let classes = subject.net.classes();
-    let hidden_layers = subject.net.layers.len() - 1;
-    let hi = subject.reference.as_ref().map(|r| HiCentre {
-        logits: &r.logits[i * classes..(i + 1) * classes],
-        gap: r.gaps[i],
-        norms: &r.norms[i * hidden_layers..(i + 1) * hidden_layers],
-    });
-    Centre {
-        logits: &subject.logits[i * classes..(i + 1) * classes],
-        x_norm: subject.x_norms[i],
-        hi,
-    }
-}
-
-/// Whether each of the points `indices` (into `subject`) is certified in `mode`: the same
-/// computation as [`certify`], for a sample (used to re-check certificate files).
-pub fn certify_points(
-    subject: &Subject,
-    radius: &Radius,
-    mode: Mode,
-    indices: &[usize],
-) -> Result<Vec<bool>, LipfpError> {
-    let (eps, _) = radii(subject, radius)?;
-    let Ok(mb) = &subject.bounds else {
-        return Ok(vec![false; indices.len()]);
-    };
-    if mode.needs_reference() && subject.reference.is_none() {
-        return Err(LipfpError::Usage(
-            "internal: a pre-deployment mode was asked for without the float64 reference pass"
-                .into(),
-        ));
-    }
-    let certifier = Certifier {
-        fmt: mb,
-        hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
-    };
-    Ok(indices
-        .iter()
-        .map(|&i| {
-            certifier
-                .certify(mode, &centre_of(subject, i), eps[i])
-                .verdict
-                .is_ok()
-        })
-        .collect())
-}
-
-/// Per-point radii, as upper bounds, and for per-instance radii the SHA-256 of the whole
-/// file's radii (float64 bits, little-endian).
-fn radii(subject: &Subject, radius: &Radius) -> Result<(Vec<f64>, Option<String>), LipfpError> {
-    match radius {
-        Radius::Uniform { up, .. } => Ok((vec![*up; subject.n()], None)),
-        Radius::PerInstance(p) => {
-            let all = data::load_epsilons(p, subject.total)?;
-            let slice = all
-                .get(subject.first..subject.first + subject.n())
-                .ok_or_else(|| {
-                    LipfpError::data(p, format!("fewer than {} radii", subject.total))
-                })?;
-            Ok((slice.to_vec(), Some(radii_hash(&all))))
-        }
-    }
-}
-
-/// Certify every point of `subject` in each of `modes` (the real ceiling is always included).
-pub fn certify(
-    subject: &Subject,
-    radius: &Radius,
-    modes: &[Mode],
-) -> Result<CertifyOutcome, LipfpError> {
-    certify_with_progress(subject, radius, modes, &Progress::silent())
-}
-
-/// [`certify`], showing progress per mode.
-pub fn certify_with_progress(
-    subject: &Subject,
-    radius: &Radius,
-    modes: &[Mode],
-    progress: &Progress,
-) -> Result<CertifyOutcome, LipfpError> {
-    let (eps, radii_hash) = radii(subject, radius)?;
-    let mut all = vec![Mode::Real];
-    for &m in modes {
-        if !all.contains(&m) {
-            all.push(m);
-        }
-    }
-    if all.iter().any(|m| m.needs_reference()) && subject.reference.is_none() {
-        return Err(LipfpError::Usage(
-            "internal: a pre-deployment mode was asked for without the float64 reference pass"
-                .into(),
-        ));
-    }
-    let mut outcomes = Vec::with_capacity(all.len());
-    let start = Instant::now();
-    for mode in all {
-        let t = Instant::now();
-        let task = progress.task(&format!("{mode} certificates"), subject.n() as u64);
-        let results: Vec<PointResult> = match &subject.bounds {
-            Err(_) => vec![
-                PointResult {
-                    verdict: Err(Refusal::Model),
-                    slack: None,
-                    degradation: None,
-                };
-                subject.n()
-            ],
-            Ok(mb) => {
-                let certifier = Certifier {
-                    fmt: mb,
-                    hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
-                };
-                (0..subject.n())
-                    .into_par_iter()
-                    .with_min_len(64)
-                    .map(|i| {
-                        let r = certifier.certify(mode, &centre_of(subject, i), eps[i]);
-                        if i % 1024 == 1023 {
-                            task.add(1024);
-                        }
-                        r
-                    })
-                    .collect()
-            }
-        };
-        task.finish();
-        let seconds = t.elapsed().as_secs_f64();
-        let mut refusals = BTreeMap::new();
-        let (mut deg, mut leps) = (0.0, 0.0);
-        for r in &results {
-            if let Err(why) = r.verdict {
-                *refusals.entry(why.to_string()).or_insert(0) += 1;
-            }
-            if let Some((d, l)) = r.degradation {
-                deg += d;
-                leps += l;
-            }
-        }
-        let ok: Vec<bool> = results.iter().map(|r| r.verdict.is_ok()).collect();
-        let certified = ok.iter().filter(|&&b| b).count();
-        let vra = subject.labels.as_ref().map(|labels| {
-            ok.iter()
-                .zip(&subject.predictions)
-                .zip(labels)
-                .filter(|((c, p), y)| **c && **p == Some(**y))
-                .count()
-        });
-        outcomes.push(ModeOutcome {
-            mode,
-            certified,
-            vra,
-            refusals,
-            verdicts: ok,
-            refusal_of: results.iter().map(|r| r.verdict.err()).collect(),
-            degradation_sums: (deg, leps),
-            slacks: results
-                .iter()
-                .map(|r| r.slack.unwrap_or(f64::NAN))
-                .collect(),
-            conservatism: conservatism_ratio(mode, deg, leps),
-            seconds,
-        });
-    }
-    let model_refusal = match &subject.bounds {
-        Err(e) => Some(e.clone()),
-        Ok(b) => b.vacuous.clone(),
-    };
-    let reference_s = subject.reference.as_ref().map(|r| r.seconds).unwrap_or(0.0);
-    Ok(CertifyOutcome {
-        n: subject.n(),
-        correct: subject.correct(),
-        modes: outcomes,
-        norms_s: subject.norms_s,
-        certify_s: subject.forward_s + reference_s + start.elapsed().as_secs_f64(),
-        reference_s,
-        model_refusal,
-        radii_hash,
     })
 }
