@@ -605,3 +605,47 @@ fn write_seed_corpus() {
     both.extend(std::fs::read(t.join("shard-2.pb")).unwrap());
     write(&certs, "digits-shards.pb", &both);
 }
+
+/// Replay files through a target's entry point on stable Rust (a crash file of
+/// `fuzz/artifacts/<target>/`, or a whole corpus directory):
+/// `LIPFP_FUZZ_REPLAY=<target>:<file or directory> cargo test --release --test fuzz_smoke
+/// replay -- --ignored --nocapture`. Prints how many inputs each reader accepted.
+#[test]
+#[ignore = "needs LIPFP_FUZZ_REPLAY=<target>:<path>"]
+fn replay() {
+    let spec = std::env::var("LIPFP_FUZZ_REPLAY").expect("LIPFP_FUZZ_REPLAY=<target>:<path>");
+    let (target, path) = spec.split_once(':').expect("<target>:<path>");
+    let path = Path::new(path);
+    let files: Vec<std::path::PathBuf> = if path.is_dir() {
+        let mut v: Vec<_> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        v.sort();
+        v
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let scratch = Scratch::new();
+    let (mut accepted, mut slowest) = (0, Duration::ZERO);
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        let start = Instant::now();
+        let result = match target {
+            "onnx" => harness::onnx(&scratch, &bytes),
+            "npy" => harness::npy(&scratch, &bytes),
+            "policy" => harness::policy(&bytes),
+            "certificates" => harness::certificates(&scratch, &bytes),
+            other => panic!("unknown target {other}"),
+        };
+        slowest = slowest.max(start.elapsed());
+        if files.len() == 1 {
+            eprintln!("{}: {result:?}", f.display());
+        }
+        accepted += usize::from(result.is_ok());
+    }
+    eprintln!(
+        "{target}: {} inputs, {accepted} accepted, slowest {slowest:?}",
+        files.len()
+    );
+}
