@@ -2,7 +2,9 @@
 # Regenerate the seed corpora of the fuzz targets, fuzz/corpus/<target>/, from the repository's
 # own files:
 #   onnx          the example models, and every model the ONNX test suites build
-#                 (tests/common/onnx_builder.rs saves them when LIPFP_FUZZ_SEED_DIR is set)
+#                 (tests/common/onnx_builder.rs saves them when LIPFP_FUZZ_SEED_DIR is set);
+#                 fuzz/run.sh and tests/fuzz_smoke.rs also read the real exports of
+#                 tests/corpus/ (models and arrays) in place
 #   npy           the example arrays cut to a few rows, in every dtype, order and version
 #   policy        lipfp.toml, the README's policy reference and a few variants
 #   certificates  files `lipfp certify` / `lipfp check` write for a few example points
@@ -26,7 +28,7 @@ cargo test --release -q --test fuzz_smoke -- --ignored --exact write_seed_corpus
 models=$(mktemp -d)
 trap 'rm -rf "$models"' EXIT
 LIPFP_FUZZ_SEED_DIR="$models" cargo test --release -q \
-  --test onnx_spec --test export_shapes --test execution_model >/dev/null
+  --test onnx_spec --test export_shapes --test execution_model --test refusals >/dev/null
 total=$(du -cb fuzz/corpus/onnx/*.* | tail -1 | cut -f1)
 # smallest first, so the budget keeps as many distinct graphs as it can
 for f in $(ls -Sr "$models"); do

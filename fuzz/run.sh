@@ -6,7 +6,8 @@
 #   JOBS     environment: targets run at once (default 2)
 #
 # Each target starts from its corpus fuzz/corpus/<target>/ (the committed seeds, plus what
-# earlier runs added; see fuzz/make_corpus.sh) with its dictionary fuzz/dict/<target>.dict,
+# earlier runs added; see fuzz/make_corpus.sh; the onnx and npy targets also read the real
+# exports of tests/corpus/) with its dictionary fuzz/dict/<target>.dict,
 # 10 s per input and 2 GiB of memory at most. Logs go to fuzz/logs/<target>.log, crashing
 # inputs to fuzz/artifacts/<target>/. A summary line per target (executions, executions per
 # second, coverage) ends the run; the exit status is 1 when a target found a crash, a leak, a
@@ -39,7 +40,11 @@ run_one() {
   local t=$1
   mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
   # one thread per fuzzer: rayon's pool would only compete with the other fuzzers
-  RAYON_NUM_THREADS=1 cargo +nightly fuzz run "$t" -- \
+  # the real exports of tests/corpus/ (models, inputs, labels) seed the onnx and npy targets
+  # in place (libFuzzer writes what it finds to the first directory only)
+  local extra=()
+  case $t in onnx | npy) extra=("$root/tests/corpus") ;; esac
+  RAYON_NUM_THREADS=1 cargo +nightly fuzz run "$t" "$root/fuzz/corpus/$t" "${extra[@]}" -- \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -dict="$root/fuzz/dict/$t.dict" -print_final_stats=1 \
     >"fuzz/logs/$t.log" 2>&1

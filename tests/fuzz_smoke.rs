@@ -41,20 +41,36 @@ fn root() -> &'static Path {
 }
 
 /// The committed seeds of a fuzz target: the files of `fuzz/corpus/<target>/` whose name has an
-/// extension (what libFuzzer adds to the directory is named by a hash without one).
+/// extension (what libFuzzer adds to the directory is named by a hash without one), and for
+/// `onnx` and `npy` the real exports of `tests/corpus/` (`corpus/<name>`), as `fuzz/run.sh`
+/// gives them to the fuzzers.
 fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = root().join("fuzz/corpus").join(target);
-    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e} (run fuzz/make_corpus.sh)", dir.display()))
-        .map(|e| e.expect("a directory entry").path())
-        .filter(|p| p.extension().is_some())
-        .map(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&p).expect("read a seed"))
-        })
-        .collect();
-    out.sort();
+    let files = |dir: &Path, ext: Option<&str>| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e} (run fuzz/make_corpus.sh)", dir.display()))
+            .map(|e| e.expect("a directory entry").path())
+            .filter(|p| match ext {
+                Some(ext) => p.extension().is_some_and(|e| e == ext),
+                None => p.extension().is_some(),
+            })
+            .collect()
+    };
+    let read = |p: &Path, prefix: &str| {
+        let name = p.file_name().unwrap().to_string_lossy();
+        (
+            format!("{prefix}{name}"),
+            std::fs::read(p).expect("read a seed"),
+        )
+    };
+    let mut out: Vec<(String, Vec<u8>)> = files(&dir, None).iter().map(|p| read(p, "")).collect();
     assert!(!out.is_empty(), "no seeds in {}", dir.display());
+    let exports = root().join("tests/corpus");
+    if matches!(target, "onnx" | "npy") && exports.is_dir() {
+        let found = files(&exports, Some(target));
+        out.extend(found.iter().map(|p| read(p, "corpus/")));
+    }
+    out.sort();
     out
 }
 
