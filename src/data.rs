@@ -103,8 +103,48 @@ fn checked_header(path: &Path, mut f: File) -> Result<Source, LipfpError> {
             "the header nests brackets {depth} deep; at most {MAX_NPY_HEADER_NESTING} are accepted"
         )));
     }
+    for shape in declared_shapes(&header) {
+        if shape
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .is_none()
+        {
+            return Err(bad(format!(
+                "the header's shape {shape:?} has more elements than can be counted"
+            )));
+        }
+    }
     pre.extend_from_slice(&header);
     Ok(BufReader::new(Cursor::new(pre).chain(f)))
+}
+
+/// Every `'shape'` an `.npy` header declares, read as npyz reads it (a Python dict literal whose
+/// `'shape'` is a tuple or list of integers; npyz keeps the last of repeated keys). npyz
+/// multiplies the dimensions without checking for overflow (a panic with overflow checks, a
+/// wrong count without), so [`checked_header`] checks the product first. A header npyz cannot
+/// read yields no shape here; npyz then says what is wrong with it.
+fn declared_shapes(header: &[u8]) -> Vec<Vec<u64>> {
+    let text = header.strip_suffix(b"\n").unwrap_or(header);
+    let Some(py_literal::Value::Dict(entries)) = std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.parse::<py_literal::Value>().ok())
+    else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter(|(k, _)| k.as_string().is_some_and(|k| k == "shape"))
+        .filter_map(|(_, v)| match v {
+            py_literal::Value::Tuple(dims) | py_literal::Value::List(dims) => dims
+                .iter()
+                .map(|d| match d {
+                    py_literal::Value::Integer(d) => u64::try_from(d).ok(),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Open an `.npy` file, checking its header (see [`checked_header`]) and that the data it

@@ -59,3 +59,64 @@ fn decimals_with_too_many_digits_are_refused_before_conversion() {
     assert!(start.elapsed().as_secs_f64() < 0.5, "{:?}", start.elapsed());
     assert!(parse_decimal_exact(&"1".repeat(10_000)).is_some());
 }
+
+/// A minimal `.npy` file: format 1.0, `header` padded as numpy pads it, then `data`.
+fn npy_file(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = header.to_string();
+    let total = (10 + h.len() + 1).div_ceil(64) * 64;
+    h.push_str(&" ".repeat(total - 10 - h.len() - 1));
+    h.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// `npy` (`tests/fuzz/npy/shape-product-overflow.npy`, as the fuzzer found it): a shape whose
+/// product overflows `u64`. npyz multiplies the dimensions unchecked when it reads the header
+/// (a panic with overflow checks, a wrapped element count without); the header's shape is now
+/// checked before npyz sees it, by every reader.
+#[test]
+fn npy_shape_product_overflow_is_refused_before_npyz_reads_it() {
+    let scratch = harness::Scratch::new();
+    let found = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/npy/shape-product-overflow.npy"),
+    )
+    .unwrap();
+    let e = harness::npy(&scratch, &found).unwrap_err();
+    assert!(e.contains("more elements than can be counted"), "{e}");
+    for (shape, descr) in [
+        ("(4, 1, 4467440737095516157, 8)", "<f4"),
+        ("(4294967296, 4294967296)", "<f8"),
+        ("[18446744073709551615, 2, 0]", "<i8"),
+    ] {
+        let header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+        let path = scratch.write("overflow.npy", &npy_file(&header, &[0; 64]));
+        for e in [
+            lipfp::data::load_labels(&path, 4, 10).unwrap_err(),
+            lipfp::data::load_epsilons(&path, 4).unwrap_err(),
+        ] {
+            let e = e.to_string();
+            assert!(
+                e.starts_with(&path.display().to_string())
+                    && e.contains("more elements than can be counted"),
+                "{shape}: {e}"
+            );
+        }
+    }
+    // a large shape whose product fits is still refused for the data it lacks
+    let header = "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 2), }";
+    let path = scratch.write("large.npy", &npy_file(header, &[0; 64]));
+    let e = lipfp::data::load_epsilons(&path, 4)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("file holds only"), "{e}");
+    // a repeated key: npyz keeps the last; both are checked
+    let header = "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'shape': (4294967296, 4294967296), }";
+    let path = scratch.write("repeated.npy", &npy_file(header, &[0; 16]));
+    let e = lipfp::data::load_epsilons(&path, 2)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("more elements than can be counted"), "{e}");
+}
