@@ -124,6 +124,7 @@ pub fn higgs_scale_net(seed: u64) -> DenseNet {
         })
         .collect();
     DenseNet {
+        head: Vec::new(),
         layers,
         input_name: "features".into(),
         input_shape: vec![28],

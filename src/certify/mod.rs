@@ -5,6 +5,7 @@
 //! Everything that depends only on the model is precomputed once in [`ModelBounds`]; the
 //! per-instance work is a handful of upward-rounded scalar steps per layer and per class pair.
 
+pub mod head;
 pub mod modes;
 pub mod quantities;
 
@@ -237,6 +238,9 @@ pub struct ModelBounds {
     /// Deviation base case `D_0`: 0, or `lambda sqrt(n_1)` under FTZ (Appendix; the largest
     /// `lambda` of the formats involved).
     pub d0: f64,
+    /// The logit margin the model's classifier head needs on top of the certificate (0 for
+    /// logits): every sound mode proves `m_hat_{ij} > head_margin` ([`head::head_margin`]).
+    pub head_margin: f64,
     /// When set, no instance can be certified in a sound mode, and why.
     pub vacuous: Option<String>,
 }
@@ -414,6 +418,15 @@ impl ModelBounds {
             lip_prefix.push(mul_up(lip_prefix[lip_prefix.len() - 1], nrm.spectral));
         }
         let pairs = pair_table(last, &last_err, lip_prefix[lip_prefix.len() - 1]);
+        let head_margin = head::head_margin(&net.head, exec.storage, last.m() as u64);
+        if head_margin.is_none() && vacuous.is_none() {
+            vacuous = Some(format!(
+                "the classifier head's top probability can underflow in {} with {} classes: \
+                 the head cannot be certified (docs/soundness.md \"Classifier heads\")",
+                exec.storage,
+                last.m()
+            ));
+        }
         let d0 = if exec.ftz {
             mul_up(exec.largest_lambda(), sqrt_up(net.input_dim() as f64))
         } else {
@@ -428,6 +441,7 @@ impl ModelBounds {
             classes: last.m(),
             lip_prefix,
             d0,
+            head_margin: head_margin.unwrap_or(f64::INFINITY),
             vacuous,
         }
     }

@@ -5,7 +5,9 @@
 //! `c_j - L_{ij} eps - b_j > 0`, where `c_j` is a sound **lower bound on the real centre margin**
 //! `m_{ij}(x)` and `b_j` a sound **upper bound on the ball deviation** `|m_hat_{ij}(x') - m_{ij}(x')|`
 //! for all `x'` in the ball (overflow excluded by the same chain). Then for every `x'`:
-//! `m_hat(x') >= m(x') - b_j >= m(x) - L eps - b_j >= c_j - L eps - b_j > 0`.
+//! `m_hat(x') >= m(x') - b_j >= m(x) - L eps - b_j >= c_j - L eps - b_j > g`, with `g` the
+//! classifier head's margin ([`crate::certify::head`]; 0 for logits), so the head's output ranks
+//! the same class first.
 //! The two bounds are independent, so any valid centre variant combines with any valid ball
 //! variant (the paper's closing remark of sec. 7; `docs/soundness.md`):
 //!
@@ -259,7 +261,7 @@ impl Certifier<'_> {
                 .map(|b| pair_error(p, b.d, b.r))
                 .fold(f64::INFINITY, f64::min);
             let l_eps = mul_up(p.lip, eps);
-            let s = sub_down(sub_down(lower, l_eps), ball);
+            let s = sub_down(sub_down(sub_down(lower, l_eps), ball), fmt.head_margin);
             // NaN-safe minimum: a NaN slack makes the point uncertified
             slack = if s.is_nan() || slack.is_nan() {
                 f64::NAN

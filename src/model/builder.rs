@@ -40,6 +40,25 @@ pub(super) struct Act {
     pub narrowed: bool,
 }
 
+/// What a classifier head's output holds (docs/soundness.md "Classifier heads").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum HeadValue {
+    /// Scores ranked like the logits (`Softmax`, `LogSoftmax`), per class along the last axis.
+    Scores,
+    /// The predicted class index (`ArgMax`, then class labels `0..K-1`).
+    Label,
+    /// A map from class label to probability (`ZipMap`).
+    Map,
+}
+
+/// A head value and the chain position of the logits it was computed from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Head {
+    pub value: HeadValue,
+    /// [`Act::id`] of the logits.
+    pub from: usize,
+}
+
 /// What a tensor name holds.
 #[derive(Clone, Debug)]
 pub(super) enum Value<'a> {
@@ -51,6 +70,8 @@ pub(super) enum Value<'a> {
     Shape { dims: Vec<Dim>, scalar: bool },
     /// The activation.
     Act(Act),
+    /// Computed by the classifier head from the logits.
+    Head(Head),
     /// Produced by a supported op but unusable downstream (e.g. a Dropout mask), and why.
     Unusable(String),
 }
@@ -79,6 +100,8 @@ pub(super) struct Builder<'a> {
     pub changed: usize,
     /// The element type each layer computes in (its input activation's type), in order.
     pub compute: Vec<(String, Format)>,
+    /// The head ops read after the logits (see [`super::HeadOp`]).
+    pub head: Vec<super::HeadOp>,
     /// Model narrowing casts relative to `format` and refuse layers computing in a narrower type
     /// (off only when probing which format the layers compute in: casts are then only followed).
     pub check_compute: bool,

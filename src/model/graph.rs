@@ -65,16 +65,21 @@ fn build_model(
         chain_id: 0,
         changed: 0,
         compute: Vec::new(),
+        head: Vec::new(),
         check_compute,
     };
     b.initializers()?;
     let input_shape = b.data_input_value()?;
     b.walk(model)?;
     b.check_output()?;
+    let mut head = std::mem::take(&mut b.head);
+    head.sort();
+    head.dedup();
     let net = DenseNet {
         layers: b.finish()?,
         input_name: b.data_input.clone(),
         input_shape,
+        head,
         format,
         converted_changed: b.changed,
         path: path.to_path_buf(),
@@ -147,6 +152,10 @@ impl<'a> Builder<'a> {
             if function_names.contains(&(node.domain.as_str(), node.op_type.as_str())) {
                 return Err(self.refuse_function_call(node, &label));
             }
+            if node.domain == super::heads::ML_DOMAIN && super::heads::is_ml_head(&node.op_type) {
+                self.ml_head(node, &label)?;
+                continue;
+            }
             if !node.domain.is_empty() && node.domain != "ai.onnx" {
                 return Err(self.refuse(node, &label));
             }
@@ -164,13 +173,16 @@ impl<'a> Builder<'a> {
         let required = match op {
             "Constant" => 0,
             "Identity" | "Cast" | "Dropout" | "Flatten" | "Shape" | "Unsqueeze" | "Squeeze"
-            | "Relu" | "Concat" => 1,
+            | "Relu" | "Concat" | "Softmax" | "LogSoftmax" | "ArgMax" => 1,
             _ => 2,
         };
         if let Some(k) = (0..required).find(|&k| inputs.get(k).is_none_or(|s| s.is_empty())) {
             if SUPPORTED_OP_TYPES.contains(&op) {
                 return Err(self.fail(label, op, format!("input {k} is missing")));
             }
+        }
+        if self.reads_head(&inputs) {
+            return self.head_pass_through(node, label, &inputs);
         }
         match op {
             "Constant" => self.constant(node, label),
@@ -187,39 +199,52 @@ impl<'a> Builder<'a> {
             "MatMul" => self.matmul(node, label, &inputs),
             "Add" => self.add(node, label, &inputs),
             "Relu" => self.relu(node, label, &inputs),
+            "Softmax" | "LogSoftmax" => self.softmax(node, label, &inputs),
+            "ArgMax" => self.argmax(node, label, &inputs),
             _ => Err(self.refuse(node, label)),
         }
     }
 
-    /// The graph has one output, the end of the chain of layers: logits of at least two classes
-    /// after a dense layer without ReLU.
+    /// Every graph output is the end of the chain of layers — logits of at least two classes
+    /// after a dense layer without ReLU — or a classifier head's output computed from them.
     fn check_output(&self) -> Result<(), LipfpError> {
         let outputs = &self.graph.output;
-        if outputs.len() != 1 {
+        if outputs.is_empty() {
             return Err(self.refuse_outputs());
         }
-        let out_name = &outputs[0].name;
-        let out = match self.values.get(out_name) {
-            Some(Value::Act(a)) => a,
-            Some(_) => {
-                return Err(LipfpError::model(
-                    self.path,
-                    format!("graph output `{out_name}` does not depend on the input"),
-                ))
+        let mut logits = None;
+        for output in outputs {
+            let out_name = &output.name;
+            let from = match self.values.get(out_name) {
+                Some(Value::Act(a)) => {
+                    logits = Some(a);
+                    a.id
+                }
+                Some(Value::Head(h)) => h.from,
+                Some(_) => {
+                    return Err(LipfpError::model(
+                        self.path,
+                        format!("graph output `{out_name}` does not depend on the input"),
+                    ))
+                }
+                None => {
+                    return Err(LipfpError::model(
+                        self.path,
+                        format!("graph output `{out_name}` is not produced by any node"),
+                    ))
+                }
+            };
+            if from != self.chain_id {
+                return Err(if outputs.len() > 1 {
+                    self.refuse_outputs()
+                } else {
+                    LipfpError::model(self.path, "graph output is not the end of the layer chain")
+                });
             }
-            None => {
-                return Err(LipfpError::model(
-                    self.path,
-                    format!("graph output `{out_name}` is not produced by any node"),
-                ))
-            }
-        };
-        if out.id != self.chain_id {
-            return Err(LipfpError::model(
-                self.path,
-                "graph output is not the end of the layer chain",
-            ));
         }
+        let Some(out) = logits.or_else(|| self.chain_end()) else {
+            return Err(LipfpError::model(self.path, "the graph has no dense layer"));
+        };
         match out.stage {
             Stage::Input => {
                 return Err(LipfpError::model(self.path, "the graph has no dense layer"))
@@ -228,6 +253,14 @@ impl<'a> Builder<'a> {
             Stage::Product | Stage::Biased => {}
         }
         self.check_logits_shape(out)
+    }
+
+    /// The activation at the end of the chain.
+    fn chain_end(&self) -> Option<&Act> {
+        self.values.values().find_map(|v| match v {
+            Value::Act(a) if a.id == self.chain_id => Some(a),
+            _ => None,
+        })
     }
 
     /// The logits are `[batch, classes]` (dimensions of size one aside), at least two classes.

@@ -39,6 +39,7 @@ mod builder;
 mod constants;
 mod dense;
 mod graph;
+mod heads;
 mod pass_through;
 mod refusals;
 mod reshape;
@@ -47,10 +48,12 @@ mod weights;
 
 /// The op types the loader understands.
 pub const SUPPORTED_OPS: &str = "Gemm, MatMul, Add (bias), Relu, Flatten, Reshape, Shape, Gather, \
-Unsqueeze, Squeeze, Concat, Constant, Identity, Cast (to a float type), Dropout (inference)";
+Unsqueeze, Squeeze, Concat, Constant, Identity, Cast (to a float type), Dropout (inference); heads \
+after the logits: Softmax, LogSoftmax, ArgMax, ai.onnx.ml ArrayFeatureExtractor (class labels \
+0..K-1) and ZipMap";
 
 /// The op types of [`SUPPORTED_OPS`].
-const SUPPORTED_OP_TYPES: [&str; 15] = [
+const SUPPORTED_OP_TYPES: [&str; 18] = [
     "Gemm",
     "MatMul",
     "Add",
@@ -66,7 +69,33 @@ const SUPPORTED_OP_TYPES: [&str; 15] = [
     "Identity",
     "Cast",
     "Dropout",
+    "Softmax",
+    "LogSoftmax",
+    "ArgMax",
 ];
+
+/// An arg-max-preserving op of the classifier head after the logits (docs/soundness.md
+/// "Classifier heads"): the certified class is the one it ranks first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HeadOp {
+    /// `Softmax` over the class axis.
+    Softmax,
+    /// `LogSoftmax` over the class axis.
+    LogSoftmax,
+    /// `ArgMax` over the class axis (of the logits or of one of the above).
+    ArgMax,
+}
+
+impl HeadOp {
+    /// The ONNX op type.
+    pub fn name(self) -> &'static str {
+        match self {
+            HeadOp::Softmax => "Softmax",
+            HeadOp::LogSoftmax => "LogSoftmax",
+            HeadOp::ArgMax => "ArgMax",
+        }
+    }
+}
 
 /// Activation applied after a dense layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,6 +144,9 @@ pub struct DenseNet {
     pub input_name: String,
     /// Per-example input shape declared by the graph (without the batch dimension).
     pub input_shape: Vec<usize>,
+    /// The classifier head's ops after the logits, sorted, without repeats (empty when the graph
+    /// outputs the logits).
+    pub head: Vec<HeadOp>,
     /// Deployment format the weights were converted to.
     pub format: Format,
     /// How many weight and bias entries the conversion to `format` changed.
@@ -158,6 +190,10 @@ impl DenseNet {
                 h.update(b"cast:");
                 h.update(c.name().as_bytes());
             }
+        }
+        for op in &self.head {
+            h.update(b"head:");
+            h.update(op.name().as_bytes());
         }
         hex(&h.finalize())
     }

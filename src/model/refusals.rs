@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use super::builder::{Act, Builder, Stage, Value};
+use super::heads::ML_DOMAIN;
 use super::shapes::Dim;
 use crate::error::LipfpError;
 use crate::format::Format;
@@ -46,9 +47,6 @@ const POOLING: [&str; 5] = [
 
 /// The ops an input normalisation is made of (elementwise affine steps with constants).
 const NORMALISATION_OPS: [&str; 6] = ["Sub", "Div", "Mul", "Add", "BatchNormalization", "Scaler"];
-
-/// The domain of the classical machine-learning ops (skl2onnx, onnxmltools).
-const ML_DOMAIN: &str = "ai.onnx.ml";
 
 impl Builder<'_> {
     /// The refusal of `node`, whose op (in its domain) lipfp does not read.
@@ -339,10 +337,18 @@ impl Builder<'_> {
         )
     }
 
-    /// A graph with more than one output (or none).
+    /// A graph without outputs, or with an output that is neither the logits nor a classifier
+    /// head computed from them.
     pub(super) fn refuse_outputs(&self) -> LipfpError {
         let names = self.output_names();
-        let mut message = format!("expected exactly one graph output, found {}", names.len());
+        if names.is_empty() {
+            return LipfpError::model(self.path, "the graph has no output");
+        }
+        let mut message = format!(
+            "the graph has {} outputs and not every one is the logits or a classifier head \
+             computed from them (Softmax, LogSoftmax, ArgMax, ArrayFeatureExtractor, ZipMap)",
+            names.len()
+        );
         if let Some(logits) = names.iter().find(|n| self.is_logits(n)) {
             message.push_str(&format!(
                 "; lipfp certifies one output, the logits `{logits}`: keep only it with {}",

@@ -246,6 +246,7 @@ fn squeezed<'a>(op: &str, v: Value<'a>, axes: Option<&[i64]>) -> Result<Value<'a
         Value::Weight(_) => Err(
             "reshaping a weight tensor is not supported; store weights in their final shape".into(),
         ),
+        Value::Head(h) => Ok(Value::Head(h)),
         Value::Act(_) if unsqueeze => Err("unsqueeze of the activation is not supported".into()),
         Value::Act(mut a) => {
             let axes = axes.ok_or(

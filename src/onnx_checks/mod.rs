@@ -119,6 +119,13 @@ fn schema(op: &str, opset: i64) -> Option<Schema> {
         "Cast" => s((1, 1), (1, 1), &[("to", Int)]),
         "Dropout" if opset >= 12 => s((1, 3), (1, 2), &[("seed", Int)]),
         "Dropout" => s((1, 1), (1, 2), &[("ratio", Float)]),
+        "Softmax" | "LogSoftmax" => s((1, 1), (1, 1), &[("axis", Int)]),
+        "ArgMax" if opset >= 12 => s(
+            (1, 1),
+            (1, 1),
+            &[("axis", Int), ("keepdims", Int), ("select_last_index", Int)],
+        ),
+        "ArgMax" => s((1, 1), (1, 1), &[("axis", Int), ("keepdims", Int)]),
         _ => None,
     }
 }

@@ -427,6 +427,22 @@ fn pass_rows(
 }
 
 #[allow(clippy::too_many_arguments)]
+/// The report's note on the classifier head: what it is and the logit margin it costs.
+fn head_note(net: &DenseNet, bounds: &ModelBounds) -> Option<String> {
+    if net.head.is_empty() {
+        return None;
+    }
+    let ops: Vec<&str> = net.head.iter().map(|h| h.name()).collect();
+    Some(format!(
+        "classifier head {}: the certified class is the one it ranks first; every sound mode \
+         requires a logit margin above {:.3e} so that the runtime's head cannot tie or swap \
+         classes (exp and log within relative {:.1e}; docs/soundness.md \"Classifier heads\")",
+        ops.join(", "),
+        bounds.head_margin,
+        crate::certify::head::transcendental_accuracy(net.format)
+    ))
+}
+
 fn compute(
     spec: &SubjectSpec,
     net: DenseNet,
@@ -455,6 +471,9 @@ fn compute(
             let b = ModelBounds::new(&net, &n.layers, &execution);
             if let Some(v) = &b.vacuous {
                 notes.push(format!("sound modes certify nothing: {v}"));
+            }
+            if let Some(h) = head_note(&net, &b) {
+                notes.push(h);
             }
             Ok(b)
         }
