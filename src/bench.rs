@@ -108,6 +108,7 @@ pub fn higgs_scale_net(seed: u64) -> DenseNet {
             // ||W|| ~ sigma (sqrt(m) + sqrt(n)) for Gaussian entries
             let sigma = 1.2 / ((m as f64).sqrt() + (n as f64).sqrt());
             Dense {
+                affine: None,
                 w: Array2::from_shape_fn((m, n), |_| (rng.gaussian() * sigma) as f32 as f64),
                 b: (0..m)
                     .map(|_| (rng.gaussian() * 0.01) as f32 as f64)

@@ -15,14 +15,25 @@ use rayon::prelude::*;
 
 use crate::execution::ExecutionModel;
 use crate::format::Format;
-use crate::model::{Activation, DenseNet};
+use crate::model::{Activation, AffineStep, DenseNet, ElementOp};
 
 /// Rows per parallel work item.
 pub const CHUNK_ROWS: usize = 256;
 
 enum LayerWeights {
-    F64 { wt: Array2<f64>, b: Vec<f64> },
-    F32 { wt: Array2<f32>, b: Vec<f32> },
+    F64 {
+        wt: Array2<f64>,
+        b: Vec<f64>,
+    },
+    F32 {
+        wt: Array2<f32>,
+        b: Vec<f32>,
+    },
+    /// An elementwise affine step, executed op by op as the graph writes it.
+    Affine {
+        step: AffineStep,
+        storage: Format,
+    },
 }
 
 struct ExecLayer {
@@ -48,6 +59,16 @@ impl Executor {
             .layers
             .iter()
             .map(|l| {
+                if let Some(step) = &l.affine {
+                    return ExecLayer {
+                        weights: LayerWeights::Affine {
+                            step: step.clone(),
+                            storage: exec.storage,
+                        },
+                        roundings: Vec::new(),
+                        relu: l.act == Activation::Relu,
+                    };
+                }
                 let weights = match acc {
                     Format::Float64 => LayerWeights::F64 {
                         wt: l.w.t().to_owned(),
@@ -106,6 +127,17 @@ impl Executor {
                     });
                     z64 = z.mapv(|v| v as f64);
                     z32 = Some(z);
+                }
+                LayerWeights::Affine { step, storage } => {
+                    if let Some(z) = z32.take() {
+                        z64 = z.mapv(f64::from);
+                    }
+                    for mut row in z64.rows_mut() {
+                        for (i, v) in row.iter_mut().enumerate() {
+                            let y = step_value(step, *storage, i, *v);
+                            *v = if l.relu && y < 0.0 { 0.0 } else { y };
+                        }
+                    }
                 }
             }
             if keep_hidden && k < last {
@@ -167,5 +199,79 @@ where
             }
             *v = a;
         }
+    }
+}
+
+/// Feature `i` of an affine step at `x`, op by op as the graph writes them: in float64 for a
+/// float64 network, else in float32 with each result rounded to the storage format (one of the
+/// executions `crate::certify::affine` covers).
+fn step_value(step: &AffineStep, storage: Format, i: usize, x: f64) -> f64 {
+    if storage == Format::Float64 {
+        return step.ops.iter().fold(x, |v, op| apply_op(op, i, v, &|t| t));
+    }
+    let round = |t: f32| storage.round_f32(t);
+    let y = step
+        .ops
+        .iter()
+        .fold(x as f32, |v, op| apply_op(op, i, v, &round));
+    f64::from(y)
+}
+
+/// One op at feature `i` in the float type `T`, each operation's result passed through `round`
+/// (BatchNormalization as written: `(x - mean) / sqrt(var + eps) * scale + bias`).
+fn apply_op<T>(op: &ElementOp, i: usize, v: T, round: &dyn Fn(T) -> T) -> T
+where
+    T: ComputeFloat,
+{
+    let k = |c: &[f64]| T::from_f64(c[i]);
+    match op {
+        ElementOp::Neg => -v,
+        ElementOp::Add(c) => round(v + k(c)),
+        ElementOp::Mul(c) => round(v * k(c)),
+        ElementOp::Div(c) => round(v / k(c)),
+        ElementOp::BatchNorm {
+            scale,
+            bias,
+            mean,
+            var,
+            epsilon,
+        } => {
+            let root = round(round(k(var) + T::from_f64(*epsilon)).sqrt());
+            let t = round(round(v - k(mean)) / root);
+            round(round(t * k(scale)) + k(bias))
+        }
+    }
+}
+
+/// The float types an affine step is computed in.
+trait ComputeFloat:
+    Copy
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::Neg<Output = Self>
+{
+    /// Exact conversion of a storage-format value held in an `f64`.
+    fn from_f64(x: f64) -> Self;
+    /// The correctly rounded square root.
+    fn sqrt(self) -> Self;
+}
+
+impl ComputeFloat for f64 {
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+    fn sqrt(self) -> Self {
+        f64::sqrt(self)
+    }
+}
+
+impl ComputeFloat for f32 {
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+    fn sqrt(self) -> Self {
+        f32::sqrt(self)
     }
 }

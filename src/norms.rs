@@ -137,6 +137,10 @@ pub fn compute_norms(net: &DenseNet, iterations: u32) -> Result<Vec<LayerNorms>,
     let results: Vec<Result<f64, NormError>> = jobs
         .par_iter()
         .map(|&(l, abs)| {
+            // an affine step's matrix is diag(a): both norms are max |a|
+            if let Some(step) = &net.layers[l].affine {
+                return Ok(step.scale_max());
+            }
             let w = &net.layers[l].w;
             if abs {
                 gram_iter_fp(w.mapv(f64::abs).view(), iterations)

@@ -5,6 +5,7 @@
 //! Everything that depends only on the model is precomputed once in [`ModelBounds`]; the
 //! per-instance work is a handful of upward-rounded scalar steps per layer and per class pair.
 
+pub mod affine;
 pub mod head;
 pub mod modes;
 pub mod quantities;
@@ -286,14 +287,32 @@ fn accumulation_variants(
     variants
 }
 
+/// The number of rounded terms a layer's sums are bounded with: its `n` products, or `2n + 2`
+/// when the layer is a bias-free `MatMul` directly after a step that multiplies or divides by
+/// one scalar — onnxruntime then folds the scalar into the product (`MatMulScaleFusion`:
+/// `alpha` applied to each partial sum, docs/soundness.md "Affine steps"), at most one more
+/// rounding per product, one for the rounded reciprocal and one for the result.
+fn rounded_terms(layer: &Dense, previous: Option<&Dense>) -> u64 {
+    let n = layer.n() as u64;
+    let scalar_step = previous
+        .and_then(|p| p.affine.as_ref())
+        .is_some_and(|s| s.is_single_scalar_scaling());
+    if scalar_step && layer.ops.first().is_some_and(|op| op == "MatMul") {
+        2 * n + 2
+    } else {
+        n
+    }
+}
+
 /// The error terms of one layer maximised over every covered execution, all their overflow
 /// checks, and the vacuity reason if some `n * u >= 1`.
 fn layer_terms(
     exec: &ExecutionModel,
     layer: &Dense,
+    previous: Option<&Dense>,
     index: usize,
 ) -> (LayerError, Vec<OverflowCheck>, Option<String>) {
-    let n = layer.n() as u64;
+    let n = rounded_terms(layer, previous);
     let casts: &[Format] = if exec.executes_casts {
         &layer.casts
     } else {
@@ -364,58 +383,86 @@ fn pair_table(last: &Dense, err: &LayerError, prefix: f64) -> Vec<PairBounds> {
     pairs
 }
 
+/// The constants of a dense layer from its norms and error terms.
+fn dense_layer_bounds(
+    layer: &Dense,
+    nrm: &LayerNorms,
+    err: &LayerError,
+    exec: &ExecutionModel,
+    checks: Vec<OverflowCheck>,
+) -> LayerBounds {
+    let up = |x: &rug::Float| x.to_f64_round(rug::float::Round::Up);
+    let rel_w = up(&err.rel_w);
+    let kappa_abs = mul_up(rel_w, nrm.abs_spectral);
+    let bias_l2 = l2_norm_up(layer.b.iter().copied());
+    let sqrt_m = sqrt_up(layer.m() as f64);
+    let beta_const = add_up(
+        mul_up(up(&err.rel_b), bias_l2),
+        mul_up(up(&err.abs), sqrt_m),
+    );
+    let row_l2_max = layer
+        .w
+        .rows()
+        .into_iter()
+        .map(|r| l2_norm_up(r.iter().copied()))
+        .fold(0.0, f64::max);
+    let row_inf_max = layer.w.iter().fold(0.0f64, |a, &x| a.max(x.abs()));
+    let product_f_max = exec
+        .accumulations()
+        .into_iter()
+        .map(Format::f_max)
+        .fold(f64::INFINITY, f64::min);
+    LayerBounds {
+        spectral: nrm.spectral,
+        alpha: add_up(nrm.spectral, kappa_abs),
+        kappa_abs,
+        beta_const,
+        bias_l2,
+        overflow: OverflowConstants {
+            row_l2_max,
+            row_inf_max,
+            bias_inf: layer.b.iter().fold(0.0f64, |a, &x| a.max(x.abs())),
+            product_f_max,
+            checks,
+        },
+    }
+}
+
+/// The constants of an affine step (`W = diag(a)`: [`affine::StepBounds`]).
+fn step_layer_bounds(s: &affine::StepBounds) -> LayerBounds {
+    LayerBounds {
+        spectral: s.scale_max,
+        alpha: add_up(s.scale_max, s.error_rel),
+        kappa_abs: s.error_rel,
+        beta_const: s.error_const,
+        bias_l2: s.shift_l2,
+        overflow: s.overflow.clone(),
+    }
+}
+
 impl ModelBounds {
     /// Precompute the bounds of `net` (already converted to the storage format) from its layer
     /// norms, for every execution the model `exec` covers.
     pub fn new(net: &DenseNet, norms: &[LayerNorms], exec: &ExecutionModel) -> Self {
-        let up = |x: &rug::Float| x.to_f64_round(rug::float::Round::Up);
         let mut vacuous = None;
         let mut layers = Vec::with_capacity(net.layers.len());
         let mut last_err = None;
         for (l, (layer, nrm)) in net.layers.iter().zip(norms).enumerate() {
-            let (err, checks, vac) = layer_terms(exec, layer, l);
+            if let Some(step) = &layer.affine {
+                layers.push(step_layer_bounds(&affine::step_bounds(step, exec.storage)));
+                continue;
+            }
+            let previous = l.checked_sub(1).map(|p| &net.layers[p]);
+            let (err, checks, vac) = layer_terms(exec, layer, previous, l);
             vacuous = vacuous.or(vac);
-            let rel_w = up(&err.rel_w);
-            let kappa_abs = mul_up(rel_w, nrm.abs_spectral);
-            let bias_l2 = l2_norm_up(layer.b.iter().copied());
-            let sqrt_m = sqrt_up(layer.m() as f64);
-            let beta_const = add_up(
-                mul_up(up(&err.rel_b), bias_l2),
-                mul_up(up(&err.abs), sqrt_m),
-            );
-            let row_l2_max = layer
-                .w
-                .rows()
-                .into_iter()
-                .map(|r| l2_norm_up(r.iter().copied()))
-                .fold(0.0, f64::max);
-            let row_inf_max = layer.w.iter().fold(0.0f64, |a, &x| a.max(x.abs()));
-            let product_f_max = exec
-                .accumulations()
-                .into_iter()
-                .map(Format::f_max)
-                .fold(f64::INFINITY, f64::min);
-            layers.push(LayerBounds {
-                spectral: nrm.spectral,
-                alpha: add_up(nrm.spectral, kappa_abs),
-                kappa_abs,
-                beta_const,
-                bias_l2,
-                overflow: OverflowConstants {
-                    row_l2_max,
-                    row_inf_max,
-                    bias_inf: layer.b.iter().fold(0.0f64, |a, &x| a.max(x.abs())),
-                    product_f_max,
-                    checks,
-                },
-            });
+            layers.push(dense_layer_bounds(layer, nrm, &err, exec, checks));
             last_err = Some(err);
         }
         let last_err = last_err.expect("a network has at least one layer");
         let last = &net.layers[net.layers.len() - 1];
         let mut lip_prefix = vec![1.0];
-        for nrm in &norms[..norms.len() - 1] {
-            lip_prefix.push(mul_up(lip_prefix[lip_prefix.len() - 1], nrm.spectral));
+        for lb in &layers[..layers.len() - 1] {
+            lip_prefix.push(mul_up(lip_prefix[lip_prefix.len() - 1], lb.spectral));
         }
         let pairs = pair_table(last, &last_err, lip_prefix[lip_prefix.len() - 1]);
         let head_margin = head::head_margin(&net.head, exec.storage, last.m() as u64);

@@ -5,7 +5,7 @@
 
 use super::builder::{Act, Builder, Stage, Value};
 use super::shapes::{show_shape, Dim};
-use super::weights::{Draft, Part, Weight};
+use super::weights::{Draft, DraftKind, Part, Weight};
 use super::Activation;
 use crate::error::LipfpError;
 use crate::onnx::proto;
@@ -130,12 +130,14 @@ impl<'a> Builder<'a> {
         };
         self.require_head(&a, label, op)?;
         if a.stage != Stage::Product {
-            return Err(self.refuse_constant_step(node, label, &a));
+            return self.binary_step(node, label, inputs);
         }
         let m = self.layers.last().map(|l| l.m).unwrap_or(0);
         self.check_bias(&c, m, a.shape.len(), c_name, label, op)?;
         let last = self.layers.last_mut().expect("Product stage has a layer");
-        last.b = Some(Part::new(c, c_name, label, op));
+        if let DraftKind::Dense { b, .. } = &mut last.kind {
+            *b = Some(Part::new(c, c_name, label, op));
+        }
         last.nodes.push(label.to_string());
         last.ops.push(op.to_string());
         self.chain_id += 1;
@@ -231,9 +233,11 @@ impl<'a> Builder<'a> {
         self.layers.push(Draft {
             m,
             n,
-            w,
-            transposed,
-            b: bias,
+            kind: DraftKind::Dense {
+                w,
+                transposed,
+                b: bias,
+            },
             act: Activation::Identity,
             nodes: vec![label.to_string()],
             ops: vec![op.to_string()],

@@ -9,6 +9,7 @@ use std::path::Path;
 use super::builder::{Act, Builder, Stage, Value};
 use super::pass_through::float_format;
 use super::shapes::Dim;
+use super::weights::DraftKind;
 use super::{DenseNet, SUPPORTED_OP_TYPES};
 use crate::error::LipfpError;
 use crate::format::Format;
@@ -156,6 +157,10 @@ impl<'a> Builder<'a> {
                 self.ml_head(node, &label)?;
                 continue;
             }
+            if node.domain == super::heads::ML_DOMAIN && node.op_type == "Scaler" {
+                self.scaler(node, &label)?;
+                continue;
+            }
             if !node.domain.is_empty() && node.domain != "ai.onnx" {
                 return Err(self.refuse(node, &label));
             }
@@ -200,6 +205,8 @@ impl<'a> Builder<'a> {
             "Add" => self.add(node, label, &inputs),
             "Relu" => self.relu(node, label, &inputs),
             "Softmax" | "LogSoftmax" => self.softmax(node, label, &inputs),
+            "Sub" | "Mul" | "Div" => self.binary_step(node, label, &inputs),
+            "BatchNormalization" => self.batch_norm(node, label, &inputs),
             "ArgMax" => self.argmax(node, label, &inputs),
             _ => Err(self.refuse(node, label)),
         }
@@ -245,6 +252,28 @@ impl<'a> Builder<'a> {
         let Some(out) = logits.or_else(|| self.chain_end()) else {
             return Err(LipfpError::model(self.path, "the graph has no dense layer"));
         };
+        if let Some(step) = self
+            .layers
+            .last()
+            .filter(|l| matches!(l.kind, DraftKind::Affine(_)))
+        {
+            return Err(LipfpError::model(
+                self.path,
+                format!(
+                    "the graph ends with the elementwise step `{}` after the output layer; lipfp \
+                     reads steps before or between dense layers: fold it into the output layer \
+                     (weight diag(a) W, bias a b + c)",
+                    step.nodes.last().map(String::as_str).unwrap_or("?")
+                ),
+            ));
+        }
+        if !self
+            .layers
+            .iter()
+            .any(|l| matches!(l.kind, DraftKind::Dense { .. }))
+        {
+            return Err(LipfpError::model(self.path, "the graph has no dense layer"));
+        }
         match out.stage {
             Stage::Input => {
                 return Err(LipfpError::model(self.path, "the graph has no dense layer"))

@@ -34,7 +34,10 @@ use sha2::{Digest, Sha256};
 use crate::error::LipfpError;
 use crate::format::Format;
 
+pub use affine::{batch_norm_scale, AffineStep, ElementOp};
+
 mod activation;
+mod affine;
 mod builder;
 mod constants;
 mod dense;
@@ -48,12 +51,14 @@ mod weights;
 
 /// The op types the loader understands.
 pub const SUPPORTED_OPS: &str = "Gemm, MatMul, Add (bias), Relu, Flatten, Reshape, Shape, Gather, \
-Unsqueeze, Squeeze, Concat, Constant, Identity, Cast (to a float type), Dropout (inference); heads \
+Unsqueeze, Squeeze, Concat, Constant, Identity, Cast (to a float type), Dropout (inference); \
+elementwise affine steps: Sub, Add, Mul, Div by a constant, BatchNormalization (inference), \
+ai.onnx.ml Scaler; heads \
 after the logits: Softmax, LogSoftmax, ArgMax, ai.onnx.ml ArrayFeatureExtractor (class labels \
 0..K-1) and ZipMap";
 
 /// The op types of [`SUPPORTED_OPS`].
-const SUPPORTED_OP_TYPES: [&str; 18] = [
+const SUPPORTED_OP_TYPES: [&str; 22] = [
     "Gemm",
     "MatMul",
     "Add",
@@ -72,6 +77,10 @@ const SUPPORTED_OP_TYPES: [&str; 18] = [
     "Softmax",
     "LogSoftmax",
     "ArgMax",
+    "Sub",
+    "Mul",
+    "Div",
+    "BatchNormalization",
 ];
 
 /// An arg-max-preserving op of the classifier head after the logits (docs/soundness.md
@@ -122,16 +131,19 @@ pub struct Dense {
     /// Narrowing `Cast` nodes applied to the layer's output, in order: each is one more rounding
     /// of the output to that format (docs/soundness.md "Casts").
     pub casts: Vec<Format>,
+    /// When set, the layer is this elementwise affine step instead of a matrix product, and `w`
+    /// and `b` are empty (docs/soundness.md "Affine steps").
+    pub affine: Option<AffineStep>,
 }
 
 impl Dense {
     /// Input dimension `n_l`.
     pub fn n(&self) -> usize {
-        self.w.ncols()
+        self.affine.as_ref().map_or(self.w.ncols(), |s| s.width)
     }
     /// Output dimension `m_l`.
     pub fn m(&self) -> usize {
-        self.w.nrows()
+        self.affine.as_ref().map_or(self.w.nrows(), |s| s.width)
     }
 }
 
@@ -189,6 +201,9 @@ impl DenseNet {
             for c in &l.casts {
                 h.update(b"cast:");
                 h.update(c.name().as_bytes());
+            }
+            if let Some(step) = &l.affine {
+                step.hash_into(&mut h);
             }
         }
         for op in &self.head {

@@ -111,6 +111,16 @@ impl<'a> Builder<'a> {
             Stage::Product => Err(self.fail(label, op, format!(
                 "a narrowing cast to {to} between a MatMul and its bias Add is not modelled"
             ))),
+            Stage::Biased | Stage::Activated
+                if self
+                    .layers
+                    .last()
+                    .is_some_and(|l| matches!(l.kind, super::weights::DraftKind::Affine(_))) =>
+            {
+                Err(self.fail(label, op, format!(
+                    "a narrowing cast to {to} after an elementwise step is not modelled; certify in {to} or remove the cast"
+                )))
+            }
             Stage::Biased | Stage::Activated => {
                 let layer = self.layers.last_mut().expect("a biased activation follows a layer");
                 layer.casts.push(to);

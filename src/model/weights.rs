@@ -104,24 +104,56 @@ impl<'a> Part<'a> {
     }
 }
 
-/// A dense layer whose shapes are checked and whose values are read by [`Builder::finish`].
+/// A layer whose shapes are checked and whose values are read by [`Builder::finish`].
 #[derive(Clone, Debug)]
 pub(super) struct Draft<'a> {
     /// Output dimension.
     pub m: usize,
     /// Input dimension.
     pub n: usize,
-    /// The weight, stored `[m, n]`, or `[n, m]` when `transposed`.
-    pub w: Part<'a>,
-    pub transposed: bool,
-    /// The bias, of `m` values or one broadcast value.
-    pub b: Option<Part<'a>>,
+    /// A dense layer's tensors or an affine step's ops.
+    pub kind: DraftKind<'a>,
     pub act: Activation,
     /// The nodes the layer is read from and their op types (see [`Dense`]).
     pub nodes: Vec<String>,
     pub ops: Vec<String>,
     /// Narrowing casts of the layer's output (see [`Dense`]).
     pub casts: Vec<Format>,
+}
+
+/// What a [`Draft`] computes.
+#[derive(Clone, Debug)]
+pub(super) enum DraftKind<'a> {
+    /// A dense layer: the weight, stored `[m, n]`, or `[n, m]` when `transposed`, and the bias,
+    /// of `m` values or one broadcast value.
+    Dense {
+        w: Part<'a>,
+        transposed: bool,
+        b: Option<Part<'a>>,
+    },
+    /// An elementwise affine step.
+    Affine(AffineDraft<'a>),
+}
+
+/// The ops of an affine step, their constants not yet read.
+#[derive(Clone, Debug)]
+pub(super) struct AffineDraft<'a> {
+    pub ops: Vec<DraftOp<'a>>,
+}
+
+/// One op of an [`AffineDraft`]; each constant holds one value or one per feature.
+#[derive(Clone, Debug)]
+pub(super) enum DraftOp<'a> {
+    Add(Part<'a>),
+    Sub(Part<'a>),
+    Neg,
+    Mul(Part<'a>),
+    Div(Part<'a>),
+    /// scale, B, mean, var and the `epsilon` attribute.
+    BatchNorm {
+        parts: Vec<Part<'a>>,
+        epsilon: f64,
+    },
 }
 
 impl Builder<'_> {
@@ -150,27 +182,14 @@ impl Builder<'_> {
     /// The layer `d` with its values read and converted.
     fn finish_layer(&mut self, d: Draft<'_>) -> Result<Dense, LipfpError> {
         let (m, n) = (d.m, d.n);
-        let vals = self.read(&d.w, m * n)?;
-        let mut w = Array2::zeros((m, n));
-        for (k, &x) in vals.iter().enumerate() {
-            let at = if d.transposed {
-                [k % m, k / m]
-            } else {
-                [k / n, k % n]
-            };
-            w[at] = self.convert(x, &d.w, k)?;
-        }
-        let b = match &d.b {
-            None => vec![0.0; m],
-            Some(p) => {
-                let count = p.weight.shape.iter().product::<usize>();
-                let v = self.read(p, count)?;
-                let v = if count == 1 { vec![v[0]; m] } else { v };
-                let mut b = Vec::with_capacity(m);
-                for (k, x) in v.into_iter().enumerate() {
-                    b.push(self.convert(x, p, k)?);
-                }
-                b
+        let (w, b, affine) = match &d.kind {
+            DraftKind::Dense { w, transposed, b } => {
+                let (w, b) = self.dense_values(m, n, w, *transposed, b.as_ref())?;
+                (w, b, None)
+            }
+            DraftKind::Affine(step) => {
+                let step = self.affine_values(m, step)?;
+                (Array2::zeros((0, 0)), Vec::new(), Some(step))
             }
         };
         Ok(Dense {
@@ -180,7 +199,50 @@ impl Builder<'_> {
             nodes: d.nodes,
             ops: d.ops,
             casts: d.casts,
+            affine,
         })
+    }
+
+    /// A dense layer's weight `[m, n]` and bias, read and converted.
+    fn dense_values(
+        &mut self,
+        m: usize,
+        n: usize,
+        wp: &Part<'_>,
+        transposed: bool,
+        bp: Option<&Part<'_>>,
+    ) -> Result<(Array2<f64>, Vec<f64>), LipfpError> {
+        let vals = self.read(wp, m * n)?;
+        let mut w = Array2::zeros((m, n));
+        for (k, &x) in vals.iter().enumerate() {
+            let at = if transposed {
+                [k % m, k / m]
+            } else {
+                [k / n, k % n]
+            };
+            w[at] = self.convert(x, wp, k)?;
+        }
+        let b = match bp {
+            None => vec![0.0; m],
+            Some(p) => self.per_feature_values(p, m)?,
+        };
+        Ok((w, b))
+    }
+
+    /// The `width` values of a constant holding one value or one per feature, converted.
+    pub(super) fn per_feature_values(
+        &mut self,
+        p: &Part<'_>,
+        width: usize,
+    ) -> Result<Vec<f64>, LipfpError> {
+        let count = p.weight.shape.iter().product::<usize>();
+        let v = self.read(p, count)?;
+        let v = if count == 1 { vec![v[0]; width] } else { v };
+        let mut out = Vec::with_capacity(width);
+        for (k, x) in v.into_iter().enumerate() {
+            out.push(self.convert(x, p, k)?);
+        }
+        Ok(out)
     }
 
     /// Convert entry `index` of the tensor `p`, of value `v`, to the deployment format,

@@ -100,7 +100,30 @@ fn schema(op: &str, opset: i64) -> Option<Schema> {
     match op {
         "Gemm" if opset >= 11 => s((2, 3), (1, 1), &GEMM),
         "Gemm" => s((3, 3), (1, 1), &GEMM),
-        "MatMul" | "Add" => s((2, 2), (1, 1), &[]),
+        "MatMul" | "Add" | "Sub" | "Mul" | "Div" => s((2, 2), (1, 1), &[]),
+        "BatchNormalization" if opset >= 14 => s(
+            (5, 5),
+            (1, 3),
+            &[
+                ("epsilon", Float),
+                ("momentum", Float),
+                ("training_mode", Int),
+            ],
+        ),
+        "BatchNormalization" if opset >= 9 => {
+            s((5, 5), (1, 5), &[("epsilon", Float), ("momentum", Float)])
+        }
+        "BatchNormalization" => s(
+            (5, 5),
+            (1, 5),
+            &[
+                ("epsilon", Float),
+                ("momentum", Float),
+                ("spatial", Int),
+                ("is_test", Int),
+                ("consumed_inputs", Ints),
+            ],
+        ),
         "Relu" | "Identity" => s((1, 1), (1, 1), &[]),
         "Flatten" => s((1, 1), (1, 1), &[("axis", Int)]),
         "Reshape" if opset >= 14 => s((2, 2), (1, 1), &[("allowzero", Int)]),
@@ -215,6 +238,14 @@ pub fn attr_float(node: &proto::NodeProto, name: &str) -> Result<Option<f32>, St
 /// An INTS attribute, `None` when absent; an attribute of another type is an error.
 pub fn attr_ints<'n>(node: &'n proto::NodeProto, name: &str) -> Result<Option<&'n [i64]>, String> {
     typed_attr(node, name, AttributeType::Ints).map(|a| a.map(|a| a.ints.as_slice()))
+}
+
+/// A FLOATS attribute, `None` when absent; an attribute of another type is an error.
+pub fn attr_floats<'n>(
+    node: &'n proto::NodeProto,
+    name: &str,
+) -> Result<Option<&'n [f32]>, String> {
+    typed_attr(node, name, AttributeType::Floats).map(|a| a.map(|a| a.floats.as_slice()))
 }
 
 fn typed_attr<'n>(
