@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use crate::certify::quantities::{a_dot_fwd, gamma_n};
 use crate::format::Format;
-use crate::model::DenseNet;
+use crate::model::{Activation, DenseNet};
 use crate::sound::{add_up, div_up, mul_up, pow2_ceil, sqrt_up};
 
 /// Default number of Gram iterations (the paper's "gram-12").
@@ -125,6 +125,10 @@ pub struct LayerNorms {
 pub struct NetworkNorms {
     /// One entry per layer.
     pub layers: Vec<LayerNorms>,
+    /// Per layer `k`, when layers `k-1` and `k` are an affine step and a dense layer with
+    /// nothing nonlinear between them, an upper bound on the norm of their composed linear map
+    /// ([`merged_step_norms`]).
+    pub merged: Vec<Option<f64>>,
     /// Gram iterations used.
     pub gram_iterations: u32,
 }
@@ -159,11 +163,57 @@ pub fn compute_norms(net: &DenseNet, iterations: u32) -> Result<Vec<LayerNorms>,
     Ok(out)
 }
 
+/// The composed linear map of layers `k-1` and `k` when one is an affine step `diag(a)` and the
+/// other a dense layer `W` with no ReLU between them — `W diag(A)` (step, then layer) or
+/// `diag(A) W` (layer, then a step that carries the ReLU) with `A >= |a|` — as an `f64` matrix
+/// `M'` whose entries are the products rounded to nearest.
+fn composed_map(net: &DenseNet, k: usize) -> Option<Array2<f64>> {
+    let (prev, layer) = (&net.layers[k - 1], &net.layers[k]);
+    match (&prev.affine, &layer.affine) {
+        (Some(step), None) if prev.act == Activation::Identity => {
+            let a = step.scale_bounds();
+            Some(Array2::from_shape_fn(layer.w.dim(), |(i, j)| {
+                layer.w[[i, j]] * a[j]
+            }))
+        }
+        (None, Some(step)) if prev.act == Activation::Identity => {
+            let a = step.scale_bounds();
+            Some(Array2::from_shape_fn(prev.w.dim(), |(i, j)| {
+                a[i] * prev.w[[i, j]]
+            }))
+        }
+        _ => None,
+    }
+}
+
+/// Upper bounds on the norms of the composed maps of [`composed_map`]: `||diag(a) W|| <=
+/// ||diag(A) W||` (the norm grows with each `|a_i|`), and the rounded `M'` is within
+/// `2^-53 |M'|` entrywise of `diag(A) W`, so `||diag(A) W|| <= ||M'|| + 2^-52 ||M'||_F`.
+pub fn merged_step_norms(net: &DenseNet, iterations: u32) -> Result<Vec<Option<f64>>, NormError> {
+    (0..net.layers.len())
+        .into_par_iter()
+        .map(|k| {
+            let Some(m) = (k > 0).then(|| composed_map(net, k)).flatten() else {
+                return Ok(None);
+            };
+            let spectral = gram_iter_fp(m.view(), iterations)?;
+            let frob = frob_ub(m.view());
+            // and 2^-1074 per entry for products that fell below the normal range
+            let tiny = mul_up(m.len() as f64, f64::from_bits(1));
+            Ok(Some(add_up(
+                add_up(spectral, mul_up(frob, 2f64.powi(-52))),
+                tiny,
+            )))
+        })
+        .collect()
+}
+
 /// Norms of every layer of `net`, computed afresh: nothing read from disk feeds a bound
 /// (docs/soundness.md "Norms are recomputed on every run").
 pub fn network_norms(net: &DenseNet, iterations: u32) -> Result<NetworkNorms, NormError> {
     Ok(NetworkNorms {
         layers: compute_norms(net, iterations)?,
+        merged: merged_step_norms(net, iterations)?,
         gram_iterations: iterations,
     })
 }

@@ -215,6 +215,8 @@ pub struct PairBounds {
     pub beta_const: f64,
     /// Margin Lipschitz constant `L_{ij} = ||W_{L,i} - W_{L,j}|| prod_{l<L} ||W_l||`.
     pub lip: f64,
+    /// `||W_{L,i} - W_{L,j}||` (upper bound).
+    pub diff: f64,
 }
 
 /// Everything the per-instance certificates need that depends only on the model, the format
@@ -377,6 +379,7 @@ fn pair_table(last: &Dense, err: &LayerError, prefix: f64) -> Vec<PairBounds> {
                 kappa_abs,
                 beta_const: add_up(mul_up(rel_b, bias), pair_const),
                 lip: mul_up(diff, prefix),
+                diff,
             };
         }
     }
@@ -491,6 +494,27 @@ impl ModelBounds {
             head_margin: head_margin.unwrap_or(f64::INFINITY),
             vacuous,
         }
+    }
+
+    /// Tighten the Lipschitz prefixes (and the pairs' `L_{ij}`) with `merged[k]`, the norm of
+    /// the composed map of layers `k-1` and `k` when one is an affine step
+    /// ([`crate::norms::merged_step_norms`]): `prefix[k+1] = min(prefix[k] ||W_k||,
+    /// prefix[k-1] ||composed||)`, both upper bounds on the Lipschitz constant to layer `k+1`.
+    pub fn use_merged_norms(&mut self, merged: &[Option<f64>]) {
+        let depth = self.layers.len();
+        let mut prefix = vec![1.0];
+        for l in 1..depth {
+            let mut p = mul_up(prefix[l - 1], self.layers[l - 1].spectral);
+            if let Some(Some(m)) = merged.get(l - 1).filter(|_| l >= 2) {
+                p = p.min(mul_up(prefix[l - 2], *m));
+            }
+            prefix.push(p);
+        }
+        let last = prefix[depth - 1];
+        for pair in &mut self.pairs {
+            pair.lip = mul_up(pair.diff, last);
+        }
+        self.lip_prefix = prefix;
     }
 
     /// The centre deviation bound `E_ctr^{ij}` (Lemma "Final-layer pairwise deviation" on the

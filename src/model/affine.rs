@@ -78,6 +78,11 @@ impl AffineStep {
 
     /// `max_i |a_i|` rounded up: `||diag(a)||_2`, the step's Lipschitz constant.
     pub fn scale_max(&self) -> f64 {
+        self.scale_bounds().into_iter().fold(0.0, f64::max)
+    }
+
+    /// Upper bounds on every feature's slope `|a_i|`.
+    pub fn scale_bounds(&self) -> Vec<f64> {
         use crate::sound::{div_up, mul_up};
         (0..self.width)
             .map(|i| {
@@ -93,7 +98,7 @@ impl AffineStep {
                     } => mul_up(a, batch_norm_scale(scale[i], var[i], *epsilon)),
                 })
             })
-            .fold(0.0, f64::max)
+            .collect()
     }
 
     /// Feed the step's ops and constants (their bits) to a network hash.

@@ -468,7 +468,8 @@ fn compute(
     let norms = norms.map_err(|e| format!("spectral norms could not be bounded: {e}"));
     let bounds = match &norms {
         Ok(n) => {
-            let b = ModelBounds::new(&net, &n.layers, &execution);
+            let mut b = ModelBounds::new(&net, &n.layers, &execution);
+            b.use_merged_norms(&n.merged);
             if let Some(v) = &b.vacuous {
                 notes.push(format!("sound modes certify nothing: {v}"));
             }
@@ -553,10 +554,11 @@ fn compute(
         logits: std::mem::take(&mut out.hi_logits),
         norms: std::mem::take(&mut out.hi_norms),
         gaps: std::mem::take(&mut out.gaps),
-        bounds: norms
-            .as_ref()
-            .ok()
-            .map(|n| ModelBounds::new(&net, &n.layers, &ExecutionModel::float64_reference())),
+        bounds: norms.as_ref().ok().map(|n| {
+            let mut b = ModelBounds::new(&net, &n.layers, &ExecutionModel::float64_reference());
+            b.use_merged_norms(&n.merged);
+            b
+        }),
         seconds: passes_s * hi_share,
     });
     Ok(Subject {
