@@ -456,6 +456,7 @@ fn net(f: Format, ws: Vec<Array2<f64>>, bs: Vec<Vec<f64>>) -> DenseNet {
                 nodes: vec![format!("gemm{l}")],
                 ops: vec!["Gemm".into()],
                 casts: Vec::new(),
+                affine: None,
             }
         })
         .collect::<Vec<_>>();
@@ -463,6 +464,7 @@ fn net(f: Format, ws: Vec<Array2<f64>>, bs: Vec<Vec<f64>>) -> DenseNet {
         input_shape: vec![layers[0].n()],
         layers,
         input_name: "x".into(),
+        head: Vec::new(),
         format: f,
         converted_changed: 0,
         path: PathBuf::from("bounds_exact.onnx"),

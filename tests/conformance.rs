@@ -753,6 +753,7 @@ fn exact_logits_of_a_tiny_net() {
         nodes: vec![],
         ops: vec![],
         casts: vec![],
+        affine: None,
     };
     let net = DenseNet {
         layers: vec![
@@ -769,6 +770,7 @@ fn exact_logits_of_a_tiny_net() {
         ],
         input_name: "x".into(),
         input_shape: vec![2],
+        head: Vec::new(),
         format: Format::Float16,
         converted_changed: 0,
         path: "tiny".into(),

@@ -7,6 +7,7 @@
 
 pub mod affine;
 pub mod head;
+mod layer_bounds;
 pub mod modes;
 pub mod quantities;
 
@@ -16,15 +17,13 @@ use serde::Serialize;
 
 use crate::execution::ExecutionModel;
 use crate::format::Format;
-use crate::model::{Dense, DenseNet};
+use crate::model::DenseNet;
 use crate::norms::LayerNorms;
-use crate::sound::{add_up, l2_norm_up, mul_up, sqrt_up, sub_down};
+use crate::sound::{mul_up, sqrt_up, sub_down};
 
+use layer_bounds::{dense_layer_bounds, layer_terms, pair_table, step_layer_bounds};
 pub use modes::{Centre, Certifier, HiCentre, PointResult};
-use quantities::{
-    accumulator_check, deviation_step, overflow_free, radius_step, step_check, LayerError,
-    OverflowCheck, OverflowConstants,
-};
+use quantities::{deviation_step, overflow_free, radius_step, OverflowConstants};
 
 /// A certification mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -246,201 +245,6 @@ pub struct ModelBounds {
     pub head_margin: f64,
     /// When set, no instance can be certified in a sound mode, and why.
     pub vacuous: Option<String>,
-}
-
-/// The executions of one layer in accumulation format `acc`, as error terms and the overflow
-/// checks along the way (docs/soundness.md "The execution model"):
-///
-/// * fused: the products and the bias summed in `acc`, then (when `acc` is wider than the storage
-///   format) one rounding to storage;
-/// * split (only when `acc` is wider and the graph adds the bias with a separate `Add` node): a
-///   `MatMul` summing the products in `acc`, rounded to storage, then the `Add` of the bias in
-///   storage, as a runtime that does not fuse the two nodes computes them;
-///
-/// each followed by the graph's narrowing casts.
-fn accumulation_variants(
-    acc: Format,
-    storage: Format,
-    ftz: bool,
-    n: u64,
-    separate_bias: bool,
-    casts: &[Format],
-) -> Vec<(LayerError, Vec<OverflowCheck>)> {
-    let mut variants = Vec::new();
-    let mut fused = LayerError::accumulation(acc, ftz, n);
-    let mut checks = vec![accumulator_check(acc, ftz, n)];
-    if acc != storage {
-        checks.push(step_check(&fused, storage));
-        fused = fused.then_rounded(storage, ftz);
-    }
-    if acc != storage && separate_bias {
-        // the products alone stay within the fused bounds up to the storage rounding
-        let products = LayerError::products(acc, ftz, n).then_rounded(storage, ftz);
-        let split_checks = vec![step_check(&products, storage)];
-        variants.push((products.then_bias_added(storage, ftz), split_checks));
-    }
-    variants.push((fused, checks));
-    for (err, checks) in &mut variants {
-        for &c in casts {
-            checks.push(step_check(err, c));
-            *err = err.then_rounded(c, ftz);
-        }
-    }
-    variants
-}
-
-/// The number of rounded terms a layer's sums are bounded with: its `n` products, or `2n + 2`
-/// when the layer is a bias-free `MatMul` directly after a step that multiplies or divides by
-/// one scalar — onnxruntime then folds the scalar into the product (`MatMulScaleFusion`:
-/// `alpha` applied to each partial sum, docs/soundness.md "Affine steps"), at most one more
-/// rounding per product, one for the rounded reciprocal and one for the result.
-fn rounded_terms(layer: &Dense, previous: Option<&Dense>) -> u64 {
-    let n = layer.n() as u64;
-    let scalar_step = previous
-        .and_then(|p| p.affine.as_ref())
-        .is_some_and(|s| s.is_single_scalar_scaling());
-    if scalar_step && layer.ops.first().is_some_and(|op| op == "MatMul") {
-        2 * n + 2
-    } else {
-        n
-    }
-}
-
-/// The error terms of one layer maximised over every covered execution, all their overflow
-/// checks, and the vacuity reason if some `n * u >= 1`.
-fn layer_terms(
-    exec: &ExecutionModel,
-    layer: &Dense,
-    previous: Option<&Dense>,
-    index: usize,
-) -> (LayerError, Vec<OverflowCheck>, Option<String>) {
-    let n = rounded_terms(layer, previous);
-    let casts: &[Format] = if exec.executes_casts {
-        &layer.casts
-    } else {
-        &[]
-    };
-    let mut err: Option<LayerError> = None;
-    let mut checks = Vec::new();
-    let mut vacuous = None;
-    for acc in exec.accumulations() {
-        let u = acc.unit_roundoff();
-        if (n as f64) * u >= 1.0 && vacuous.is_none() {
-            vacuous = Some(format!(
-                "layer {}: n*u = {n} * 2^-{} = {:.3} >= 1 with {acc} accumulation; the error bounds are vacuous",
-                index + 1,
-                acc.precision(),
-                n as f64 * u
-            ));
-        }
-        let separate_bias = layer.ops.iter().any(|op| op == "Add");
-        for (e, c) in accumulation_variants(acc, exec.storage, exec.ftz, n, separate_bias, casts) {
-            err = Some(match err {
-                Some(prev) => prev.max(e),
-                None => e,
-            });
-            checks.extend(c);
-        }
-    }
-    let err = err.expect("every execution model has an accumulation format");
-    (err, checks, vacuous)
-}
-
-/// The ordered class pairs of the output layer (Lemma "Final-layer pairwise deviation"), with
-/// the output layer's error terms `err`: `alpha^{ij} = ||w_i - w_j|| + rel_w ||(|w_i| + |w_j|)||`,
-/// `beta_const^{ij} = rel_b (|b_i| + |b_j|) + 2 abs`, `L_{ij} = ||w_i - w_j|| prefix`.
-fn pair_table(last: &Dense, err: &LayerError, prefix: f64) -> Vec<PairBounds> {
-    let up = |x: &rug::Float| x.to_f64_round(rug::float::Round::Up);
-    let (rel_w, rel_b, abs) = (up(&err.rel_w), up(&err.rel_b), up(&err.abs));
-    let pair_const = mul_up(2.0, abs);
-    let classes = last.m();
-    let mut pairs = vec![PairBounds::default(); classes * classes];
-    for i in 0..classes {
-        for j in 0..classes {
-            if i == j {
-                continue;
-            }
-            let (wi, wj) = (last.w.row(i), last.w.row(j));
-            // |w_i - w_j| and |w_i| + |w_j| rounded up entrywise
-            let diff = l2_norm_up(
-                wi.iter()
-                    .zip(wj.iter())
-                    .map(|(a, b)| (a - b).abs().next_up()),
-            );
-            let sum = l2_norm_up(
-                wi.iter()
-                    .zip(wj.iter())
-                    .map(|(a, b)| add_up(a.abs(), b.abs())),
-            );
-            let kappa_abs = mul_up(rel_w, sum);
-            let bias = add_up(last.b[i].abs(), last.b[j].abs());
-            pairs[i * classes + j] = PairBounds {
-                alpha: add_up(diff, kappa_abs),
-                kappa_abs,
-                beta_const: add_up(mul_up(rel_b, bias), pair_const),
-                lip: mul_up(diff, prefix),
-                diff,
-            };
-        }
-    }
-    pairs
-}
-
-/// The constants of a dense layer from its norms and error terms.
-fn dense_layer_bounds(
-    layer: &Dense,
-    nrm: &LayerNorms,
-    err: &LayerError,
-    exec: &ExecutionModel,
-    checks: Vec<OverflowCheck>,
-) -> LayerBounds {
-    let up = |x: &rug::Float| x.to_f64_round(rug::float::Round::Up);
-    let rel_w = up(&err.rel_w);
-    let kappa_abs = mul_up(rel_w, nrm.abs_spectral);
-    let bias_l2 = l2_norm_up(layer.b.iter().copied());
-    let sqrt_m = sqrt_up(layer.m() as f64);
-    let beta_const = add_up(
-        mul_up(up(&err.rel_b), bias_l2),
-        mul_up(up(&err.abs), sqrt_m),
-    );
-    let row_l2_max = layer
-        .w
-        .rows()
-        .into_iter()
-        .map(|r| l2_norm_up(r.iter().copied()))
-        .fold(0.0, f64::max);
-    let row_inf_max = layer.w.iter().fold(0.0f64, |a, &x| a.max(x.abs()));
-    let product_f_max = exec
-        .accumulations()
-        .into_iter()
-        .map(Format::f_max)
-        .fold(f64::INFINITY, f64::min);
-    LayerBounds {
-        spectral: nrm.spectral,
-        alpha: add_up(nrm.spectral, kappa_abs),
-        kappa_abs,
-        beta_const,
-        bias_l2,
-        overflow: OverflowConstants {
-            row_l2_max,
-            row_inf_max,
-            bias_inf: layer.b.iter().fold(0.0f64, |a, &x| a.max(x.abs())),
-            product_f_max,
-            checks,
-        },
-    }
-}
-
-/// The constants of an affine step (`W = diag(a)`: [`affine::StepBounds`]).
-fn step_layer_bounds(s: &affine::StepBounds) -> LayerBounds {
-    LayerBounds {
-        spectral: s.scale_max,
-        alpha: add_up(s.scale_max, s.error_rel),
-        kappa_abs: s.error_rel,
-        beta_const: s.error_const,
-        bias_l2: s.shift_l2,
-        overflow: s.overflow.clone(),
-    }
 }
 
 impl ModelBounds {
