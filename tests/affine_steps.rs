@@ -50,7 +50,10 @@ struct Iv {
 
 impl Iv {
     fn pt(v: Rational) -> Iv {
-        Iv { lo: v.clone(), hi: v }
+        Iv {
+            lo: v.clone(),
+            hi: v,
+        }
     }
     fn add(&self, c: &Rational) -> Iv {
         Iv {
@@ -270,12 +273,20 @@ fn step_model(kind: &str, dir: &Path) -> PathBuf {
             n.domain = "ai.onnx.ml".into();
             b.import_domain("ai.onnx.ml", 1).push(n)
         }
-        "sub_div" => b
-            .node("Sub", "op1", &["x", "c"], &["t"], vec![])
-            .node("Div", "op2", &["t", "d"], &["s_out"], vec![]),
-        "sub_mul" => b
-            .node("Sub", "op1", &["x", "c"], &["t"], vec![])
-            .node("Mul", "op2", &["t", "k"], &["s_out"], vec![]),
+        "sub_div" => b.node("Sub", "op1", &["x", "c"], &["t"], vec![]).node(
+            "Div",
+            "op2",
+            &["t", "d"],
+            &["s_out"],
+            vec![],
+        ),
+        "sub_mul" => b.node("Sub", "op1", &["x", "c"], &["t"], vec![]).node(
+            "Mul",
+            "op2",
+            &["t", "k"],
+            &["s_out"],
+            vec![],
+        ),
         "sub_bn_mul" => {
             b.node("Sub", "op1", &["x", "c"], &["t"], vec![]);
             bn(&mut b, "t", "t2");
@@ -323,7 +334,10 @@ fn loaded_step(kind: &str, f: Format, dir: &Path) -> AffineStep {
     let net = lipfp::model::load(&step_model(kind, dir), f, false)
         .unwrap_or_else(|e| panic!("{kind} {f}: {e}"));
     assert_eq!(net.layers.len(), 2, "{kind}: one step layer and the Gemm");
-    net.layers[0].affine.clone().expect("the first layer is a step")
+    net.layers[0]
+        .affine
+        .clone()
+        .expect("the first layer is a step")
 }
 
 /// Feature `i` of `step` alone (its `e_i`, `f_i` through the public `step_bounds`).
@@ -356,7 +370,11 @@ fn feature_step(step: &AffineStep, i: usize) -> AffineStep {
 
 /// The spacing of `f` at `x`.
 fn ulp(f: Format, x: f64) -> f64 {
-    let e = if x == 0.0 { f.emin() } else { x.abs().log2().floor() as i32 };
+    let e = if x == 0.0 {
+        f.emin()
+    } else {
+        x.abs().log2().floor() as i32
+    };
     2f64.powi(e.max(f.emin()) - f.precision() as i32 + 1)
 }
 
@@ -391,7 +409,10 @@ fn inputs(step: &AffineStep, i: usize, f: Format, seed: u64) -> Vec<f64> {
             v.push(rng.sym_f64() * 10f64.powi(e * 5));
         }
     }
-    v.into_iter().map(|x| f.round(x)).filter(|x| x.is_finite()).collect()
+    v.into_iter()
+        .map(|x| f.round(x))
+        .filter(|x| x.is_finite())
+        .collect()
 }
 
 /// Per feature and variant: `|y_hat - exact| <= e_i |x_hat| + f_i`; returns the largest ratio
@@ -435,10 +456,16 @@ fn check_aggregate(kind: &str, step: &AffineStep, f: Format) {
     let mut c_sq = Rational::new();
     for i in 0..step.width {
         let a = exact_slope(step, i);
-        assert!(q(sb.scale_max) >= a.mag(), "{kind} {f}: scale_max < |a_{i}|");
+        assert!(
+            q(sb.scale_max) >= a.mag(),
+            "{kind} {f}: scale_max < |a_{i}|"
+        );
         c_sq += exact_step(step, i, Iv::pt(Rational::new())).mag().square();
     }
-    assert!(q(sb.shift_l2).square() >= c_sq, "{kind} {f}: shift_l2 < ||c||");
+    assert!(
+        q(sb.shift_l2).square() >= c_sq,
+        "{kind} {f}: shift_l2 < ||c||"
+    );
     let per: Vec<Vec<f64>> = (0..step.width).map(|i| inputs(step, i, f, 3)).collect();
     let mut rng = Lcg::new(17);
     for _ in 0..200 {
@@ -451,7 +478,9 @@ fn check_aggregate(kind: &str, step: &AffineStep, f: Format) {
         x_norm.sqrt_round(Round::Down);
         let rhs = q(sb.error_rel) * x_norm.to_rational().unwrap() + q(sb.error_const);
         for v in variants(f) {
-            let y: Vec<f64> = (0..step.width).map(|i| emulate(step, i, x[i], f, v)).collect();
+            let y: Vec<f64> = (0..step.width)
+                .map(|i| emulate(step, i, x[i], f, v))
+                .collect();
             if y.iter().any(|t| !t.is_finite()) {
                 continue;
             }
@@ -523,4 +552,301 @@ fn the_loader_reads_each_kind_as_written() {
     let sub = loaded_step("sub", Format::Float32, dir.path());
     let negated = [-1.5f32, 0.3, -1.0e4, 7.1e-3, -3.0e-7].map(f64::from);
     assert_eq!(sub.ops[0], ElementOp::Add(negated.to_vec()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Networks with steps: lipfp's centre and onnxruntime against the exact network
+// ---------------------------------------------------------------------------------------------
+
+const N_IN: usize = 8;
+
+/// Small classifiers with a step, as exporters write them (float32).
+fn net_model(kind: &str, dir: &Path) -> (PathBuf, usize) {
+    let mut rng = Lcg::new(41);
+    let mut b = ModelBuilder::new();
+    let n = if kind.starts_with("scale_") {
+        300
+    } else {
+        N_IN
+    };
+    b.input_f32("x", &[n]);
+    let mean: Vec<f32> = rng.f32s(n, 5.0);
+    let std: Vec<f32> = (0..n).map(|_| 0.05 + 3.0 * rng.sym_f32().abs()).collect();
+    let recip: Vec<f32> = std.iter().map(|s| 1.0 / s).collect();
+    b.init_f32("mean", &[n], &mean).init_f32("std", &[n], &std);
+    b.init_f32("recip", &[n], &recip);
+    b.init_f32("W1", &[16, n], &rng.f32s(16 * n, 0.7));
+    b.init_f32("W1t", &[n, 16], &rng.f32s(16 * n, 0.7));
+    b.init_f32("B1", &[16], &rng.f32s(16, 0.5));
+    b.init_f32("W2", &[4, 16], &rng.f32s(64, 1.0));
+    b.init_f32("W2t", &[16, 4], &rng.f32s(64, 1.0));
+    b.init_f32("B2", &[4], &rng.f32s(4, 0.5));
+    let t = || vec![attr_int("transB", 1)];
+    let head = |b: &mut ModelBuilder, h: &str| {
+        b.node("Relu", "relu", &[h], &["a"], vec![]);
+        b.node("Gemm", "fc2", &["a", "W2", "B2"], &["y"], t());
+    };
+    match kind {
+        "normalise" => {
+            b.node("Sub", "sub", &["x", "mean"], &["s1"], vec![]);
+            b.node("Div", "div", &["s1", "std"], &["s2"], vec![]);
+            b.node("Gemm", "fc1", &["s2", "W1", "B1"], &["h"], t());
+            head(&mut b, "h");
+        }
+        "batchnorm" => {
+            let var: Vec<f32> = (0..16).map(|k| [0.0, 1e-6, 4.0, 0.3][k % 4]).collect();
+            b.init_f32("bn_s", &[16], &rng.f32s(16, 2.0));
+            b.init_f32("bn_b", &[16], &rng.f32s(16, 1.0));
+            b.init_f32("bn_m", &[16], &rng.f32s(16, 1.0));
+            b.init_f32("bn_v", &[16], &var);
+            b.node("Gemm", "fc1", &["x", "W1", "B1"], &["h"], t());
+            let ins = ["h", "bn_s", "bn_b", "bn_m", "bn_v"];
+            b.node("BatchNormalization", "bn", &ins, &["hb"], vec![]);
+            head(&mut b, "hb");
+        }
+        "scaler" => {
+            let neg: Vec<f32> = mean.to_vec();
+            let mut sc = node(
+                "Scaler",
+                "scaler",
+                &["x"],
+                &["s"],
+                vec![attr_floats("offset", &neg), attr_floats("scale", &recip)],
+            );
+            sc.domain = "ai.onnx.ml".into();
+            b.import_domain("ai.onnx.ml", 1).push(sc);
+            b.node("MatMul", "mm1", &["s", "W1t"], &["p"], vec![]);
+            b.node("Add", "add1", &["p", "B1"], &["h"], vec![]);
+            b.node("Relu", "relu", &["h"], &["a"], vec![]);
+            b.node("MatMul", "mm2", &["a", "W2t"], &["p2"], vec![]);
+            b.node("Add", "add2", &["p2", "B2"], &["y"], vec![]);
+        }
+        "keras" => {
+            b.node("Sub", "sub", &["x", "mean"], &["s1"], vec![]);
+            b.node("Mul", "mul", &["s1", "recip"], &["s2"], vec![]);
+            b.node("MatMul", "mm1", &["s2", "W1t"], &["p"], vec![]);
+            b.node("Add", "add1", &["p", "B1"], &["h"], vec![]);
+            head(&mut b, "h");
+        }
+        "scale_mul" | "scale_div" => {
+            b.init_f32("alpha", &[], &[0.3]);
+            let op = if kind == "scale_mul" { "Mul" } else { "Div" };
+            b.node(op, "scale", &["x", "alpha"], &["s"], vec![]);
+            b.node("MatMul", "mm1", &["s", "W1t"], &["h"], vec![]);
+            head(&mut b, "h");
+        }
+        _ => unreachable!("{kind}"),
+    }
+    b.output_f32("y", 4);
+    (b.write(dir, &format!("net_{kind}.onnx")), n)
+}
+
+const NETS: [&str; 6] = [
+    "normalise",
+    "batchnorm",
+    "scaler",
+    "keras",
+    "scale_mul",
+    "scale_div",
+];
+
+/// The exact logits of `net` at `x` (square roots enclosed).
+fn exact_logits(net: &DenseNet, x: &[f64]) -> Vec<Iv> {
+    let mut z: Vec<Iv> = x.iter().map(|&v| Iv::pt(q(v))).collect();
+    for l in &net.layers {
+        z = match &l.affine {
+            Some(step) => (0..step.width)
+                .map(|i| exact_step(step, i, z[i].clone()))
+                .collect(),
+            None => (0..l.m())
+                .map(|r| {
+                    let mut acc = Iv::pt(q(l.b[r]));
+                    for (k, zk) in z.iter().enumerate() {
+                        let w = l.w[[r, k]];
+                        if w != 0.0 && (zk.lo != 0 || zk.hi != 0) {
+                            let p = zk.mul(&q(w), &q(w));
+                            acc = Iv {
+                                lo: acc.lo + p.lo,
+                                hi: acc.hi + p.hi,
+                            };
+                        }
+                    }
+                    acc
+                })
+                .collect(),
+        };
+        if l.act == Activation::Relu {
+            z = z.iter().map(Iv::relu).collect();
+        }
+    }
+    z
+}
+
+/// Inputs (float32 values): around the normalisation means (exactly on them and a few ulps
+/// away, where `x - mean` cancels), random over binades, and large magnitudes.
+fn net_inputs(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = Lcg::new(41);
+    let mean: Vec<f64> = rng.f32s(n, 5.0).into_iter().map(f64::from).collect();
+    let mut rng = Lcg::new(seed);
+    let mut rows = Vec::new();
+    for r in 0..96 {
+        for &m in &mean {
+            let v = match r % 6 {
+                0 => m + f64::from((rng.next_u64() % 7) as i32 - 3) * ulp(Format::Float32, m),
+                1 => m + rng.sym_f64() * 1e-3,
+                2 => rng.sym_f64() * 10f64.powi((r % 5) as i32),
+                3 => rng.sym_f64() * 1e4,
+                4 => rng.sym_f64() * 1e-6,
+                _ => m + rng.sym_f64() * 3.0,
+            };
+            rows.push(Format::Float32.round(v));
+        }
+    }
+    rows
+}
+
+/// `|m_hat - m| <= margin_deviation` for every pair; returns the largest ratio and the count.
+fn check_margins(
+    kind: &str,
+    who: &str,
+    mb: &ModelBounds,
+    x_norm: f64,
+    y: &[f64],
+    ex: &[Iv],
+) -> (f64, usize) {
+    let (mut worst, mut count) = (0.0f64, 0);
+    for i in 0..y.len() {
+        for j in (0..y.len()).filter(|&j| j != i) {
+            let Ok(e) = mb.margin_deviation(x_norm, i, j) else {
+                continue;
+            };
+            let m = Iv {
+                lo: Rational::from(&ex[i].lo - &ex[j].hi),
+                hi: Rational::from(&ex[i].hi - &ex[j].lo),
+            };
+            let dev = m.dev(&(q(y[i]) - q(y[j])));
+            assert!(
+                dev <= q(e),
+                "{kind} {who}: pair ({i},{j}) |dev| {:e} > {e:e}",
+                dev.to_f64()
+            );
+            count += 1;
+            if e > 0.0 {
+                worst = worst.max(dev.to_f64() / e);
+            }
+        }
+    }
+    (worst, count)
+}
+
+struct Prepared {
+    net: DenseNet,
+    mb: ModelBounds,
+    x: Vec<f64>,
+    n: usize,
+    logits: Vec<f64>,
+}
+
+fn prepare(kind: &str, f: Format, dir: &Path) -> (PathBuf, Prepared) {
+    let (model, n) = net_model(kind, dir);
+    let net = lipfp::model::load(&model, f, false).unwrap_or_else(|e| panic!("{kind}: {e}"));
+    assert!(
+        net.layers.iter().any(|l| l.affine.is_some()),
+        "{kind}: no step read"
+    );
+    let exec = ExecutionModel::deployed(f, None, false).unwrap();
+    let mb = ModelBounds::new(&net, &compute_norms(&net, 12).unwrap(), &exec);
+    assert!(mb.vacuous.is_none(), "{kind}: {:?}", mb.vacuous);
+    let x: Vec<f64> = net_inputs(n, 9).into_iter().map(|v| f.round(v)).collect();
+    let view = ArrayView2::from_shape((x.len() / n, n), &x).unwrap();
+    let logits = Executor::new(&net, &exec).forward_block(view, false).0;
+    let logits = logits.into_iter().collect();
+    (
+        model,
+        Prepared {
+            net,
+            mb,
+            x,
+            n,
+            logits,
+        },
+    )
+}
+
+#[test]
+fn lipfp_centre_logits_stay_within_the_margin_deviation_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in [Format::Float32, Format::Float16] {
+        for kind in NETS {
+            let (_, p) = prepare(kind, f, dir.path());
+            let (mut worst, mut count) = (0.0f64, 0);
+            for (k, row) in p.x.chunks(p.n).enumerate() {
+                let ex = exact_logits(&p.net, row);
+                let x_norm = l2_norm_up(row.iter().copied());
+                let y = &p.logits[k * 4..(k + 1) * 4];
+                let (w, c) = check_margins(kind, "lipfp", &p.mb, x_norm, y, &ex);
+                worst = worst.max(w);
+                count += c;
+            }
+            println!("{f} {kind}: lipfp centre, {count} pairs, max |dev| / bound = {worst:.3e}");
+            assert!(count > 0, "{kind} {f}: nothing checked");
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "no Python with onnxruntime, onnx and numpy (set LIPFP_PYTHON; .ci/run makes one)"
+)]
+fn onnxruntime_conforms_on_networks_with_steps() {
+    let py = python();
+    let dir = tempfile::tempdir().unwrap();
+    for kind in NETS {
+        let (model, p) = prepare(kind, Format::Float32, dir.path());
+        let rows = p.x.len() / p.n;
+        let cert = Certifier {
+            fmt: &p.mb,
+            hi: None,
+        };
+        let mut runs: Vec<Vec<f64>> = Vec::new();
+        for opt in ["default", "disable"] {
+            let y = ort_logits(&py, &model, rows, p.n, &p.x, &["--opt", opt]);
+            runs.push(y.clone());
+            let (mut worst, mut count, mut certified) = (0.0f64, 0, 0);
+            for (k, row) in p.x.chunks(p.n).enumerate() {
+                let ex = exact_logits(&p.net, row);
+                let x_norm = l2_norm_up(row.iter().copied());
+                let yk = &y[k * 4..(k + 1) * 4];
+                let (w, c) = check_margins(kind, opt, &p.mb, x_norm, yk, &ex);
+                worst = worst.max(w);
+                count += c;
+                let ours = &p.logits[k * 4..(k + 1) * 4];
+                let centre = Centre {
+                    logits: ours,
+                    x_norm,
+                    hi: None,
+                };
+                if cert.certify(Mode::Standard, &centre, 0.0).verdict.is_ok() {
+                    certified += 1;
+                    assert_eq!(
+                        Some(argmax(yk)),
+                        predicted_class(ours),
+                        "{kind} {opt} row {k}"
+                    );
+                }
+            }
+            println!(
+                "{kind} --opt {opt}: {rows} rows, {certified} certified at eps 0, {count} pairs, \
+                 max |dev| / bound = {worst:.3e}"
+            );
+            assert!(count > 0 && certified > 0, "{kind} {opt}: nothing checked");
+        }
+        let differ = |a: &[f64], b: &[f64]| a.iter().zip(b).filter(|(u, v)| u != v).count();
+        println!(
+            "{kind}: logits differing, default vs disable {}, default vs lipfp {}",
+            differ(&runs[0], &runs[1]),
+            differ(&runs[0], &p.logits)
+        );
+    }
 }
