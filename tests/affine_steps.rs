@@ -703,7 +703,7 @@ fn net_inputs(n: usize, seed: u64) -> Vec<f64> {
             let v = match r % 6 {
                 0 => m + f64::from((rng.next_u64() % 7) as i32 - 3) * ulp(Format::Float32, m),
                 1 => m + rng.sym_f64() * 1e-3,
-                2 => rng.sym_f64() * 10f64.powi((r % 5) as i32),
+                2 => rng.sym_f64() * 10f64.powi(r % 5),
                 3 => rng.sym_f64() * 1e4,
                 4 => rng.sym_f64() * 1e-6,
                 _ => m + rng.sym_f64() * 3.0,
