@@ -27,6 +27,8 @@ pub struct LayerInfo {
     pub outputs: usize,
     /// `relu` or `identity`.
     pub activation: &'static str,
+    /// `dense`, or `affine` for an elementwise affine step (`diag(a) x + c`).
+    pub kind: &'static str,
     /// Upper bound on `||W||_2`.
     pub spectral: f64,
     /// Upper bound on `|| |W| ||_2`.
@@ -64,6 +66,8 @@ pub struct Inspection {
     pub lipschitz_bound: f64,
     /// The layers.
     pub layers: Vec<LayerInfo>,
+    /// The classifier head's ops after the logits (empty when the graph outputs the logits).
+    pub head: Vec<&'static str>,
     /// Formats in which some layer has `n*u >= 1` (certificates there are vacuous).
     pub vacuous_formats: Vec<Format>,
 }
@@ -116,6 +120,11 @@ pub fn inspect(
                     Activation::Relu => "relu",
                     Activation::Identity => "identity",
                 },
+                kind: if l.affine.is_some() {
+                    "affine"
+                } else {
+                    "dense"
+                },
                 spectral: n.spectral,
                 abs_spectral: n.abs_spectral,
                 abs_ratio: if n.spectral > 0.0 {
@@ -136,7 +145,7 @@ pub fn inspect(
         .filter(|f| {
             layers
                 .iter()
-                .any(|l| l.inputs as f64 * f.unit_roundoff() >= 1.0)
+                .any(|l| l.kind == "dense" && l.inputs as f64 * f.unit_roundoff() >= 1.0)
         })
         .collect();
     Ok(Inspection {
@@ -151,6 +160,7 @@ pub fn inspect(
         gram_iterations: iterations,
         lipschitz_bound: norms.layers.iter().map(|n| n.spectral).product(),
         layers,
+        head: net.head.iter().map(|h| h.name()).collect(),
         vacuous_formats,
     })
 }
@@ -197,7 +207,11 @@ pub fn render(i: &Inspection) -> String {
             out,
             "{:>5}  {:>11}  {:<9}  {:>12.6}  {:>12.6}  {:>7.3}  {:>12.4e}  {}",
             l.layer,
-            format!("{}x{}", l.outputs, l.inputs),
+            if l.kind == "affine" {
+                format!("diag {}", l.inputs)
+            } else {
+                format!("{}x{}", l.outputs, l.inputs)
+            },
             l.activation,
             l.spectral,
             l.abs_spectral,
@@ -211,7 +225,20 @@ pub fn render(i: &Inspection) -> String {
         "\nLipschitz bound (product of ||W||): {:.6}   norms: {} Gram iterations",
         i.lipschitz_bound, i.gram_iterations
     );
-    let widest = i.layers.iter().map(|l| l.inputs).max().unwrap_or(0);
+    if !i.head.is_empty() {
+        let _ = writeln!(
+            out,
+            "head    {} after the logits (certificates require the head's logit margin)",
+            i.head.join(", ")
+        );
+    }
+    let widest = i
+        .layers
+        .iter()
+        .filter(|l| l.kind == "dense")
+        .map(|l| l.inputs)
+        .max()
+        .unwrap_or(0);
     let _ = writeln!(out, "\nmax n*u per format (widest layer input: {widest}):");
     for f in Format::ALL {
         let nu = widest as f64 * f.unit_roundoff();

@@ -10,11 +10,13 @@
 //! * `+ k`: `e' = (1+rho) e + rho A'`, `f' = (1+rho) f + rho C' + lambda`;
 //! * `* k`: `e' = (1+rho)|k| e + rho A'`, `f' = (1+rho)|k| f + rho C' + lambda`;
 //! * `/ k` (also as a multiplication by the rounded reciprocal): `e' = (1+rho)^2 e/|k| +
-//!   ((1+rho)^2 - 1) A'`, likewise `f'`, plus `lambda`;
+//!   ((1+rho)^2 - 1) A' + l (A + e)`, likewise `f'`, plus `lambda`, with `l = (1+rho)^2 lambda`
+//!   for a reciprocal below the normal range;
 //! * BatchNormalization, `a_bn = scale / sqrt(var + eps)`, computed as written or as
 //!   `x * a_hat + b_hat` with `a_hat`, `b_hat` precomputed (onnxruntime), FMA or not:
-//!   `e' = (1+g)|a_bn| e + g |a_bn| A`, `f' = (1+g)|a_bn| f + g(|a_bn| C + |B| + |a_bn||mean|)
-//!   + 4 lambda` with `g = (1+rho)^8 - 1`;
+//!   `e' = (1+g)|a_bn| e + g |a_bn| A + l (A + e)`, `f' = (1+g)|a_bn| f + g(|a_bn| C + |B| +
+//!   |a_bn||mean|) + 4 lambda + l (C + f + |mean|)` with `g = (1+rho)^8 - 1` and
+//!   `l = (1+g) lambda` for a precomputed slope below the normal range;
 //!
 //! where `A'`, `C'` are the bounds after the op. The step's layer constants follow as for a
 //! dense layer with `W = diag(a)`: `||W|| = |||W||| = max A`, `rel_w |||W||| = max e`,
@@ -103,7 +105,15 @@ fn feature_bounds(
                 }
             }
             ElementOp::Mul(k) => ft.scaled(k[i].abs(), rho, lambda),
-            ElementOp::Div(k) => ft.scaled(div_up(1.0, k[i].abs()), gamma(rho, 2), lambda),
+            ElementOp::Div(k) => {
+                let g = gamma(rho, 2);
+                let mut next = ft.scaled(div_up(1.0, k[i].abs()), g, lambda);
+                // a rounded reciprocal below the normal range errs by up to lambda absolutely
+                let slope_abs = mul_up(lambda, add_up(1.0, g));
+                next.e = add_up(next.e, mul_up(slope_abs, add_up(ft.a_max, ft.e)));
+                next.f = add_up(next.f, mul_up(slope_abs, add_up(ft.c_max, ft.f)));
+                next
+            }
             ElementOp::BatchNorm {
                 scale,
                 bias,
@@ -127,6 +137,12 @@ fn feature_bounds(
                 let shift = add_up(bias[i].abs(), mul_up(a_bn, mean[i].abs()));
                 next.c_max = add_up(next.c_max, shift);
                 next.f = add_up(next.f, mul_up(g, shift));
+                // a precomputed slope a_hat may fall below the normal range: an absolute error
+                // lambda on it, times |t| <= (A + e)|x_hat| + C + f and times |mean|
+                let slope_abs = mul_up(lambda, add_up(1.0, g));
+                next.e = add_up(next.e, mul_up(slope_abs, add_up(ft.a_max, ft.e)));
+                let t_const = add_up(add_up(ft.c_max, ft.f), mean[i].abs());
+                next.f = add_up(next.f, mul_up(slope_abs, t_const));
                 next
             }
         };
