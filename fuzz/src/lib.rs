@@ -26,7 +26,7 @@ use lipfp::data::{self, InputStream};
 use lipfp::error::LipfpError;
 use lipfp::format::Format;
 use lipfp::gate::evaluate;
-use lipfp::model::{self, Activation, Dense, DenseNet};
+use lipfp::model::{self, Activation, AffineStep, Dense, DenseNet, ElementOp};
 use lipfp::policy::{Policy, Radius};
 use lipfp::progress::Progress;
 use lipfp::report::{self, GateReport, Report};
@@ -126,7 +126,11 @@ fn check_net(net: &DenseNet, format: Format) {
     let features: usize = net.input_shape.iter().product();
     assert_eq!(net.input_dim(), features, "input dimension vs input shape");
     for (k, l) in net.layers.iter().enumerate() {
-        assert_eq!(l.b.len(), l.m(), "layer {k}: bias length");
+        if let Some(step) = &l.affine {
+            check_step(step, k);
+        } else {
+            assert_eq!(l.b.len(), l.m(), "layer {k}: bias length");
+        }
         if k > 0 {
             assert_eq!(l.n(), net.layers[k - 1].m(), "layer {k}: input width");
         }
@@ -141,6 +145,30 @@ fn check_net(net: &DenseNet, format: Format) {
         "the output layer has a ReLU"
     );
     assert_eq!(net.hash().len(), 64);
+}
+
+/// An affine step's constants: one finite value per feature, no zero divisor.
+fn check_step(step: &AffineStep, k: usize) {
+    for op in &step.ops {
+        let constants: Vec<&Vec<f64>> = match op {
+            ElementOp::Add(c) | ElementOp::Mul(c) | ElementOp::Div(c) => vec![c],
+            ElementOp::Neg => vec![],
+            ElementOp::BatchNorm {
+                scale,
+                bias,
+                mean,
+                var,
+                ..
+            } => vec![scale, bias, mean, var],
+        };
+        for c in constants {
+            assert_eq!(c.len(), step.width, "layer {k}: step constant length");
+            assert!(c.iter().all(|x| x.is_finite()), "layer {k}: non-finite step constant");
+        }
+        if let ElementOp::Div(c) = op {
+            assert!(c.iter().all(|&x| x != 0.0), "layer {k}: division by zero accepted");
+        }
+    }
 }
 
 /// Networks with more weights than this are loaded but not certified (the fuzzer's inputs are
