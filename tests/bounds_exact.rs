@@ -463,6 +463,7 @@ fn net(f: Format, ws: Vec<Array2<f64>>, bs: Vec<Vec<f64>>) -> DenseNet {
         input_shape: vec![layers[0].n()],
         layers,
         input_name: "x".into(),
+        head: Vec::new(),
         format: f,
         converted_changed: 0,
         path: PathBuf::from("bounds_exact.onnx"),

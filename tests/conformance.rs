@@ -769,6 +769,7 @@ fn exact_logits_of_a_tiny_net() {
         ],
         input_name: "x".into(),
         input_shape: vec![2],
+        head: vec![],
         format: Format::Float16,
         converted_changed: 0,
         path: "tiny".into(),
