@@ -963,3 +963,59 @@ fn lipfp_certify_names_the_head_and_its_margin() {
     assert!(certified[1] < certified[0], "{certified:?}");
     assert!(certified[1] > 0, "{certified:?}");
 }
+
+/// A float32 network whose logits are cast to float16 before a Softmax: the head runs in
+/// float16, so its margin must be float16's (about 1e-2 for 3 classes), not float32's (3.1e-5);
+/// else lipfp may certify points whose probabilities onnxruntime rounds to a tie. lipfp must
+/// refuse the model or certify no such point. Points: class 1 on top at `b` (a float16 value in
+/// [0.05, 1.95)), class 0 one to twelve float16 ulps below, class 2 there too or at 0; radius 0.
+///
+/// Ignored: lipfp (ecd7663) accepts the model with the float32 margin and certifies 24 of 4000
+/// points whose float16 probabilities onnxruntime ties, e.g. x = (0.057342529296875,
+/// 0.05755615234375, 0, 0): logit gap 2.1e-4, Standard slack 5.7e-5, probabilities [0.3396,
+/// 0.3396, 0.3208]. Remove the `ignore` once `ModelBounds::head_margin` uses the format the
+/// head computes in (or such heads are refused), and gate the test on onnxruntime like the
+/// others (`cfg_attr(not(lipfp_onnxruntime), ignore = ...)`).
+#[test]
+#[ignore = "src bug (reported): the head margin is the storage format's, not the float16 of the logits the head reads"]
+fn a_head_reading_logits_cast_to_a_narrower_format_is_certified_soundly() {
+    let dir = tmp();
+    let mut b = identity_classifier(false);
+    b.outputs.clear();
+    let to_half = vec![attr_int("to", DataType::Float16 as i64)];
+    b.node("Cast", "/cast/Cast", &["logits"], &["half"], to_half)
+        .node("Softmax", "/head/Softmax", &["half"], &["probs"], vec![])
+        .output("probs", DataType::Float16, Some(&batched(&[3])));
+    let path = b.write(dir.path(), "half_head.onnx");
+    if let Err(e) = model::load(&path, Format::Float32, false) {
+        eprintln!("refused: {e}");
+        return;
+    }
+    let mut rng = Lcg::new(1);
+    let mut x = Vec::new();
+    for _ in 0..4000 {
+        let top = to_nearest(0.05 + 1.9 * rng.unit_f64(), Format::Float16);
+        let ulp = top - next_below(top, Format::Float16);
+        let lower = top - (1 + rng.next_u64() % 12) as f64 * ulp;
+        let third = if rng.unit_f64() < 0.5 { lower } else { 0.0 };
+        x.extend([lower, top, third, 0.0]);
+    }
+    let subject = prepare(&path, &x, 4, false);
+    let radius = Radius::parse_decimal("0").unwrap();
+    let outcome = run::certify(&subject, &radius, &[Mode::Standard]).unwrap();
+    let verdicts = &outcome.mode(Mode::Standard).unwrap().verdicts;
+    let outs = ort_outputs(&[(path.as_path(), 4, &x[..])]);
+    let probs = &outs[0][0];
+    let tied: Vec<usize> = (0..subject.n())
+        .filter(|&i| verdicts[i] && probs.row(i)[1] <= probs.row(i)[0])
+        .collect();
+    assert!(
+        tied.is_empty(),
+        "{} of {} certified points have float16 probabilities onnxruntime does not rank \
+         strictly, e.g. x = {:?}: {:?}",
+        tied.len(),
+        verdicts.iter().filter(|v| **v).count(),
+        &x[tied[0] * 4..tied[0] * 4 + 4],
+        probs.row(tied[0])
+    );
+}
