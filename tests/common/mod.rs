@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 
+pub mod classifiers;
 pub mod exact;
 pub mod onnx_builder;
 pub mod runtime;
