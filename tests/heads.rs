@@ -970,14 +970,15 @@ fn lipfp_certify_names_the_head_and_its_margin() {
 /// refuse the model or certify no such point. Points: class 1 on top at `b` (a float16 value in
 /// [0.05, 1.95)), class 0 one to twelve float16 ulps below, class 2 there too or at 0; radius 0.
 ///
-/// Ignored: lipfp (ecd7663) accepts the model with the float32 margin and certifies 24 of 4000
-/// points whose float16 probabilities onnxruntime ties, e.g. x = (0.057342529296875,
+/// Found by this test: lipfp (ecd7663) accepted the model with the float32 margin and certified
+/// 24 of 4000 points whose float16 probabilities onnxruntime ties, e.g. x = (0.057342529296875,
 /// 0.05755615234375, 0, 0): logit gap 2.1e-4, Standard slack 5.7e-5, probabilities [0.3396,
-/// 0.3396, 0.3208]. Remove the `ignore` once `ModelBounds::head_margin` uses the format the
-/// head computes in (or such heads are refused), and gate the test on onnxruntime like the
-/// others (`cfg_attr(not(lipfp_onnxruntime), ignore = ...)`).
+/// 0.3396, 0.3208]. lipfp now refuses a head on narrowed logits (certify with --format float16).
 #[test]
-#[ignore = "src bug (reported): the head margin is the storage format's, not the float16 of the logits the head reads"]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "no Python with onnxruntime, onnx and numpy (set LIPFP_PYTHON; .ci/run makes one)"
+)]
 fn a_head_reading_logits_cast_to_a_narrower_format_is_certified_soundly() {
     let dir = tmp();
     let mut b = identity_classifier(false);
@@ -988,7 +989,10 @@ fn a_head_reading_logits_cast_to_a_narrower_format_is_certified_soundly() {
         .output("probs", DataType::Float16, Some(&batched(&[3])));
     let path = b.write(dir.path(), "half_head.onnx");
     if let Err(e) = model::load(&path, Format::Float32, false) {
-        eprintln!("refused: {e}");
+        // lipfp refuses the head (its margin would be float16's): sound, and it must say why
+        let msg = e.to_string();
+        assert!(msg.contains("cast to float16 before the head"), "{msg}");
+        assert!(model::load(&path, Format::Float16, false).is_ok());
         return;
     }
     let mut rng = Lcg::new(1);

@@ -163,10 +163,16 @@ fn check_step(step: &AffineStep, k: usize) {
         };
         for c in constants {
             assert_eq!(c.len(), step.width, "layer {k}: step constant length");
-            assert!(c.iter().all(|x| x.is_finite()), "layer {k}: non-finite step constant");
+            assert!(
+                c.iter().all(|x| x.is_finite()),
+                "layer {k}: non-finite step constant"
+            );
         }
         if let ElementOp::Div(c) = op {
-            assert!(c.iter().all(|&x| x != 0.0), "layer {k}: division by zero accepted");
+            assert!(
+                c.iter().all(|&x| x != 0.0),
+                "layer {k}: division by zero accepted"
+            );
         }
     }
 }

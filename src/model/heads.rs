@@ -61,6 +61,18 @@ impl Builder<'_> {
                 ),
             ));
         }
+        if a.narrowed {
+            return Err(self.fail(
+                label,
+                op,
+                format!(
+                    "the logits `{name}` are cast to {} before the head, which then computes in \
+                     {}: its margin is not modelled in a {} certificate; certify with --format {} \
+                     or apply the head before the cast",
+                    a.elem, a.elem, self.format, a.elem
+                ),
+            ));
+        }
         Ok(a)
     }
 

@@ -105,15 +105,11 @@ impl Builder<'_> {
                  output, without ReLU), but its input `{input}` is not the logits"
             );
         }
-        let argmax = if op == "ArgMax" {
-            "the label this head outputs"
-        } else {
-            "which the head does not change in real arithmetic"
-        };
         format!(
-            "{op} after the logits `{input}` is a classifier head: lipfp certifies the class the \
-             logits rank first (their arg-max, {argmax}) and does not read the head itself. Cut \
-             the model at the logits and certify the cut model: {}",
+            "{op} after the logits `{input}` is a classifier head lipfp does not read: it reads \
+             Softmax and LogSoftmax over the classes, ArgMax, and skl2onnx's ArrayFeatureExtractor \
+             and ZipMap of the probabilities, whose class is the logits' arg-max. Cut the model at \
+             the logits and certify the cut model: {}",
             self.cut_command(&self.data_input, &[input], "logits")
         )
     }
@@ -344,12 +340,33 @@ impl Builder<'_> {
         if names.is_empty() {
             return LipfpError::model(self.path, "the graph has no output");
         }
-        let mut message = format!(
-            "the graph has {} outputs and not every one is the logits or a classifier head \
-             computed from them (Softmax, LogSoftmax, ArgMax, ArrayFeatureExtractor, ZipMap)",
-            names.len()
-        );
-        if let Some(logits) = names.iter().find(|n| self.is_logits(n)) {
+        let others: Vec<String> = names
+            .iter()
+            .filter(|n| !matches!(self.values.get(**n), Some(Value::Head(_))) && !self.is_logits(n))
+            .map(|n| format!("`{n}`"))
+            .collect();
+        let mut message = if others.is_empty() {
+            format!(
+                "the graph has {} outputs and not all are computed from the last layer's logits",
+                names.len()
+            )
+        } else {
+            format!(
+                "the graph has {} outputs and {} {} neither the logits nor a classifier head \
+                 computed from them (Softmax, LogSoftmax, ArgMax, ArrayFeatureExtractor, ZipMap)",
+                names.len(),
+                others.join(", "),
+                if others.len() == 1 { "is" } else { "are" }
+            )
+        };
+        let logits = self
+            .graph
+            .node
+            .iter()
+            .flat_map(|n| n.output.iter())
+            .chain(self.graph.input.iter().map(|i| &i.name))
+            .find(|n| self.is_logits(n));
+        if let Some(logits) = logits {
             message.push_str(&format!(
                 "; lipfp certifies one output, the logits `{logits}`: keep only it with {}",
                 self.cut_command(&self.data_input, &[logits], "logits")

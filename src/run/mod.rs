@@ -426,7 +426,6 @@ fn pass_rows(
     out
 }
 
-#[allow(clippy::too_many_arguments)]
 /// The report's note on the classifier head: what it is and the logit margin it costs.
 fn head_note(net: &DenseNet, bounds: &ModelBounds) -> Option<String> {
     if net.head.is_empty() {
@@ -443,6 +442,7 @@ fn head_note(net: &DenseNet, bounds: &ModelBounds) -> Option<String> {
     ))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn compute(
     spec: &SubjectSpec,
     net: DenseNet,
