@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::LipfpError;
 use crate::policy::parse_decimal_exact;
+use crate::report::curve::CurveReport;
 
 /// A gate's figures in the baseline report, for the gate's threshold mode.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +39,8 @@ pub struct Identity {
 struct BaselineGate {
     identity: Identity,
     modes: BTreeMap<String, BaselineFigures>,
+    /// The gate's robustness curve, when the baseline has one (shown beside the current one).
+    curve: Option<CurveReport>,
 }
 
 /// A previous JSON report, indexed by gate name.
@@ -112,10 +115,29 @@ impl Baseline {
                 execution: text(g, "execution"),
                 test_set_hash: text(g, "test_set_hash"),
             };
-            out.gates
-                .insert(name.to_string(), BaselineGate { identity, modes });
+            let curve = serde_json::from_value(g["curve"].clone()).ok();
+            out.gates.insert(
+                name.to_string(),
+                BaselineGate {
+                    identity,
+                    modes,
+                    curve,
+                },
+            );
         }
         Ok(out)
+    }
+
+    /// The curve of gate `name` in the baseline, when it certified the same network execution on
+    /// the same test set as `now` (format, execution model, test-set hash; the radius does not
+    /// matter to a curve). For the charts only: no threshold reads it.
+    pub fn curve(&self, name: &str, now: &Identity) -> Option<&CurveReport> {
+        let g = self.gates.get(name)?;
+        let same = g.identity.format == now.format
+            && g.identity.execution == now.execution
+            && g.identity.test_set_hash == now.test_set_hash
+            && now.test_set_hash.is_some();
+        same.then_some(g.curve.as_ref()).flatten()
     }
 
     /// The figures of gate `name` in `mode` when the baseline's gate certified the same thing

@@ -404,6 +404,17 @@ pub fn merge(
                     slacks: instances.iter().map(|i| i.slack[m]).collect(),
                     conservatism: crate::run::conservatism_ratio(mode, deg, leps),
                     seconds: sum(&|g| g.mode_seconds.get(m).copied().unwrap_or(0.0)),
+                    by_class: if labels_ok {
+                        let labels: Vec<usize> =
+                            instances.iter().map(|i| i.label.max(0) as usize).collect();
+                        let correct: Vec<bool> = instances
+                            .iter()
+                            .map(|i| i.prediction >= 0 && i.prediction == i.label)
+                            .collect();
+                        crate::run::tally_classes(&labels, &verdicts, &correct, 0)
+                    } else {
+                        Vec::new()
+                    },
                     verdicts,
                 }
             })

@@ -13,6 +13,7 @@ use crate::gate::evaluate;
 use crate::policy::{Gate, Policy, Target};
 use crate::progress::Progress;
 use crate::proto_gen::GateCertificates;
+use crate::report::curve::CurveReport;
 use crate::report::{ErroredGate, GateReport, Report, SubjectFacts};
 use crate::run::{self, Shard, Subject, SubjectSpec};
 
@@ -197,6 +198,12 @@ fn evaluate_gate(
         } else {
             gate.notes.push(why.clone());
         }
+    }
+    if let Some(grid) = &g.curve {
+        progress.stage(&format!("gate `{}`: robustness curve", g.name));
+        let curve = run::certify_curve(subject, grid, &g.modes).map_err(|e| e.to_string())?;
+        gate.curve = Some(CurveReport::new(&curve, subject.n()));
+        gate.baseline_curve = baseline.and_then(|b| b.curve(&g.name, &identity)).cloned();
     }
     if shard.is_some() && gate.passed.is_some() {
         // a shard's figures are partial: thresholds are judged on the merged report

@@ -26,7 +26,7 @@ use crate::format::Format;
 use crate::gate::{evaluate, GateVerdict};
 use crate::inspect;
 use crate::norms::DEFAULT_GRAM_ITERATIONS;
-use crate::policy::{Policy, Radius, Thresholds};
+use crate::policy::{CurveGrid, Policy, Radius, Thresholds};
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
 use crate::report::{self, GateReport, Report};
@@ -171,6 +171,14 @@ pub struct CertifyArgs {
     /// Certify only shard K of N of the test set (1-based, e.g. 2/4).
     #[arg(long)]
     pub shard: Option<String>,
+    /// Also compute the robustness curve: certified and VRA counts at every radius of a
+    /// comma-separated list (e.g. 0.1,0.2,0.3), or of an automatic grid when no list is given,
+    /// and the quantiles of the per-point certified radii.
+    #[arg(long, num_args = 0..=1, default_missing_value = "auto")]
+    pub curve: Option<String>,
+    /// With --curve: write the curve as an SVG chart here.
+    #[arg(long, requires = "curve")]
+    pub plot: Option<PathBuf>,
 }
 
 /// `lipfp report`.
@@ -390,6 +398,18 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     );
     gate.model_name = Some(a.model.display().to_string());
     let mut artifacts = Vec::new();
+    if let Some(text) = &a.curve {
+        let grid =
+            CurveGrid::parse_list(text).map_err(|m| LipfpError::Usage(format!("--curve: {m}")))?;
+        progress.stage("robustness curve");
+        let curve = run::certify_curve(&subject, &grid, &modes)?;
+        let c = report::curve::CurveReport::new(&curve, subject.n());
+        if let Some(path) = &a.plot {
+            let svg = report::plot::svg(&gate.name, &c, None)?;
+            artifacts.push(files::Artifact::new(path, svg.into_bytes(), "SVG plot"));
+        }
+        gate.curve = Some(c);
+    }
     if let Some(path) = &a.certificates {
         let meta = GateMeta {
             name: "certify",

@@ -261,6 +261,7 @@ mod tests {
             slacks: vec![],
             conservatism: None,
             seconds: 0.0,
+            by_class: vec![],
         }
     }
 

@@ -30,6 +30,7 @@ fn mode(certified: usize, n: usize, vra: Option<usize>, sound: bool) -> ModeRepo
         refusals: BTreeMap::from([("margin".to_string(), n - certified)]),
         seconds: 0.01,
         conservatism_ratio: if sound { Some(1.25) } else { None },
+        classes: vec![],
     }
 }
 
@@ -93,6 +94,8 @@ fn gate(name: &str, passed: Option<bool>, failures: &[&str]) -> GateReport {
         gram_iterations: 12,
         notes: vec!["3 inputs changed on conversion to float32".to_string()],
         policy_line: Some(17),
+        curve: None,
+        baseline_curve: None,
     }
 }
 

@@ -7,6 +7,7 @@
 use std::fmt::Write;
 
 use crate::certify::Mode;
+use crate::report::curve::CurveReport;
 use crate::report::{fmt_ratio, GateReport, GateStatus, Report};
 
 /// `s` on one line: control characters (newline, carriage return, escape, ...) written as
@@ -116,6 +117,9 @@ fn gate_block(out: &mut String, g: &GateReport) {
             fmt_pct(m.vra_pct)
         );
     }
+    if let Some(c) = &g.curve {
+        curve_table(out, c);
+    }
     for f in &g.failures {
         let _ = writeln!(out, "       failed: {}", printable(f));
     }
@@ -127,6 +131,54 @@ fn gate_block(out: &mut String, g: &GateReport) {
         "       time: norms {:.3}s, certify {:.3}s",
         g.timing.norms_s, g.timing.certify_s
     );
+}
+
+/// The curve as a table: one row per radius, one column per mode (VRA %, or certified % without
+/// labels), then the median certified radius per mode.
+fn curve_table(out: &mut String, c: &CurveReport) {
+    let modes: Vec<&str> = Mode::ALL
+        .iter()
+        .map(|m| m.name())
+        .filter(|m| c.modes.contains_key(*m))
+        .collect();
+    let what = if c.shows_vra() {
+        "VRA %"
+    } else {
+        "certified %"
+    };
+    let mut head = format!("       curve ({what})  {:>10}", "radius");
+    for m in &modes {
+        let _ = write!(head, "  {m:>14}");
+    }
+    let _ = writeln!(out, "{head}");
+    let series: Vec<Vec<f64>> = modes.iter().map(|m| c.series(m)).collect();
+    for (k, eps) in c.radii().iter().enumerate() {
+        let mut row = format!(
+            "       {:>width$}  {:>10}",
+            "",
+            printable(eps),
+            width = what.len() + 8
+        );
+        for s in &series {
+            let _ = write!(
+                row,
+                "  {:>14}",
+                s.get(k).map_or("n/a".into(), |v| format!("{v:.2}"))
+            );
+        }
+        let _ = writeln!(out, "{row}");
+    }
+    let mut median = format!(
+        "       {:>width$}  {:>10}",
+        "median radius",
+        "",
+        width = what.len() + 8
+    );
+    for m in &modes {
+        let v = c.radius_quantiles.get(*m).map_or(0.0, |q| q.p50);
+        let _ = write!(median, "  {v:>14.6}");
+    }
+    let _ = writeln!(out, "{median}");
 }
 
 /// The console summary of a report.

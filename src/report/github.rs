@@ -207,6 +207,18 @@ pub fn step_summary(report: &Report) -> String {
          rate.\n",
     );
 
+    for g in &report.gates {
+        let sections = [
+            super::mermaid::curve_section(g, md),
+            super::classes::class_section(g, md),
+        ];
+        for section in sections.into_iter().flatten() {
+            if out.len() + section.len() <= budget {
+                out.push_str(&section);
+            }
+        }
+    }
+
     let notes: Vec<String> = report
         .gates
         .iter()

@@ -1,10 +1,14 @@
 //! Reports. [`Report`] is built once from the engine's results; every reporter renders it and
 //! computes nothing.
 
+pub mod classes;
 pub mod console;
+pub mod curve;
 pub mod github;
 pub mod json;
 pub mod junit;
+pub mod mermaid;
+pub mod plot;
 pub mod publish;
 
 use std::collections::BTreeMap;
@@ -37,6 +41,8 @@ pub struct ModeReport {
     /// Mean floating-point degradation relative to the real right-hand side `L eps`
     /// (the paper's conservatism ratio; null for `real`).
     pub conservatism_ratio: Option<f64>,
+    /// Per true class: points, certified and VRA (empty without labels).
+    pub classes: Vec<classes::ClassReport>,
 }
 
 /// Timing of a gate.
@@ -139,6 +145,10 @@ pub struct GateReport {
     pub notes: Vec<String>,
     /// 1-based line of the gate in the policy file (`check` only).
     pub policy_line: Option<usize>,
+    /// The robustness curve, when asked for (`--curve`, `curve` in the gate).
+    pub curve: Option<curve::CurveReport>,
+    /// The baseline report's curve of the same gate, for the charts.
+    pub baseline_curve: Option<curve::CurveReport>,
 }
 
 /// Everything a run reports.
@@ -249,6 +259,7 @@ impl GateReport {
                         refusals: m.refusals.clone(),
                         seconds: m.seconds,
                         conservatism_ratio: m.conservatism.map(round6),
+                        classes: classes::class_reports(&m.by_class),
                     },
                 )
             })
@@ -295,6 +306,8 @@ impl GateReport {
             gram_iterations: facts.gram_iterations,
             notes,
             policy_line: None,
+            curve: None,
+            baseline_curve: None,
         }
     }
 
@@ -331,6 +344,8 @@ impl GateReport {
             gram_iterations: spec.gram_iterations,
             notes: spec.notes.to_vec(),
             policy_line: spec.policy_line,
+            curve: None,
+            baseline_curve: None,
         }
     }
 

@@ -46,6 +46,63 @@ pub struct ModeOutcome {
     pub conservatism: Option<f64>,
     /// Seconds spent in this mode's certificates.
     pub seconds: f64,
+    /// Per true class (index = label): points, certified, certified and correct (empty
+    /// without labels).
+    pub by_class: Vec<ClassCount>,
+}
+
+/// The figures of one true class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassCount {
+    /// Points labelled with the class.
+    pub n: usize,
+    /// Of those, certified.
+    pub certified: usize,
+    /// Of those, certified and correctly classified.
+    pub vra: usize,
+}
+
+/// Per true class, the counts of `ok` (certified) points (empty without labels).
+fn count_by_class(subject: &Subject, ok: &[bool]) -> Vec<ClassCount> {
+    let Some(labels) = subject.labels.as_ref() else {
+        return Vec::new();
+    };
+    let correct: Vec<bool> = labels
+        .iter()
+        .zip(&subject.predictions)
+        .map(|(&y, p)| *p == Some(y))
+        .collect();
+    tally_classes(labels, ok, &correct, subject.net.classes())
+}
+
+/// Per true class (at least `classes` entries): how many points carry the label, how many of
+/// them are `ok` (certified), and how many are certified and `correct`. The table has at most
+/// `classes + labels.len()` entries (labels come from files: a huge label must not size an
+/// allocation); a label beyond that is not tallied.
+pub fn tally_classes(
+    labels: &[usize],
+    ok: &[bool],
+    correct: &[bool],
+    classes: usize,
+) -> Vec<ClassCount> {
+    let largest = labels
+        .iter()
+        .map(|&y| y.saturating_add(1))
+        .max()
+        .unwrap_or(0);
+    let width = largest
+        .max(classes)
+        .min(classes.saturating_add(labels.len()));
+    let mut out = vec![ClassCount::default(); width];
+    for ((&y, &c), &right) in labels.iter().zip(ok).zip(correct) {
+        let Some(k) = out.get_mut(y) else {
+            continue;
+        };
+        k.n += 1;
+        k.certified += usize::from(c);
+        k.vra += usize::from(c && right);
+    }
+    out
 }
 
 /// The result of certifying a subject at one radius.
@@ -78,7 +135,7 @@ impl CertifyOutcome {
 }
 
 /// What the forward passes measured at point `i` of `subject`.
-fn centre_of(subject: &Subject, i: usize) -> Centre<'_> {
+pub(super) fn centre_of(subject: &Subject, i: usize) -> Centre<'_> {
     let classes = subject.net.classes();
     let hidden_layers = subject.net.layers.len() - 1;
     let hi = subject.reference.as_ref().map(|r| HiCentre {
@@ -219,13 +276,8 @@ pub fn certify_with_progress(
         }
         let ok: Vec<bool> = results.iter().map(|r| r.verdict.is_ok()).collect();
         let certified = ok.iter().filter(|&&b| b).count();
-        let vra = subject.labels.as_ref().map(|labels| {
-            ok.iter()
-                .zip(&subject.predictions)
-                .zip(labels)
-                .filter(|((c, p), y)| **c && **p == Some(**y))
-                .count()
-        });
+        let vra = subject.count_correct(&ok);
+        let by_class = count_by_class(subject, &ok);
         outcomes.push(ModeOutcome {
             mode,
             certified,
@@ -240,6 +292,7 @@ pub fn certify_with_progress(
                 .collect(),
             conservatism: conservatism_ratio(mode, deg, leps),
             seconds,
+            by_class,
         });
     }
     let model_refusal = match &subject.bounds {

@@ -3,6 +3,7 @@
 //! compute.
 
 mod certify;
+mod curve;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -184,6 +185,19 @@ impl Subject {
         self.inputs.n
     }
 
+    /// Points flagged in `ok` that are also correctly classified (VRA), when labels are
+    /// present.
+    pub fn count_correct(&self, ok: &[bool]) -> Option<usize> {
+        let labels = self.labels.as_ref()?;
+        Some(
+            ok.iter()
+                .zip(&self.predictions)
+                .zip(labels)
+                .filter(|((c, p), y)| **c && **p == Some(**y))
+                .count(),
+        )
+    }
+
     /// Correctly classified points, when labels are present.
     pub fn correct(&self) -> Option<usize> {
         let labels = self.labels.as_ref()?;
@@ -198,8 +212,10 @@ impl Subject {
 }
 
 pub use certify::{
-    certify, certify_points, certify_with_progress, conservatism_ratio, CertifyOutcome, ModeOutcome,
+    certify, certify_points, certify_with_progress, conservatism_ratio, tally_classes,
+    CertifyOutcome, ClassCount, ModeOutcome,
 };
+pub use curve::{certify_curve, decimal_text, CurveOutcome, CurvePoint, ModeCurve};
 
 /// Rows read per step when streaming inputs from a file: memory stays bounded by this many
 /// rows of inputs plus the per-point results.

@@ -3,14 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use rug::Rational;
 use serde::Deserialize;
 
 use crate::certify::{parse_mode_list, Mode};
 use crate::error::LipfpError;
 use crate::format::Format;
 use crate::norms::DEFAULT_GRAM_ITERATIONS;
-use crate::sound::rational_to_f64_up;
+
+mod radius;
+pub use radius::{parse_decimal_exact, CurveGrid, Radius};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,94 +93,8 @@ struct RawGate {
     max_vra_drop_pp: Option<f64>,
     #[serde(default)]
     max_certified_drop_pp: Option<f64>,
-}
-
-/// The perturbation radius of a gate.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Radius {
-    /// One radius for every point, read exactly from a decimal string.
-    Uniform {
-        /// The decimal as written.
-        text: String,
-        /// The smallest `f64` at or above the exact value.
-        up: f64,
-    },
-    /// Per-instance radii from a float64 `.npy` `[N]`.
-    PerInstance(PathBuf),
-}
-
-impl Radius {
-    /// `(epsilon as written, per-instance radii file)`: exactly one is set.
-    pub fn fields(&self) -> (Option<String>, Option<String>) {
-        match self {
-            Radius::Uniform { text, .. } => (Some(text.clone()), None),
-            Radius::PerInstance(p) => (None, Some(p.display().to_string())),
-        }
-    }
-
-    /// Parse a decimal string (e.g. `"0.3"`, `"1e-6"`) exactly; it must be finite and `>= 0`.
-    pub fn parse_decimal(text: &str) -> Result<Radius, String> {
-        let q = parse_decimal_exact(text).ok_or_else(|| {
-            format!("`{text}` is not a decimal number (write e.g. \"0.3\" or \"1e-6\")")
-        })?;
-        if q < 0 {
-            return Err(format!("`{text}` is negative"));
-        }
-        Ok(Radius::Uniform {
-            text: text.to_string(),
-            up: rational_to_f64_up(&q),
-        })
-    }
-}
-
-/// The most digits a decimal may have, and the largest power of ten its exponent may scale it
-/// by: far beyond any radius, small enough that parsing stays cheap.
-const MAX_DECIMAL_DIGITS: usize = 10_000;
-
-/// Parse `[-]digits[.digits][e[-+]digits]` into an exact rational (`None` beyond
-/// [`MAX_DECIMAL_DIGITS`] digits or a scale of `10^±MAX_DECIMAL_DIGITS`).
-pub fn parse_decimal_exact(s: &str) -> Option<Rational> {
-    let s = s.trim();
-    let (mant, exp) = match s.find(['e', 'E']) {
-        Some(k) => (&s[..k], s[k + 1..].parse::<i32>().ok()?),
-        None => (s, 0),
-    };
-    let (neg, mant) = match mant.strip_prefix('-') {
-        Some(m) => (true, m),
-        None => (false, mant.strip_prefix('+').unwrap_or(mant)),
-    };
-    let (int, frac) = match mant.split_once('.') {
-        Some((a, b)) => (a, b),
-        None => (mant, ""),
-    };
-    if int.is_empty() && frac.is_empty() {
-        return None;
-    }
-    if !int.chars().chain(frac.chars()).all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    // in i64: an i32 exponent minus the fraction's length can leave the i32 range; and both
-    // bounds are checked before any digit is converted (a file may hold millions of them)
-    let scale = i64::from(exp) - i64::try_from(frac.len()).ok()?;
-    if scale.unsigned_abs() > MAX_DECIMAL_DIGITS as u64
-        || int.len() + frac.len() > MAX_DECIMAL_DIGITS
-    {
-        return None;
-    }
-    let digits = format!("{int}{frac}");
-    let num =
-        rug::Integer::from_str_radix(if digits.is_empty() { "0" } else { &digits }, 10).ok()?;
-    let power = rug::Integer::from(rug::Integer::u_pow_u(
-        10,
-        u32::try_from(scale.unsigned_abs()).ok()?,
-    ));
-    let mut q = Rational::from(num);
-    if scale >= 0 {
-        q *= Rational::from(power);
-    } else {
-        q /= Rational::from(power);
-    }
-    Some(if neg { -q } else { q })
+    #[serde(default)]
+    curve: Option<toml::Value>,
 }
 
 /// Thresholds of a gate (percentages, percentage points).
@@ -272,6 +187,8 @@ pub struct Gate {
     pub modes: Vec<Mode>,
     /// Thresholds.
     pub thresholds: Thresholds,
+    /// The robustness curve to report, if any (`curve = true` or a list of radii).
+    pub curve: Option<CurveGrid>,
 }
 
 /// A validated policy; every path is resolved relative to the policy file.
@@ -382,6 +299,10 @@ impl Policy {
                 (Some(_), Some(_)) => return Err(err(format!("{at}: set either epsilon or epsilons, not both"))),
                 (None, None) => return Err(err(format!("{at}: missing epsilon (or epsilons = \"radii.npy\")"))),
             };
+            let curve = match &g.curve {
+                Some(v) => CurveGrid::from_toml(v).map_err(|m| err(format!("{at} curve: {m}")))?,
+                None => None,
+            };
             let mode_text = g.mode.clone().unwrap_or_else(|| "standard".into());
             let modes = parse_mode_list(&mode_text).map_err(|m| err(format!("{at} mode: {m}")))?;
             let thresholds = Thresholds {
@@ -462,6 +383,7 @@ impl Policy {
                 radius,
                 modes,
                 thresholds,
+                curve,
             });
         }
         Ok(Policy {
@@ -473,127 +395,4 @@ impl Policy {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GOOD: &str = r#"
-[model]
-path = "m.onnx"
-format = "float32"
-
-[data]
-inputs = "x.npy"
-labels = "y.npy"
-
-[[gate]]
-name = "g"
-epsilon = "0.3"
-min_vra_pct = 90
-"#;
-
-    #[test]
-    fn parses_and_resolves_paths() {
-        let p = Policy::parse(Path::new("/a/b/lipfp.toml"), GOOD).unwrap();
-        assert_eq!(p.gates[0].line, 11);
-        let t = &p.gates[0].target;
-        assert_eq!(t.model, PathBuf::from("/a/b/m.onnx"));
-        assert_eq!(t.format, Some(Format::Float32));
-        assert_eq!(t.accumulate, None);
-        assert_eq!(p.gates[0].modes, vec![Mode::Standard]);
-        assert_eq!(t.gram_iterations, 12);
-        match &p.gates[0].radius {
-            Radius::Uniform { text, up } => {
-                assert_eq!(text, "0.3");
-                assert!(*up >= 0.3 && Rational::from_f64(*up).unwrap() >= Rational::from((3, 10)));
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn gates_override_model_data_and_format() {
-        let text = GOOD.to_string()
-            + "\n[[gate]]\nname = \"h\"\nepsilon = \"0.1\"\nformat = \"float16\"\naccumulate = \"float32\"\nmodel = \"other.onnx\"\ninputs = \"x2.npy\"\n";
-        let p = Policy::parse(Path::new("/p/lipfp.toml"), &text).unwrap();
-        let t = &p.gates[1].target;
-        assert_eq!(t.format, Some(Format::Float16));
-        assert_eq!(t.accumulate, Some(Format::Float32));
-        assert_eq!(t.model, PathBuf::from("/p/other.onnx"));
-        assert_eq!(t.inputs, PathBuf::from("/p/x2.npy"));
-        assert_eq!(t.labels, Some(PathBuf::from("/p/y.npy")));
-        assert_ne!(p.gates[0].target, *t);
-        let no_model = GOOD.replace("path = \"m.onnx\"", "");
-        let e = Policy::parse(Path::new("p.toml"), &no_model)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("no model"), "{e}");
-    }
-
-    #[test]
-    fn rejects_unknown_keys_naming_them() {
-        let bad = GOOD.replace("min_vra_pct = 90", "min_vra = 90");
-        let e = Policy::parse(Path::new("p.toml"), &bad)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("min_vra"), "{e}");
-        let bad = GOOD.replace("format = \"float32\"", "format = \"float8\"");
-        let e = Policy::parse(Path::new("p.toml"), &bad)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("[model] format") && e.contains("float8"), "{e}");
-        let bad = GOOD.replace("format = \"float32\"", "accumulate = \"fp32\"");
-        let e = Policy::parse(Path::new("p.toml"), &bad)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("[model] accumulate") && e.contains("fp32"),
-            "{e}"
-        );
-        let no_format = GOOD.replace("format = \"float32\"", "");
-        let p = Policy::parse(Path::new("p.toml"), &no_format).unwrap();
-        assert_eq!(p.gates[0].target.format, None);
-        let bad = GOOD.replace("epsilon = \"0.3\"", "epsilon = 0.3");
-        let e = Policy::parse(Path::new("p.toml"), &bad)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("decimal string"), "{e}");
-    }
-
-    #[test]
-    fn a_cache_section_is_refused_with_the_reason() {
-        let text = GOOD.to_string() + "\n[cache]\ndir = \".lipfp-cache\"\n";
-        let e = Policy::parse(Path::new("p.toml"), &text)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("[cache]") && e.contains("recomputes"), "{e}");
-    }
-
-    #[test]
-    fn control_characters_in_gate_names_are_refused_naming_the_line() {
-        for name in ["a\\n::error ::x", "a\\rb", "a\\u0007b"] {
-            let text = GOOD.replace("name = \"g\"", &format!("name = \"{name}\""));
-            let e = Policy::parse(Path::new("p.toml"), &text)
-                .unwrap_err()
-                .to_string();
-            assert!(
-                e.contains("line 11") && e.contains("control character"),
-                "{e}"
-            );
-            assert!(!e.contains('\n') && !e.contains('\r'), "{e:?}");
-        }
-    }
-
-    #[test]
-    fn decimal_parsing_is_exact() {
-        assert_eq!(parse_decimal_exact("0.3").unwrap(), Rational::from((3, 10)));
-        assert_eq!(
-            parse_decimal_exact("1e-6").unwrap(),
-            Rational::from((1, 1_000_000))
-        );
-        assert_eq!(parse_decimal_exact("2.5E2").unwrap(), Rational::from(250));
-        assert_eq!(parse_decimal_exact(".5").unwrap(), Rational::from((1, 2)));
-        assert!(parse_decimal_exact("abc").is_none());
-        assert!(parse_decimal_exact("0.3.1").is_none());
-        assert!(Radius::parse_decimal("-1").is_err());
-    }
-}
+mod tests;

@@ -1,0 +1,123 @@
+use super::*;
+use rug::Rational;
+
+const GOOD: &str = r#"
+[model]
+path = "m.onnx"
+format = "float32"
+
+[data]
+inputs = "x.npy"
+labels = "y.npy"
+
+[[gate]]
+name = "g"
+epsilon = "0.3"
+min_vra_pct = 90
+"#;
+
+#[test]
+fn parses_and_resolves_paths() {
+    let p = Policy::parse(Path::new("/a/b/lipfp.toml"), GOOD).unwrap();
+    assert_eq!(p.gates[0].line, 11);
+    let t = &p.gates[0].target;
+    assert_eq!(t.model, PathBuf::from("/a/b/m.onnx"));
+    assert_eq!(t.format, Some(Format::Float32));
+    assert_eq!(t.accumulate, None);
+    assert_eq!(p.gates[0].modes, vec![Mode::Standard]);
+    assert_eq!(t.gram_iterations, 12);
+    match &p.gates[0].radius {
+        Radius::Uniform { text, up } => {
+            assert_eq!(text, "0.3");
+            assert!(*up >= 0.3 && Rational::from_f64(*up).unwrap() >= Rational::from((3, 10)));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn gates_override_model_data_and_format() {
+    let text = GOOD.to_string()
+        + "\n[[gate]]\nname = \"h\"\nepsilon = \"0.1\"\nformat = \"float16\"\naccumulate = \"float32\"\nmodel = \"other.onnx\"\ninputs = \"x2.npy\"\n";
+    let p = Policy::parse(Path::new("/p/lipfp.toml"), &text).unwrap();
+    let t = &p.gates[1].target;
+    assert_eq!(t.format, Some(Format::Float16));
+    assert_eq!(t.accumulate, Some(Format::Float32));
+    assert_eq!(t.model, PathBuf::from("/p/other.onnx"));
+    assert_eq!(t.inputs, PathBuf::from("/p/x2.npy"));
+    assert_eq!(t.labels, Some(PathBuf::from("/p/y.npy")));
+    assert_ne!(p.gates[0].target, *t);
+    let no_model = GOOD.replace("path = \"m.onnx\"", "");
+    let e = Policy::parse(Path::new("p.toml"), &no_model)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no model"), "{e}");
+}
+
+#[test]
+fn rejects_unknown_keys_naming_them() {
+    let bad = GOOD.replace("min_vra_pct = 90", "min_vra = 90");
+    let e = Policy::parse(Path::new("p.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("min_vra"), "{e}");
+    let bad = GOOD.replace("format = \"float32\"", "format = \"float8\"");
+    let e = Policy::parse(Path::new("p.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[model] format") && e.contains("float8"), "{e}");
+    let bad = GOOD.replace("format = \"float32\"", "accumulate = \"fp32\"");
+    let e = Policy::parse(Path::new("p.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("[model] accumulate") && e.contains("fp32"),
+        "{e}"
+    );
+    let no_format = GOOD.replace("format = \"float32\"", "");
+    let p = Policy::parse(Path::new("p.toml"), &no_format).unwrap();
+    assert_eq!(p.gates[0].target.format, None);
+    let bad = GOOD.replace("epsilon = \"0.3\"", "epsilon = 0.3");
+    let e = Policy::parse(Path::new("p.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("decimal string"), "{e}");
+}
+
+#[test]
+fn a_cache_section_is_refused_with_the_reason() {
+    let text = GOOD.to_string() + "\n[cache]\ndir = \".lipfp-cache\"\n";
+    let e = Policy::parse(Path::new("p.toml"), &text)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[cache]") && e.contains("recomputes"), "{e}");
+}
+
+#[test]
+fn control_characters_in_gate_names_are_refused_naming_the_line() {
+    for name in ["a\\n::error ::x", "a\\rb", "a\\u0007b"] {
+        let text = GOOD.replace("name = \"g\"", &format!("name = \"{name}\""));
+        let e = Policy::parse(Path::new("p.toml"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 11") && e.contains("control character"),
+            "{e}"
+        );
+        assert!(!e.contains('\n') && !e.contains('\r'), "{e:?}");
+    }
+}
+
+#[test]
+fn decimal_parsing_is_exact() {
+    assert_eq!(parse_decimal_exact("0.3").unwrap(), Rational::from((3, 10)));
+    assert_eq!(
+        parse_decimal_exact("1e-6").unwrap(),
+        Rational::from((1, 1_000_000))
+    );
+    assert_eq!(parse_decimal_exact("2.5E2").unwrap(), Rational::from(250));
+    assert_eq!(parse_decimal_exact(".5").unwrap(), Rational::from((1, 2)));
+    assert!(parse_decimal_exact("abc").is_none());
+    assert!(parse_decimal_exact("0.3.1").is_none());
+    assert!(Radius::parse_decimal("-1").is_err());
+}
