@@ -201,8 +201,7 @@ fn errored_gates_are_reported_by_every_reporter_and_the_other_gates_still_run() 
     }
     let error = |name: &str| gate(&r, name)["error"].as_str().unwrap().to_string();
     assert!(
-        error("hardmax-a").contains("hardmax.onnx")
-            && error("hardmax-a").contains("Hardmax"),
+        error("hardmax-a").contains("hardmax.onnx") && error("hardmax-a").contains("Hardmax"),
         "{}",
         error("hardmax-a")
     );
