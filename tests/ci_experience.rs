@@ -90,6 +90,26 @@ fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[
     w.finish().unwrap();
 }
 
+/// `tests/corpus/torch_ts_softmax.onnx` with its `Softmax` head replaced by a `Hardmax`, written
+/// to `dir/hardmax.onnx`: a real export lipfp refuses (a one-hot head ranks no class first).
+fn hardmax_model(dir: &Path) -> String {
+    use lipfp::onnx::proto::ModelProto;
+    use prost::Message;
+    let bytes = std::fs::read(corpus("torch_ts_softmax.onnx")).unwrap();
+    let mut m = ModelProto::decode(&bytes[..]).unwrap();
+    let graph = m.graph.as_mut().expect("a graph");
+    let head = graph
+        .node
+        .iter_mut()
+        .find(|n| n.op_type == "Softmax")
+        .expect("the Softmax head");
+    head.op_type = "Hardmax".into();
+    head.name = "/5/Hardmax".into();
+    let path = dir.join("hardmax.onnx");
+    std::fs::write(&path, m.encode_to_vec()).unwrap();
+    path.display().to_string()
+}
+
 /// A policy on the digits example: one good gate, one failing gate, two gates on a model lipfp
 /// refuses (sharing one target), one on data that does not fit the model and one with a radii
 /// file of the wrong length.
@@ -114,16 +134,16 @@ epsilon = "0.3"
 min_vra_pct = 99.5
 
 [[gate]]
-name = "softmax-a"
-model = "{softmax}"
+name = "hardmax-a"
+model = "{hardmax}"
 inputs = "{sx}"
 labels = "{sy}"
 epsilon = "0.1"
 min_vra_pct = 10.0
 
 [[gate]]
-name = "softmax-b"
-model = "{softmax}"
+name = "hardmax-b"
+model = "{hardmax}"
 inputs = "{sx}"
 labels = "{sy}"
 epsilon = "0.2"
@@ -143,15 +163,15 @@ min_certified_pct = 10.0
         model = digits("model.onnx"),
         x = digits("x_test.npy"),
         y = digits("y_test.npy"),
-        softmax = corpus("torch_ts_softmax.onnx"),
+        hardmax = hardmax_model(dir),
         sx = corpus("torch_ts_softmax.x.npy"),
         sy = corpus("torch_ts_softmax.y.npy"),
     )
 }
 
 const ERRORED: [&str; 4] = [
-    "softmax-a",
-    "softmax-b",
+    "hardmax-a",
+    "hardmax-b",
     "digits-wrong-data",
     "digits-bad-radii",
 ];
@@ -181,17 +201,16 @@ fn errored_gates_are_reported_by_every_reporter_and_the_other_gates_still_run() 
     }
     let error = |name: &str| gate(&r, name)["error"].as_str().unwrap().to_string();
     assert!(
-        error("softmax-a").contains("torch_ts_softmax.onnx")
-            && error("softmax-a").contains("Softmax"),
+        error("hardmax-a").contains("hardmax.onnx") && error("hardmax-a").contains("Hardmax"),
         "{}",
-        error("softmax-a")
+        error("hardmax-a")
     );
     // gates sharing the failing target error with the same message
-    assert_eq!(error("softmax-a"), error("softmax-b"));
+    assert_eq!(error("hardmax-a"), error("hardmax-b"));
     assert!(error("digits-wrong-data").contains("torch_ts_softmax.x.npy"));
     assert!(error("digits-bad-radii").contains("short-radii.npy"));
     assert_eq!(
-        gate(&r, "softmax-a")["thresholds"][0]["skipped"],
+        gate(&r, "hardmax-a")["thresholds"][0]["skipped"],
         "the gate errored"
     );
 
@@ -227,16 +246,16 @@ fn errored_gates_are_reported_by_every_reporter_and_the_other_gates_still_run() 
     assert_eq!(annotations.len(), 5, "{}", out.stdout);
     let a = annotations
         .iter()
-        .find(|l| l.contains("title=lipfp gate softmax-a errored::"))
-        .expect("annotation of softmax-a");
+        .find(|l| l.contains("title=lipfp gate hardmax-a errored::"))
+        .expect("annotation of hardmax-a");
     assert!(
         a.contains(&format!(
             "line={}",
-            line_of(&policy, "name = \"softmax-a\"")
+            line_of(&policy, "name = \"hardmax-a\"")
         )),
         "{a}"
     );
-    assert!(a.contains("Softmax"), "{a}");
+    assert!(a.contains("Hardmax"), "{a}");
 
     // step summary: a row per gate, errored rows with the error
     let md = read(d, "summary.md");
@@ -247,10 +266,10 @@ fn errored_gates_are_reported_by_every_reporter_and_the_other_gates_still_run() 
     assert_eq!(rows.len(), 6, "{md}");
     let row = rows
         .iter()
-        .find(|l| l.starts_with("| softmax-a |"))
+        .find(|l| l.starts_with("| hardmax-a |"))
         .unwrap();
     assert!(
-        row.contains("⛔ error: ") && row.contains("Softmax"),
+        row.contains("⛔ error: ") && row.contains("Hardmax"),
         "{row}"
     );
     assert!(md.contains("4 errored"), "{md}");
@@ -263,7 +282,7 @@ fn errored_gates_are_reported_by_every_reporter_and_the_other_gates_still_run() 
         "{xml}"
     );
     assert_eq!(xml.matches("<error ").count(), 4, "{xml}");
-    let case = &xml[xml.find("<testcase name=\"softmax-a\"").unwrap()..];
+    let case = &xml[xml.find("<testcase name=\"hardmax-a\"").unwrap()..];
     let case = &case[..case.find("</testcase>").unwrap()];
     assert!(case.contains("<error type=\"error\" message=\""), "{case}");
     let message = &case[case.find("message=\"").unwrap() + 9..];
@@ -274,16 +293,16 @@ fn errored_gates_are_reported_by_every_reporter_and_the_other_gates_still_run() 
         .replace("&lt;", "<")
         .replace("&gt;", ">")
         .replace("&amp;", "&");
-    assert_eq!(unescaped, error("softmax-a"), "{case}");
+    assert_eq!(unescaped, error("hardmax-a"), "{case}");
 
     // outputs: passed=false, per-gate status and the `gates` JSON
     let outs = read(d, "outputs.txt");
     assert!(outs.lines().any(|l| l == "passed=false"), "{outs}");
     assert!(
-        outs.lines().any(|l| l == "softmax_a_status=error"),
+        outs.lines().any(|l| l == "hardmax_a_status=error"),
         "{outs}"
     );
-    assert!(outs.lines().any(|l| l == "softmax_a_passed="), "{outs}");
+    assert!(outs.lines().any(|l| l == "hardmax_a_passed="), "{outs}");
     let gates: Value = serde_json::from_str(
         outs.lines()
             .find_map(|l| l.strip_prefix("gates="))
@@ -291,8 +310,8 @@ fn errored_gates_are_reported_by_every_reporter_and_the_other_gates_still_run() 
     )
     .unwrap();
     assert_eq!(gates["digits-good"]["passed"], true);
-    assert_eq!(gates["softmax-a"]["status"], "error");
-    assert_eq!(gates["softmax-a"]["error"], error("softmax-a").as_str());
+    assert_eq!(gates["hardmax-a"]["status"], "error");
+    assert_eq!(gates["hardmax-a"]["error"], error("hardmax-a").as_str());
 }
 
 #[test]

@@ -1,17 +1,19 @@
 //! The graph shapes real exporters emit for dense ReLU classifiers (PyTorch dynamo and
 //! TorchScript, tf2onnx, hand-written Gemm chains) load into the expected chain of dense layers,
 //! with the weights as written, and compute the same logits as tract's executor. The shapes
-//! that are not dense ReLU classifiers are rejected naming the node and its op type.
+//! that are not dense ReLU classifiers are rejected naming the node and its op type; a
+//! BatchNormalization after a layer and a Softmax head are read.
 
 mod common;
 
 use std::path::Path;
 
 use common::onnx_builder::*;
+use common::runtime::argmax;
 use lipfp::exec::Executor;
 use lipfp::execution::ExecutionModel;
 use lipfp::format::Format;
-use lipfp::model::{self, Activation, DenseNet, SUPPORTED_OPS};
+use lipfp::model::{self, Activation, DenseNet, ElementOp, HeadOp, SUPPORTED_OPS};
 use lipfp::onnx::proto::tensor_proto::DataType;
 use lipfp::onnx::proto::FunctionProto;
 use lipfp::onnx::run_with_tract;
@@ -1000,6 +1002,122 @@ fn dropout_in_inference_is_a_pass_through() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Elementwise steps and classifier heads (read since src/model/affine.rs and heads.rs)
+// ---------------------------------------------------------------------------------------------
+
+/// PyTorch's `Linear -> BatchNorm1d -> ReLU -> Linear` in eval mode: the BatchNormalization is
+/// an elementwise affine layer between the two dense layers, with the parameters as written, and
+/// the logits agree with tract's.
+#[test]
+fn accepts_batch_normalization_after_a_layer() {
+    let dir = tmp();
+    let layers = random_layers(&[12, 8, 3], &[true, true], 30);
+    let mut rng = Lcg::new(35);
+    let scale = rng.f32s(8, 2.0);
+    let bias = rng.f32s(8, 0.5);
+    let mean = rng.f32s(8, 0.5);
+    let var: Vec<f32> = rng.f32s(8, 1.0).iter().map(|v| v.abs() + 0.1).collect();
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    let h = gemm_trans_b1(&mut b, 0, "x", &layers[0]);
+    b.init_f32("bn.weight", &[8], &scale);
+    b.init_f32("bn.bias", &[8], &bias);
+    b.init_f32("bn.running_mean", &[8], &mean);
+    b.init_f32("bn.running_var", &[8], &var);
+    b.node(
+        "BatchNormalization",
+        "/bn/BatchNormalization",
+        &[
+            &h,
+            "bn.weight",
+            "bn.bias",
+            "bn.running_mean",
+            "bn.running_var",
+        ],
+        &["bn_out"],
+        vec![attr_float("epsilon", 1e-5)],
+    );
+    b.node("Relu", "/act0/Relu", &["bn_out"], &["r"], vec![]);
+    let out = gemm_trans_b1(&mut b, 1, "r", &layers[1]);
+    b.output_f32(&out, 3);
+    let path = b.write(dir.path(), "m.onnx");
+    let net = model::load(&path, Format::Float32, false).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(net.widths(), [12, 8, 8, 3]);
+    let acts: Vec<Activation> = net.layers.iter().map(|l| l.act).collect();
+    use Activation::{Identity, Relu};
+    assert_eq!(acts, [Identity, Relu, Identity]);
+    assert!(net.layers[0].affine.is_none() && net.layers[2].affine.is_none());
+    let step = net.layers[1].affine.as_ref().expect("the BatchNorm layer");
+    let f64s = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<f64>>();
+    assert_eq!(step.width, 8);
+    assert_eq!(
+        step.ops,
+        [ElementOp::BatchNorm {
+            scale: f64s(&scale),
+            bias: f64s(&bias),
+            mean: f64s(&mean),
+            var: f64s(&var),
+            epsilon: f64::from(1e-5f32),
+        }]
+    );
+    assert_eq!(
+        net.layers[1].nodes,
+        ["/bn/BatchNormalization", "/act0/Relu"]
+    );
+    let dense: Vec<DenseNet> = [0, 2]
+        .iter()
+        .map(|&k| DenseNet {
+            layers: vec![net.layers[k].clone()],
+            ..net.clone()
+        })
+        .collect();
+    check_weights(&dense[0], &layers[..1], |x| x);
+    check_weights(&dense[1], &layers[1..], |x| x);
+    compare_with_tract(&net, &path, ROWS, &[12], 7, REL, ABS);
+}
+
+/// A `Softmax` over the classes at the output is the classifier head: the layers are the
+/// logits', and the softmax of lipfp's logits is tract's output (same class on every row).
+#[test]
+fn accepts_softmax_at_the_output() {
+    let dir = tmp();
+    let layers = random_layers(&WIDTHS, &[true, true, true], 33);
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[12]);
+    let out = chain(&mut b, "x", &layers, gemm_trans_b1);
+    b.node(
+        "Softmax",
+        "/softmax/Softmax",
+        &[&out],
+        &["probs"],
+        vec![attr_int("axis", -1)],
+    );
+    b.output_f32("probs", 3);
+    let path = b.write(dir.path(), "m.onnx");
+    let net = model::load(&path, Format::Float32, false).unwrap_or_else(|e| panic!("{e}"));
+    check_structure(&net, &WIDTHS);
+    check_weights(&net, &layers, |x| x);
+    assert_eq!(net.head, [HeadOp::Softmax]);
+    let x = random_inputs(ROWS, 12, 7);
+    let values: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    let logits = deployed_executor(&net).logits(&values, 12);
+    let probs: Vec<f64> = logits
+        .chunks(3)
+        .flat_map(|row| {
+            let top = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = row.iter().map(|&z| (z - top).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            e.into_iter().map(move |v| v / sum)
+        })
+        .collect();
+    let theirs = run_with_tract(&path, &[ROWS, 12], &x).expect("tract runs the model");
+    assert_close(&probs, &theirs, REL, ABS, "softmax of lipfp's logits");
+    for (k, (ours, tract)) in logits.chunks(3).zip(theirs.chunks(3)).enumerate() {
+        assert_eq!(argmax(ours), argmax(tract), "row {k}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Rejections
 // ---------------------------------------------------------------------------------------------
 
@@ -1072,34 +1190,6 @@ fn rejects_tanh() {
 }
 
 #[test]
-fn rejects_batch_normalization() {
-    let dir = tmp();
-    let b = two_layers_around(|b, x| {
-        b.init_f32("bn.weight", &[8], &[1.0; 8]);
-        b.init_f32("bn.bias", &[8], &[0.0; 8]);
-        b.init_f32("bn.running_mean", &[8], &[0.1; 8]);
-        b.init_f32("bn.running_var", &[8], &[2.0; 8]);
-        b.node(
-            "BatchNormalization",
-            "/bn/BatchNormalization",
-            &[
-                x,
-                "bn.weight",
-                "bn.bias",
-                "bn.running_mean",
-                "bn.running_var",
-            ],
-            &["bn_out"],
-            vec![attr_float("epsilon", 1e-5)],
-        );
-        b.node("Relu", "/act0/Relu", &["bn_out"], &["r"], vec![]);
-        "r".into()
-    });
-    let msg = load_err(&b.write(dir.path(), "m.onnx"), Format::Float32, false);
-    assert_unsupported(&msg, "/bn/BatchNormalization", "BatchNormalization");
-}
-
-#[test]
 fn rejects_conv() {
     let dir = tmp();
     let mut b = ModelBuilder::new();
@@ -1126,25 +1216,6 @@ fn rejects_conv() {
     b.output_f32(&out, 3);
     let msg = load_err(&b.write(dir.path(), "m.onnx"), Format::Float32, false);
     assert_unsupported(&msg, "/conv1/Conv", "Conv");
-}
-
-#[test]
-fn rejects_softmax_at_the_output() {
-    let dir = tmp();
-    let layers = random_layers(&WIDTHS, &[true, true, true], 33);
-    let mut b = ModelBuilder::new();
-    b.input_f32("x", &[12]);
-    let out = chain(&mut b, "x", &layers, gemm_trans_b1);
-    b.node(
-        "Softmax",
-        "/softmax/Softmax",
-        &[&out],
-        &["probs"],
-        vec![attr_int("axis", -1)],
-    );
-    b.output_f32("probs", 3);
-    let msg = load_err(&b.write(dir.path(), "m.onnx"), Format::Float32, false);
-    assert_unsupported(&msg, "/softmax/Softmax", "Softmax");
 }
 
 #[test]

@@ -206,3 +206,25 @@ pub fn skl2onnx_mlp(labels: &[i64], zipmap: bool) -> ModelBuilder {
     }
     b
 }
+
+/// A `BatchNormalization` named `/{name}/BatchNormalization` of `x` (`n` features) into `out`,
+/// its four constant inputs `{name}.weight`, `.bias`, `.running_mean`, `.running_var` (1, 0,
+/// 0.1 and 2 for every feature, as PyTorch names them) and epsilon 1e-5.
+pub fn batch_norm(b: &mut ModelBuilder, name: &str, x: &str, n: usize, out: &str) {
+    let inputs: Vec<String> = ["weight", "bias", "running_mean", "running_var"]
+        .iter()
+        .map(|p| format!("{name}.{p}"))
+        .collect();
+    for (k, p) in inputs.iter().enumerate() {
+        b.init_f32(p, &[n], &vec![[1.0, 0.0, 0.1, 2.0][k]; n]);
+    }
+    let mut all = vec![x];
+    all.extend(inputs.iter().map(String::as_str));
+    b.node(
+        "BatchNormalization",
+        &format!("/{name}/BatchNormalization"),
+        &all,
+        &[out],
+        vec![attr_float("epsilon", 1e-5)],
+    );
+}

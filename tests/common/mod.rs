@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
 
+pub mod affine;
+pub mod affine_nets;
 pub mod classifiers;
 pub mod exact;
 pub mod onnx_builder;
