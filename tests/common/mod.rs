@@ -2,5 +2,6 @@
 
 pub mod classifiers;
 pub mod exact;
+pub mod mermaid;
 pub mod onnx_builder;
 pub mod runtime;
