@@ -4,7 +4,10 @@
 //!
 //! * `cfg(lipfp_shared)`: the benchmark data in `../shared/benchmarks/mnist` is present;
 //! * `cfg(lipfp_onnxruntime)`: `$LIPFP_PYTHON` (else `python3`) imports onnxruntime, onnx and
-//!   numpy. With `LIPFP_REQUIRE_CONFORMANCE=1` (set by `.ci/run`) its absence is a build error.
+//!   numpy. With `LIPFP_REQUIRE_CONFORMANCE=1` (set by `.ci/run`) its absence is a build error;
+//! * `cfg(lipfp_mermaid)`: `$LIPFP_NODE` (else `node`) runs and `npm ci --prefix tests/mermaid`
+//!   has installed mermaid and jsdom, so `tests/mermaid/parse.mjs` can check the Mermaid charts.
+//!   With `LIPFP_REQUIRE_MERMAID=1` (set by `.ci/run`) their absence is a build error.
 
 use std::path::Path;
 use std::process::Command;
@@ -19,6 +22,7 @@ fn main() {
 
     println!("cargo::rustc-check-cfg=cfg(lipfp_shared)");
     println!("cargo::rustc-check-cfg=cfg(lipfp_onnxruntime)");
+    println!("cargo::rustc-check-cfg=cfg(lipfp_mermaid)");
     let shared = Path::new("../shared/benchmarks/mnist");
     if shared.join("model.onnx").exists() {
         println!("cargo:rerun-if-changed=../shared/benchmarks/mnist");
@@ -38,6 +42,39 @@ fn main() {
         panic!(
             "LIPFP_REQUIRE_CONFORMANCE=1 but `{python}` cannot import onnxruntime, onnx and numpy \
              (`.ci/run` makes a virtual environment from tests/conformance/requirements.txt)"
+        );
+    }
+
+    // npm rewrites node_modules/.package-lock.json on every install; before the first one, a
+    // change anywhere in tests/mermaid (the install creating node_modules) reruns this script
+    println!("cargo:rerun-if-env-changed=LIPFP_NODE");
+    println!("cargo:rerun-if-env-changed=LIPFP_REQUIRE_MERMAID");
+    let modules = Path::new("tests/mermaid/node_modules");
+    if modules.exists() {
+        println!("cargo:rerun-if-changed=tests/mermaid/node_modules/.package-lock.json");
+    } else {
+        println!("cargo:rerun-if-changed=tests/mermaid");
+    }
+    let node = std::env::var("LIPFP_NODE").unwrap_or_else(|_| "node".into());
+    let installed = ["mermaid", "jsdom"]
+        .iter()
+        .all(|p| modules.join(p).join("package.json").is_file());
+    let runs = Command::new(&node)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if installed && runs {
+        println!("cargo:rustc-cfg=lipfp_mermaid");
+    } else if std::env::var("LIPFP_REQUIRE_MERMAID").as_deref() == Ok("1") {
+        panic!(
+            "LIPFP_REQUIRE_MERMAID=1 but {} (`.ci/run` installs node and runs \
+             `npm ci --prefix tests/mermaid`)",
+            if runs {
+                "tests/mermaid/node_modules lacks mermaid or jsdom".to_owned()
+            } else {
+                format!("`{node} --version` does not run")
+            }
         );
     }
 }

@@ -4,5 +4,6 @@ pub mod affine;
 pub mod affine_nets;
 pub mod classifiers;
 pub mod exact;
+pub mod mermaid;
 pub mod onnx_builder;
 pub mod runtime;
