@@ -64,6 +64,8 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
+// one value per run: the size difference of the variants does not matter
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Evaluate every [[gate]] of a policy; exit 0 pass, 1 a gate failed, 2 error.
     Check(CheckArgs),

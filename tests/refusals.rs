@@ -369,9 +369,6 @@ fn a_constant_divided_by_the_activation_is_refused() {
 /// The reason `Div(c, x)` and `Mul(x, x)` are refused: not an affine map, not "a normalisation
 /// step not supported yet" to fold into a layer or cut off.
 #[test]
-#[ignore = "src bug: binary_step (src/model/affine.rs) refuses Div(c, x) and a step of two \
-            activations through refuse_constant_step, whose message calls it a normalisation \
-            (x / s, a = 1/s) 'not supported yet' to fold or cut off; un-ignore with the fix"]
 fn a_step_that_is_not_affine_says_so() {
     let dir = tmp();
     for at in ["input", "layer", "relu"] {

@@ -141,13 +141,22 @@ impl<'a> Builder<'a> {
         let (a, c, c_name, act_first) = match (x, y) {
             (Value::Act(a), Value::Weight(c)) => (a, c, inputs[1], true),
             (Value::Weight(c), Value::Act(a)) => (a, c, inputs[0], false),
-            (Value::Act(a), _) | (_, Value::Act(a)) => {
-                return Err(self.refuse_constant_step(node, label, &a))
+            (Value::Act(_), Value::Const(_)) | (Value::Const(_), Value::Act(_)) => {
+                let name = if matches!(self.values.get(inputs[0]), Some(Value::Act(_))) {
+                    inputs[1]
+                } else {
+                    inputs[0]
+                };
+                return Err(self.fail(
+                    label,
+                    op,
+                    format!("constant `{name}` has an integer type; an elementwise step reads float constants"),
+                ));
             }
             _ => return Err(self.refuse(node, label)),
         };
         if !act_first && op == "Div" {
-            return Err(self.refuse_constant_step(node, label, &a));
+            return Err(self.refuse(node, label));
         }
         let width = self.step_width(&a, label, op)?;
         let c = self.per_feature(c, c_name, width, &a, label, op)?;
@@ -312,8 +321,11 @@ impl<'a> Builder<'a> {
             return Err(self.fail(
                 label,
                 op,
-                "an elementwise step between a MatMul and its bias Add is not read; \
-                 add the bias first",
+                "an elementwise step directly after a MatMul without bias is not read: \
+                 onnxruntime folds a Mul, Div or BatchNormalization there into the MatMul's \
+                 weights or alpha (MatMulScaleFusion, MatmulBNFusion), which lipfp does not \
+                 model; give the layer its bias (even zeros) before the step, or fold the step \
+                 into the weights",
             ));
         }
         let open = a.stage == Stage::Biased
@@ -374,7 +386,7 @@ impl Builder<'_> {
                 DraftOp::Div(p) => {
                     let c = self.per_feature_values(p, width)?;
                     if let Some(k) = c.iter().position(|x| {
-                        !(1.0 / x).is_finite() || !(x.abs() * self.format.f_max() > 1.0)
+                        !(1.0 / x).is_finite() || x.abs() * self.format.f_max() <= 1.0
                     }) {
                         return Err(self.fail(
                             &p.label,

@@ -1,18 +1,15 @@
 //! Refusals that help. What lipfp does not read is refused naming the node, its op type and the
 //! supported set, with the reason (what lipfp certifies and why this op or use falls outside it)
-//! and, where one is known, the cure: the exact command that cuts a classifier head off at the
-//! logits or a normalisation off the input, how to fold an elementwise affine step or a
-//! BatchNormalization into a dense layer, the command that inlines model-local functions.
+//! and, where one is known, the cure: the exact command that cuts a classifier head lipfp does
+//! not read off at the logits, what to export instead of another activation or a convolution,
+//! the command that inlines model-local functions.
 
 use std::path::PathBuf;
 
-use super::builder::{Act, Builder, Stage, Value};
+use super::builder::{Builder, Stage, Value};
 use super::heads::ML_DOMAIN;
-use super::shapes::Dim;
 use crate::error::LipfpError;
-use crate::format::Format;
 use crate::onnx::proto;
-use crate::onnx_checks::node_label;
 
 /// Classifier heads that read the logits and output probabilities or a label.
 const HEADS: [&str; 4] = ["Softmax", "LogSoftmax", "ArgMax", "Hardmax"];
@@ -45,9 +42,6 @@ const POOLING: [&str; 5] = [
     "LpPool",
 ];
 
-/// The ops an input normalisation is made of (elementwise affine steps with constants).
-const NORMALISATION_OPS: [&str; 6] = ["Sub", "Div", "Mul", "Add", "BatchNormalization", "Scaler"];
-
 impl Builder<'_> {
     /// The refusal of `node`, whose op (in its domain) lipfp does not read.
     pub(super) fn refuse(&self, node: &proto::NodeProto, label: &str) -> LipfpError {
@@ -55,7 +49,6 @@ impl Builder<'_> {
         let why = match node.domain.as_str() {
             "" | "ai.onnx" => self.why_default_op(node),
             ML_DOMAIN if op == "ZipMap" => self.why_head(node),
-            ML_DOMAIN if op == "Scaler" => return self.refuse_step_on(node, label),
             ML_DOMAIN => "ai.onnx.ml ops belong to classical machine-learning pipelines \
                 (skl2onnx, onnxmltools); only the default ONNX domain is supported"
                 .to_string(),
@@ -153,7 +146,10 @@ impl Builder<'_> {
                 is not an affine map: lipfp certifies a single chain of dense layers, which \
                 multiply and add only constants to the activation"
                 .to_string(),
-            (1, Some(a)) if constants + 1 == values.len() => self.why_constant_step(node, a),
+            (1, Some(_)) => format!(
+                "{op} reads the activation and an operand that is not a float constant of one \
+                 value or one per feature; lipfp reads elementwise steps with such constants only"
+            ),
             (0, _) if constants == values.len() => format!(
                 "{op} of constants: lipfp does not evaluate constant subgraphs; export with \
                  constant folding (torch.onnx.export's do_constant_folding=True, the default) so \
@@ -166,141 +162,6 @@ impl Builder<'_> {
             ),
             _ => "this op is not part of a dense ReLU classifier".to_string(),
         }
-    }
-
-    /// The refusal of an elementwise step with constants on the activation `a`: an `Add` that is
-    /// not a layer's bias, or a `Sub`, `Mul`, `Div`, `BatchNormalization` or `Scaler`.
-    pub(super) fn refuse_constant_step(
-        &self,
-        node: &proto::NodeProto,
-        label: &str,
-        a: &Act,
-    ) -> LipfpError {
-        let why = self.why_constant_step(node, a);
-        LipfpError::unsupported(self.path, label, &qualified_op(node), &why)
-    }
-
-    /// [`Self::refuse_constant_step`] for a one-input step (`Scaler`) on its input.
-    fn refuse_step_on(&self, node: &proto::NodeProto, label: &str) -> LipfpError {
-        match node.input.first().and_then(|i| self.values.get(i)) {
-            Some(Value::Act(a)) => self.refuse_constant_step(node, label, a),
-            _ => LipfpError::unsupported(
-                self.path,
-                label,
-                &qualified_op(node),
-                "this op is not part of a dense ReLU classifier",
-            ),
-        }
-    }
-
-    /// Why an elementwise affine step with constants on the activation `a` is refused, and how
-    /// to fold it into a dense layer (or cut it off the input).
-    fn why_constant_step(&self, node: &proto::NodeProto, a: &Act) -> String {
-        let op = node.op_type.as_str();
-        let act_first = node
-            .input
-            .first()
-            .is_some_and(|i| matches!(self.values.get(i), Some(Value::Act(_))));
-        let map = affine_map(op, act_first);
-        let subject = if op == "Add" {
-            "a constant add is supported only as the bias directly after a MatMul without bias; \
-             this one"
-                .to_string()
-        } else {
-            format!("{op} with constants")
-        };
-        match a.stage {
-            Stage::Input => self.why_normalisation(node, a, &map),
-            Stage::Product | Stage::Biased => {
-                let layer = self
-                    .layers
-                    .last()
-                    .and_then(|l| l.nodes.first())
-                    .map(String::as_str)
-                    .unwrap_or("");
-                let fuse = if op == "BatchNormalization" {
-                    "; torch.nn.utils.fuse_linear_bn_eval(linear, bn) does this for a Linear \
-                     followed by a BatchNorm1d"
-                } else {
-                    ""
-                };
-                format!(
-                    "{subject} after the dense layer `{layer}` is not supported: \
-                     it is an elementwise affine map {map}, so fold it into that layer (weight \
-                     diag(a) W, bias a*b + c) and export again{fuse}"
-                )
-            }
-            Stage::Activated => format!(
-                "{subject} after a ReLU is not supported: it is an elementwise \
-                 affine map {map}, so fold it into the next dense layer (weight W diag(a), bias \
-                 b + W c) and export again"
-            ),
-        }
-    }
-
-    /// An elementwise affine step on the network input, written as `map`.
-    fn why_normalisation(&self, node: &proto::NodeProto, a: &Act, map: &str) -> String {
-        let op = node.op_type.as_str();
-        let input = &self.data_input;
-        let cut = match self.normalised_tensor(node) {
-            Some((at, t)) => match self.head_after(at) {
-                Some((label, logits)) => format!(
-                    " (with the classifier head `{label}`, at the logits `{logits}`): {}",
-                    self.cut_inner_command(t, a, &[logits])
-                ),
-                None => format!(": {}", self.cut_inner_command(t, a, &self.output_names())),
-            },
-            None => " (onnx.utils.extract_model)".to_string(),
-        };
-        format!(
-            "{op} with constants on the network input `{input}` is an input normalisation step \
-             {map}; lipfp certifies in the model's input space, and normalisation steps are not \
-             supported yet. Fold the normalisation into the first layer (weight W diag(a), bias \
-             b + W c; the certificate then covers the folded network) or cut it off and certify \
-             normalised inputs, with the radius then in the normalised space, not in the input \
-             space{cut}"
-        )
-    }
-
-    /// The run of normalisation steps starting at `node`: the position of its last step in the
-    /// graph and the tensor it ends in (`node`'s output, followed through the later nodes
-    /// reading it while they are normalisation steps).
-    fn normalised_tensor<'n>(&'n self, node: &'n proto::NodeProto) -> Option<(usize, &'n str)> {
-        let nodes = &self.graph.node;
-        let mut at = nodes.iter().position(|n| std::ptr::eq(n, node))?;
-        let mut tensor = node.output.first().filter(|o| !o.is_empty())?.as_str();
-        while let Some((k, next)) = nodes
-            .iter()
-            .enumerate()
-            .skip(at + 1)
-            .find(|(_, n)| n.input.iter().any(|i| i == tensor))
-        {
-            match next.output.first().filter(|o| !o.is_empty()) {
-                Some(out) if NORMALISATION_OPS.contains(&next.op_type.as_str()) => {
-                    (at, tensor) = (k, out.as_str());
-                }
-                _ => break,
-            }
-        }
-        Some((at, tensor))
-    }
-
-    /// The first classifier head after position `at` of the graph, and the tensor it reads (the
-    /// logits, unless the graph does more after the normalisation than lipfp reads).
-    fn head_after(&self, at: usize) -> Option<(String, &str)> {
-        let (index, head) =
-            self.graph
-                .node
-                .iter()
-                .enumerate()
-                .skip(at + 1)
-                .find(|(_, n)| match n.domain.as_str() {
-                    "" | "ai.onnx" => HEADS.contains(&n.op_type.as_str()),
-                    ML_DOMAIN => n.op_type == "ZipMap",
-                    _ => false,
-                })?;
-        let logits = head.input.first().filter(|i| !i.is_empty())?;
-        Some((node_label(head, index), logits.as_str()))
     }
 
     /// The calling node of a model-local function.
@@ -432,41 +293,6 @@ impl Builder<'_> {
         );
         python_command(&code)
     }
-
-    /// The command that extracts the part of the model from the tensor `input`, which holds
-    /// the activation `a` before any layer, to `outputs` into the sibling file
-    /// `<stem>-unnormalised.onnx`. Shape inference does not type every tensor (not the output
-    /// of an ai.onnx.ml `Scaler`), so the command declares `input` as lipfp reads it.
-    fn cut_inner_command(&self, input: &str, a: &Act, outputs: &[&str]) -> String {
-        let dims: Vec<String> = a
-            .shape
-            .iter()
-            .map(|d| match d {
-                Dim::Batch => "'N'".to_string(),
-                Dim::Fixed(k) => k.to_string(),
-                Dim::Infer | Dim::Negative(_) => "None".to_string(),
-            })
-            .collect();
-        let elem = match a.elem {
-            Format::Float64 => "DOUBLE",
-            Format::Float32 => "FLOAT",
-            Format::Float16 => "FLOAT16",
-            Format::Bfloat16 => "BFLOAT16",
-        };
-        let code = format!(
-            "import onnx, onnx.utils; m = onnx.shape_inference.infer_shapes(onnx.load({})); \
-             m.graph.value_info.append(onnx.helper.make_tensor_value_info({}, \
-             onnx.TensorProto.{elem}, [{}])); onnx.save(onnx.utils.Extractor(m).extract_model({}, \
-             {}), {})",
-            py_str(&self.path.to_string_lossy()),
-            py_str(input),
-            dims.join(", "),
-            py_list(&[input]),
-            py_list(outputs),
-            py_str(&self.sibling("unnormalised").to_string_lossy()),
-        );
-        python_command(&code)
-    }
 }
 
 /// The op of `node` as messages name it: `domain:op` outside the default domain.
@@ -476,26 +302,6 @@ fn qualified_op(node: &proto::NodeProto) -> String {
     } else {
         format!("{}:{}", node.domain, node.op_type)
     }
-}
-
-/// The elementwise affine map `x -> a*x + c` an op with constants computes on the activation
-/// `x` (its first operand when `act_first`), as text.
-fn affine_map(op: &str, act_first: bool) -> String {
-    let (map, a, c) = match op {
-        "Sub" if act_first => ("x - m", "1", "-m"),
-        "Sub" => ("m - x", "-1", "m"),
-        "Add" => ("x + m", "1", "m"),
-        "Mul" => ("x * s", "s", "0"),
-        "Div" => ("x / s", "1/s", "0"),
-        "BatchNormalization" => (
-            "scale * (x - mean) / sqrt(var + epsilon) + B",
-            "scale / sqrt(var + epsilon)",
-            "B - a * mean",
-        ),
-        "Scaler" => ("(x - offset) * scale", "scale", "-offset * scale"),
-        _ => ("x -> a*x + c", "a", "c"),
-    };
-    format!("({map}: x -> a*x + c with a = {a}, c = {c})")
 }
 
 /// `python -c "<code>"` in backticks, `code` quoted for a POSIX shell.
@@ -545,14 +351,5 @@ mod tests {
             python_command(&py_str("a\"b\\")),
             "`python -c \"'a\\\"b\\\\\\\\'\"`"
         );
-    }
-
-    #[test]
-    fn every_affine_map_names_a_and_c() {
-        for op in NORMALISATION_OPS {
-            let map = affine_map(op, true);
-            assert!(map.contains("a = ") && map.contains("c = "), "{map}");
-        }
-        assert!(affine_map("Sub", false).contains("(m - x: x -> a*x + c with a = -1, c = m)"));
     }
 }

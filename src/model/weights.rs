@@ -121,8 +121,10 @@ pub(super) struct Draft<'a> {
     pub casts: Vec<Format>,
 }
 
-/// What a [`Draft`] computes.
+/// What a [`Draft`] computes (a model has a handful of drafts: the size difference of the
+/// variants does not matter).
 #[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)]
 pub(super) enum DraftKind<'a> {
     /// A dense layer: the weight, stored `[m, n]`, or `[n, m]` when `transposed`, and the bias,
     /// of `m` values or one broadcast value.
