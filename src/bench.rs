@@ -15,7 +15,7 @@ use crate::error::LipfpError;
 use crate::format::Format;
 use crate::model::{self, Activation, Dense, DenseNet};
 use crate::norms::{self, DEFAULT_GRAM_ITERATIONS};
-use crate::policy::Radius;
+use crate::policy::{CurveGrid, Radius};
 use crate::progress::Progress;
 use crate::run::{self, SubjectSpec};
 
@@ -230,6 +230,55 @@ fn bench_suite(
     Ok(phases)
 }
 
+/// Time a run in `modes` at `eps` with and without the robustness curve at `radii` (forward
+/// passes included, norms excluded), the curve's phase named `curve <radii>`.
+fn bench_curve(
+    suite: &str,
+    net: &DenseNet,
+    inputs: &Inputs,
+    labels: &[usize],
+    (eps, radii): (&str, &[&str]),
+    modes: &[Mode],
+) -> Result<Vec<Phase>, LipfpError> {
+    let radius = Radius::parse_decimal(eps).map_err(LipfpError::Usage)?;
+    let grid = CurveGrid::given(radii).map_err(LipfpError::Usage)?;
+    let names: Vec<&str> = modes.iter().map(|m| m.name()).collect();
+    let mut phases = Vec::new();
+    for with_curve in [false, true] {
+        let t = Instant::now();
+        let subject = run::prepare_loaded(
+            &spec(&net.path, modes.iter().any(|m| m.needs_reference())),
+            net.clone(),
+            inputs,
+            Some(labels.to_vec()),
+            Vec::new(),
+            (0, inputs.n),
+            &Progress::silent(),
+        )?;
+        let outcome = run::certify(&subject, &radius, modes)?;
+        if with_curve {
+            run::certify_curve(&subject, &grid, modes)?;
+        }
+        let wall = t.elapsed().as_secs_f64() - subject.norms_s;
+        let phase = if with_curve {
+            format!("{} + curve {}", names.join("+"), radii.join(","))
+        } else {
+            names.join("+")
+        };
+        phases.push(Phase {
+            suite: suite.into(),
+            phase,
+            wall_s: wall,
+            points: Some(inputs.n),
+            per_instance_us: Some(wall / inputs.n as f64 * 1e6),
+            certified: outcome.mode(modes[0]).map(|m| m.certified),
+            peak_rss_mib: peak_rss_mib(),
+            speedup_vs_paper_python: None,
+        });
+    }
+    Ok(phases)
+}
+
 /// Run the benchmark.
 pub fn run_bench(opts: &BenchOptions, progress: &Progress) -> Result<BenchReport, LipfpError> {
     let mut phases = Vec::new();
@@ -247,6 +296,15 @@ pub fn run_bench(opts: &BenchOptions, progress: &Progress) -> Result<BenchReport
             "0.3",
             &Mode::SOUND,
             progress,
+        )?);
+        progress.stage("mnist: robustness curve");
+        phases.extend(bench_curve(
+            "mnist",
+            &net,
+            &inputs,
+            &labels,
+            ("0.3", &["0.1", "0.2", "0.3", "0.4"]),
+            &[Mode::Standard, Mode::Best],
         )?);
     } else {
         skipped.push(format!("mnist: {} not found", mnist.display()));

@@ -195,11 +195,19 @@ fn certify_curve_writes_json_console_plot_and_summary() {
     let gate = &json["gates"][0];
     let curve = &gate["curve"];
     for mode in ["real", "standard", "best"] {
-        let points = curve[mode].as_array().unwrap_or_else(|| panic!("{mode}: {curve}"));
-        let eps: Vec<&str> = points.iter().map(|p| p["epsilon"].as_str().unwrap()).collect();
+        let points = curve[mode]
+            .as_array()
+            .unwrap_or_else(|| panic!("{mode}: {curve}"));
+        let eps: Vec<&str> = points
+            .iter()
+            .map(|p| p["epsilon"].as_str().unwrap())
+            .collect();
         assert_eq!(eps, ["0.1", "0.2", "0.3"]);
         // the curve at the run's radius is the run itself
-        assert_eq!(points[2]["certified"], gate["modes"][mode]["certified"], "{mode}");
+        assert_eq!(
+            points[2]["certified"], gate["modes"][mode]["certified"],
+            "{mode}"
+        );
         assert_eq!(points[2]["vra"], gate["modes"][mode]["vra"], "{mode}");
         let q = &curve["radius_quantiles"][mode];
         let (p10, p50, p90) = (q["p10"].as_f64(), q["p50"].as_f64(), q["p90"].as_f64());
@@ -213,11 +221,23 @@ fn certify_curve_writes_json_console_plot_and_summary() {
     assert_eq!(vra, gate["modes"]["standard"]["vra"].as_u64().unwrap());
 
     let svg = std::fs::read_to_string(dir.path().join("curve.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-    assert!(svg.contains("robustness curve") && svg.contains("<polyline"), "{svg}");
+    let doc = roxmltree::Document::parse(&svg).expect("the SVG is well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let lines = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "polyline")
+        .count();
+    assert!(lines >= 3, "a line per mode: {lines}");
+    let texts: String = doc.descendants().filter_map(|n| n.text()).collect();
+    for label in ["robustness curve", "standard", "best", "radius"] {
+        assert!(texts.contains(label), "{label}: {texts}");
+    }
 
     let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
-    assert!(summary.contains("### Robustness curve: certify"), "{summary}");
+    assert!(
+        summary.contains("### Robustness curve: certify"),
+        "{summary}"
+    );
     assert!(summary.contains("```mermaid"), "{summary}");
     assert!(summary.contains("### Per class: certify"), "{summary}");
     if common::mermaid::mermaid_available() {
@@ -262,7 +282,10 @@ fn a_policy_curve_is_validated_naming_the_gate() {
     let dir = tempfile::tempdir().unwrap();
     for (curve, needle) in [
         ("[0.1, 0.2]", "write each radius as a decimal string"),
-        ("\"yes\"", "expected true, false or a list of decimal strings"),
+        (
+            "\"yes\"",
+            "expected true, false or a list of decimal strings",
+        ),
         ("[\"-0.1\"]", "curve"),
         ("[]", "give 1 to 64 radii"),
     ] {
@@ -272,11 +295,17 @@ fn a_policy_curve_is_validated_naming_the_gate() {
         std::fs::write(dir.path().join("lipfp.toml"), policy).unwrap();
         let (code, _, stderr) = lipfp(dir.path(), &["check"], false);
         assert_eq!(code, Some(2), "{curve}: {stderr}");
-        assert!(stderr.contains("`g`") && stderr.contains(needle), "{curve}: {stderr}");
+        assert!(
+            stderr.contains("`g`") && stderr.contains(needle),
+            "{curve}: {stderr}"
+        );
     }
     let (code, _, stderr) = lipfp(
         dir.path(),
-        &certify_args(&["--curve", "0.1,x"]).iter().map(String::as_str).collect::<Vec<_>>(),
+        &certify_args(&["--curve", "0.1,x"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
         false,
     );
     assert_eq!(code, Some(2), "{stderr}");

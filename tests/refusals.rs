@@ -292,8 +292,8 @@ fn a_step_between_a_matmul_and_its_bias_is_refused() {
         "/scale/Mul",
         "Mul",
         &[
-            "an elementwise step between a MatMul and its bias Add is not read",
-            "add the bias first",
+            "an elementwise step directly after a MatMul without bias is not read",
+            "give the layer its bias (even zeros) before the step",
         ],
     );
 }
