@@ -231,7 +231,7 @@ fn bench_suite(
 }
 
 /// Time a run in `modes` at `eps` with and without the robustness curve at `radii` (forward
-/// passes included, norms excluded), the curve's phase named `curve <radii>`.
+/// passes included, norms excluded), the curve's phase named `<modes> +curve(<number of radii>)`.
 fn bench_curve(
     suite: &str,
     net: &DenseNet,
@@ -261,7 +261,7 @@ fn bench_curve(
         }
         let wall = t.elapsed().as_secs_f64() - subject.norms_s;
         let phase = if with_curve {
-            format!("{} + curve {}", names.join("+"), radii.join(","))
+            format!("{} +curve({})", names.join("+"), radii.len())
         } else {
             names.join("+")
         };

@@ -92,50 +92,82 @@ fn guess(certifier: &Certifier<'_>, c: &Centre<'_>) -> f64 {
     }
 }
 
-/// Bracket and bisect the threshold of one point in `mode`.
+/// A bracket `[lo, hi]` of a point's threshold: certified at `lo` with slack `s_lo > 0`, not at
+/// `hi` (slack `s_hi`, when the certificate computed one).
+#[derive(Clone, Copy, Debug)]
+struct Bracket {
+    lo: f64,
+    s_lo: f64,
+    hi: f64,
+    s_hi: Option<f64>,
+}
+
+impl Bracket {
+    /// The next radii to try: around the false-position root when both slacks are known (the
+    /// slack is piecewise affine in `eps`, so the root is usually exact and the two probes
+    /// `RELATIVE_WIDTH / 4` either side close the bracket), else the midpoint.
+    fn probes(&self) -> Vec<f64> {
+        let width = self.hi - self.lo;
+        match self.s_hi {
+            Some(s_hi) if s_hi.is_finite() && self.s_lo - s_hi > 0.0 => {
+                let root = self.lo + width * (self.s_lo / (self.s_lo - s_hi));
+                let delta = RELATIVE_WIDTH / 4.0 * root;
+                [root - delta, root + delta]
+                    .into_iter()
+                    .filter(|&e| e > self.lo && e < self.hi)
+                    .collect()
+            }
+            _ => vec![self.lo + width / 2.0],
+        }
+    }
+}
+
+/// The threshold of one point in `mode`: bracketed from the real-arithmetic radius by doubling
+/// or halving, then narrowed by false position (bisection where a slack is unknown) to a
+/// relative width of [`RELATIVE_WIDTH`]; every `lo` is a radius the certificate holds at.
 fn threshold(certifier: &Certifier<'_>, mode: Mode, c: &Centre<'_>) -> Threshold {
-    let ok = |eps: f64| certifier.certify(mode, c, eps).verdict.is_ok();
-    if !ok(0.0) {
+    let run = |eps: f64| {
+        let r = certifier.certify(mode, c, eps);
+        (r.verdict.is_ok(), r.slack.filter(|s| !s.is_nan()))
+    };
+    let (ok0, s0) = run(0.0);
+    if !ok0 {
         return Threshold { lo: None, hi: 0.0 };
     }
-    let first = guess(certifier, c);
-    let mut steps = 0;
-    let (mut lo, mut hi) = if ok(first) {
-        let mut lo = first;
-        while steps < BRACKET_STEPS && ok(lo * 2.0) {
-            lo *= 2.0;
-            steps += 1;
-        }
-        let hi = if steps == BRACKET_STEPS {
-            f64::INFINITY
-        } else {
-            lo * 2.0
-        };
-        (lo, hi)
-    } else {
-        let mut hi = first;
-        while steps < BRACKET_STEPS && !ok(hi / 2.0) {
-            hi /= 2.0;
-            steps += 1;
-        }
-        (
-            if steps == BRACKET_STEPS {
-                0.0
-            } else {
-                hi / 2.0
-            },
-            hi,
-        )
+    let mut b = Bracket {
+        lo: 0.0,
+        s_lo: s0.unwrap_or(f64::MIN_POSITIVE),
+        hi: f64::INFINITY,
+        s_hi: None,
     };
-    while hi.is_finite() && hi - lo > RELATIVE_WIDTH * hi {
-        let mid = lo + (hi - lo) / 2.0;
-        if ok(mid) {
-            lo = mid;
+    let mut e = guess(certifier, c);
+    for _ in 0..BRACKET_STEPS {
+        let (ok, s) = run(e);
+        if ok {
+            (b.lo, b.s_lo) = (e, s.unwrap_or(f64::MIN_POSITIVE));
+            e *= 2.0;
         } else {
-            hi = mid;
+            (b.hi, b.s_hi) = (e, s);
+            break;
         }
     }
-    Threshold { lo: Some(lo), hi }
+    let mut evaluations = 0;
+    while b.hi.is_finite() && b.hi - b.lo > RELATIVE_WIDTH * b.hi && evaluations < 4 * BRACKET_STEPS
+    {
+        for e in b.probes() {
+            evaluations += 1;
+            let (ok, s) = run(e);
+            if ok && e > b.lo {
+                (b.lo, b.s_lo) = (e, s.unwrap_or(f64::MIN_POSITIVE));
+            } else if !ok && e < b.hi {
+                (b.hi, b.s_hi) = (e, s);
+            }
+        }
+    }
+    Threshold {
+        lo: Some(b.lo),
+        hi: b.hi,
+    }
 }
 
 /// The grid radii as `(text, upper bound)`, given or chosen from the thresholds.
