@@ -345,8 +345,9 @@ fn exit_for(report: &Report) -> Exit {
     }
 }
 
-fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
-    check_outputs(&a.out, a.certificates.as_ref())?;
+/// What `lipfp certify` runs: the subject to load, the radius and the modes (usage errors name
+/// the flag).
+fn certify_request(a: &CertifyArgs) -> Result<(SubjectSpec, Radius, Vec<Mode>), LipfpError> {
     let format = parse_format_flag("--format", a.format.as_deref())?;
     let accumulate = parse_format_flag("--accumulate", a.accumulate.as_deref())?;
     let modes = match &a.mode {
@@ -382,6 +383,37 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         reference: modes.iter().any(|m| m.needs_reference()),
         shard: parse_shard(a.shard.as_deref())?,
     };
+    Ok((spec, radius, modes))
+}
+
+/// With `--curve`: the curve on `gate`, and with `--plot` its SVG among the `artifacts`.
+fn attach_curve(
+    a: &CertifyArgs,
+    subject: &run::Subject,
+    modes: &[Mode],
+    gate: &mut GateReport,
+    artifacts: &mut Vec<files::Artifact>,
+    progress: &Progress,
+) -> Result<(), LipfpError> {
+    let Some(text) = &a.curve else {
+        return Ok(());
+    };
+    let grid =
+        CurveGrid::parse_list(text).map_err(|m| LipfpError::Usage(format!("--curve: {m}")))?;
+    progress.stage("robustness curve");
+    let curve = run::certify_curve(subject, &grid, modes)?;
+    let c = report::curve::CurveReport::new(&curve, subject.n());
+    if let Some(path) = &a.plot {
+        let svg = report::plot::svg(&gate.name, &c, None)?;
+        artifacts.push(files::Artifact::new(path, svg.into_bytes(), "SVG plot"));
+    }
+    gate.curve = Some(c);
+    Ok(())
+}
+
+fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
+    check_outputs(&a.out, a.certificates.as_ref())?;
+    let (spec, radius, modes) = certify_request(a)?;
     let subject = run::prepare(&spec, progress)?;
     progress.stage(&format!("certifying {} points", subject.n()));
     let outcome = run::certify_with_progress(&subject, &radius, &modes, progress)?;
@@ -400,18 +432,7 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     );
     gate.model_name = Some(a.model.display().to_string());
     let mut artifacts = Vec::new();
-    if let Some(text) = &a.curve {
-        let grid =
-            CurveGrid::parse_list(text).map_err(|m| LipfpError::Usage(format!("--curve: {m}")))?;
-        progress.stage("robustness curve");
-        let curve = run::certify_curve(&subject, &grid, &modes)?;
-        let c = report::curve::CurveReport::new(&curve, subject.n());
-        if let Some(path) = &a.plot {
-            let svg = report::plot::svg(&gate.name, &c, None)?;
-            artifacts.push(files::Artifact::new(path, svg.into_bytes(), "SVG plot"));
-        }
-        gate.curve = Some(c);
-    }
+    attach_curve(a, &subject, &modes, &mut gate, &mut artifacts, progress)?;
     if let Some(path) = &a.certificates {
         let meta = GateMeta {
             name: "certify",

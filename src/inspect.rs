@@ -10,8 +10,8 @@ use serde::Serialize;
 use crate::error::LipfpError;
 use crate::execution::ExecutionModel;
 use crate::format::Format;
-use crate::model::{self, Activation};
-use crate::norms;
+use crate::model::{self, Activation, Dense};
+use crate::norms::{self, LayerNorms};
 use crate::progress::Progress;
 
 /// One layer as read.
@@ -72,6 +72,44 @@ pub struct Inspection {
     pub vacuous_formats: Vec<Format>,
 }
 
+/// What `inspect` shows of layer `k` (0-based) with norms `n`.
+fn layer_info(k: usize, l: &Dense, n: &LayerNorms) -> LayerInfo {
+    let largest_bias = l.b.iter().enumerate().fold((0, 0.0f64), |best, (i, &b)| {
+        if b.abs() > best.1.abs() {
+            (i, b)
+        } else {
+            best
+        }
+    });
+    LayerInfo {
+        layer: k + 1,
+        nodes: l.nodes.iter().cloned().zip(l.ops.iter().cloned()).collect(),
+        inputs: l.n(),
+        outputs: l.m(),
+        activation: match l.act {
+            Activation::Relu => "relu",
+            Activation::Identity => "identity",
+        },
+        kind: if l.affine.is_some() {
+            "affine"
+        } else {
+            "dense"
+        },
+        spectral: n.spectral,
+        abs_spectral: n.abs_spectral,
+        abs_ratio: if n.spectral > 0.0 {
+            n.abs_spectral / n.spectral
+        } else {
+            1.0
+        },
+        largest_bias,
+        n_u: Format::ALL
+            .iter()
+            .map(|&f| (f, l.n() as f64 * f.unit_roundoff()))
+            .collect(),
+    }
+}
+
 /// Read `path` as lipfp reads it for `format` (default: the stored format) and bound its norms.
 pub fn inspect(
     path: &Path,
@@ -103,42 +141,7 @@ pub fn inspect(
         .iter()
         .zip(&norms.layers)
         .enumerate()
-        .map(|(k, (l, n))| {
-            let largest_bias = l.b.iter().enumerate().fold((0, 0.0f64), |best, (i, &b)| {
-                if b.abs() > best.1.abs() {
-                    (i, b)
-                } else {
-                    best
-                }
-            });
-            LayerInfo {
-                layer: k + 1,
-                nodes: l.nodes.iter().cloned().zip(l.ops.iter().cloned()).collect(),
-                inputs: l.n(),
-                outputs: l.m(),
-                activation: match l.act {
-                    Activation::Relu => "relu",
-                    Activation::Identity => "identity",
-                },
-                kind: if l.affine.is_some() {
-                    "affine"
-                } else {
-                    "dense"
-                },
-                spectral: n.spectral,
-                abs_spectral: n.abs_spectral,
-                abs_ratio: if n.spectral > 0.0 {
-                    n.abs_spectral / n.spectral
-                } else {
-                    1.0
-                },
-                largest_bias,
-                n_u: Format::ALL
-                    .iter()
-                    .map(|&f| (f, l.n() as f64 * f.unit_roundoff()))
-                    .collect(),
-            }
-        })
+        .map(|(k, (l, n))| layer_info(k, l, n))
         .collect();
     let vacuous_formats = Format::ALL
         .into_iter()
@@ -163,6 +166,61 @@ pub fn inspect(
         head: net.head.iter().map(|h| h.name()).collect(),
         vacuous_formats,
     })
+}
+
+/// The layer table of an inspection.
+fn render_layers(out: &mut String, layers: &[LayerInfo]) {
+    let _ = writeln!(
+        out,
+        "\n{:>5}  {:>11}  {:<9}  {:>12}  {:>12}  {:>7}  {:>12}  nodes",
+        "layer", "shape", "act", "||W||", "|||W|||", "ratio", "max |b|"
+    );
+    for l in layers {
+        let nodes: Vec<String> = l
+            .nodes
+            .iter()
+            .map(|(n, op)| format!("{n} ({op})"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:>5}  {:>11}  {:<9}  {:>12.6}  {:>12.6}  {:>7.3}  {:>12.4e}  {}",
+            l.layer,
+            if l.kind == "affine" {
+                format!("diag {}", l.inputs)
+            } else {
+                format!("{}x{}", l.outputs, l.inputs)
+            },
+            l.activation,
+            l.spectral,
+            l.abs_spectral,
+            l.abs_ratio,
+            l.largest_bias.1.abs(),
+            nodes.join(", ")
+        );
+    }
+}
+
+/// The largest `n*u` per format, with the vacuity warnings.
+fn render_n_u(out: &mut String, i: &Inspection) {
+    let widest = i
+        .layers
+        .iter()
+        .filter(|l| l.kind == "dense")
+        .map(|l| l.inputs)
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(out, "\nmax n*u per format (widest layer input: {widest}):");
+    for f in Format::ALL {
+        let nu = widest as f64 * f.unit_roundoff();
+        let warn = if i.vacuous_formats.contains(&f) {
+            "  VACUOUS: n*u >= 1, nothing can be certified"
+        } else if nu >= 0.1 {
+            "  warning: n*u is large; certificates will be very conservative"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "  {:<9} {nu:.3e}{warn}", f.name());
+    }
 }
 
 /// The inspection as a table.
@@ -192,34 +250,7 @@ pub fn render(i: &Inspection) -> String {
             i.converted_changed, i.format
         );
     }
-    let _ = writeln!(
-        out,
-        "\n{:>5}  {:>11}  {:<9}  {:>12}  {:>12}  {:>7}  {:>12}  nodes",
-        "layer", "shape", "act", "||W||", "|||W|||", "ratio", "max |b|"
-    );
-    for l in &i.layers {
-        let nodes: Vec<String> = l
-            .nodes
-            .iter()
-            .map(|(n, op)| format!("{n} ({op})"))
-            .collect();
-        let _ = writeln!(
-            out,
-            "{:>5}  {:>11}  {:<9}  {:>12.6}  {:>12.6}  {:>7.3}  {:>12.4e}  {}",
-            l.layer,
-            if l.kind == "affine" {
-                format!("diag {}", l.inputs)
-            } else {
-                format!("{}x{}", l.outputs, l.inputs)
-            },
-            l.activation,
-            l.spectral,
-            l.abs_spectral,
-            l.abs_ratio,
-            l.largest_bias.1.abs(),
-            nodes.join(", ")
-        );
-    }
+    render_layers(&mut out, &i.layers);
     let _ = writeln!(
         out,
         "\nLipschitz bound (product of ||W||): {:.6}   norms: {} Gram iterations",
@@ -232,24 +263,6 @@ pub fn render(i: &Inspection) -> String {
             i.head.join(", ")
         );
     }
-    let widest = i
-        .layers
-        .iter()
-        .filter(|l| l.kind == "dense")
-        .map(|l| l.inputs)
-        .max()
-        .unwrap_or(0);
-    let _ = writeln!(out, "\nmax n*u per format (widest layer input: {widest}):");
-    for f in Format::ALL {
-        let nu = widest as f64 * f.unit_roundoff();
-        let warn = if i.vacuous_formats.contains(&f) {
-            "  VACUOUS: n*u >= 1, nothing can be certified"
-        } else if nu >= 0.1 {
-            "  warning: n*u is large; certificates will be very conservative"
-        } else {
-            ""
-        };
-        let _ = writeln!(out, "  {:<9} {nu:.3e}{warn}", f.name());
-    }
+    render_n_u(&mut out, i);
     out
 }
