@@ -4,7 +4,7 @@
 //! reports come from the same code path as a direct run.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use prost::Message;
 
@@ -196,7 +196,7 @@ pub struct MergedGate {
     /// The model as the policy names it (`None` when the files do not say).
     pub model_name: Option<String>,
     /// Each certificate file of the gate and the test-set indices it holds.
-    pub shards: Vec<(std::path::PathBuf, Vec<usize>)>,
+    pub shards: Vec<(PathBuf, Vec<usize>)>,
 }
 
 /// Check one shard of a gate on its own: a mode list with `real`, no repeats, known names; the
@@ -260,216 +260,290 @@ fn same_run(a: &GateCertificates, b: &GateCertificates) -> bool {
         && a.policy_line == b.policy_line
 }
 
-/// Merge the gates of several certificate files: shards of the same gate are concatenated,
-/// checked to agree on what was certified and to cover the test set exactly once.
-pub fn merge(
-    files: &[(std::path::PathBuf, CertificateFile)],
-) -> Result<Vec<MergedGate>, LipfpError> {
-    let mut by_gate: BTreeMap<String, Vec<(&Path, &GateCertificates)>> = BTreeMap::new();
-    let mut order: Vec<String> = Vec::new();
+/// The shards of one gate: each certificate file holding part of it, with that part.
+type Shards<'a> = Vec<(&'a Path, &'a GateCertificates)>;
+
+/// The gates of several certificate files in order of first appearance, each with its shards
+/// in file order.
+fn group_by_gate(files: &[(PathBuf, CertificateFile)]) -> Vec<(String, Shards<'_>)> {
+    let mut position: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut gates: Vec<(String, Shards<'_>)> = Vec::new();
     for (path, f) in files {
         for g in &f.gates {
-            if !by_gate.contains_key(&g.gate) {
-                order.push(g.gate.clone());
-            }
-            by_gate
-                .entry(g.gate.clone())
-                .or_default()
-                .push((path.as_path(), g));
+            let k = *position.entry(g.gate.as_str()).or_insert_with(|| {
+                gates.push((g.gate.clone(), Vec::new()));
+                gates.len() - 1
+            });
+            gates[k].1.push((path.as_path(), g));
         }
     }
-    let mut merged = Vec::with_capacity(order.len());
-    for name in order {
-        let parts = &by_gate[&name];
-        let (path0, g0) = parts[0];
-        for (p, g) in parts.iter() {
-            check_shard(p, g)?;
-            if !same_run(g, g0) {
+    gates
+}
+
+/// Check the shards of gate `name` (`parts`, at least one) each on their own, describing the
+/// run of the first, and holding together as many points as the test set (checked before
+/// allocating anything of the test set's size: the shards' points are in memory).
+fn check_one_run(name: &str, parts: &[(&Path, &GateCertificates)]) -> Result<(), LipfpError> {
+    let (path0, g0) = parts[0];
+    for (p, g) in parts {
+        check_shard(p, g)?;
+        if !same_run(g, g0) {
+            return Err(LipfpError::data(
+                p,
+                format!(
+                    "gate `{name}` was certified differently than in {} (model, format, execution, \
+                     radius, modes, thresholds, test-set size or labels differ); refusing to merge",
+                    path0.display()
+                ),
+            ));
+        }
+    }
+    let held: u64 = parts.iter().map(|(_, g)| g.count).sum();
+    if held != g0.total {
+        return Err(LipfpError::data(
+            path0,
+            format!(
+                "gate `{name}`: the certificate files hold {held} of {} points; give every shard's file",
+                g0.total
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The `total` points of gate `name` in test-set order, each from the one shard holding it: an
+/// index beyond the test set, a point in two shards or a missing point is an error.
+fn gather_instances<'a>(
+    name: &str,
+    parts: &[(&Path, &'a GateCertificates)],
+    total: usize,
+) -> Result<Vec<&'a Instance>, LipfpError> {
+    let mut instances: Vec<Option<&Instance>> = vec![None; total];
+    for (p, g) in parts {
+        for inst in &g.instances {
+            let k = inst.index as usize;
+            if k >= total {
                 return Err(LipfpError::data(
                     p,
-                    format!(
-                        "gate `{name}` was certified differently than in {} (model, format, execution, \
-                         radius, modes, thresholds, test-set size or labels differ); refusing to merge",
-                        path0.display()
-                    ),
+                    format!("gate `{name}`: index {k} beyond the test set ({total})"),
                 ));
             }
-        }
-        // the shards' points are in memory: a test set larger than all of them together is
-        // incomplete (checked before allocating anything of its size)
-        let held: u64 = parts.iter().map(|(_, g)| g.count).sum();
-        if held != g0.total {
-            return Err(LipfpError::data(
-                path0,
-                format!(
-                    "gate `{name}`: the certificate files hold {held} of {} points; give every shard's file",
-                    g0.total
-                ),
-            ));
-        }
-        let total = g0.total as usize;
-        let mut instances: Vec<Option<&Instance>> = vec![None; total];
-        for (p, g) in parts {
-            for inst in &g.instances {
-                let k = inst.index as usize;
-                if k >= total {
-                    return Err(LipfpError::data(
-                        p,
-                        format!("gate `{name}`: index {k} beyond the test set ({total})"),
-                    ));
-                }
-                if instances[k].is_some() {
-                    return Err(LipfpError::data(
-                        p,
-                        format!("gate `{name}`: point {k} appears in more than one shard"),
-                    ));
-                }
-                instances[k] = Some(inst);
+            if instances[k].is_some() {
+                return Err(LipfpError::data(
+                    p,
+                    format!("gate `{name}`: point {k} appears in more than one shard"),
+                ));
             }
+            instances[k] = Some(inst);
         }
-        let missing = instances.iter().filter(|i| i.is_none()).count();
-        if missing > 0 {
-            let first_missing = instances.iter().position(|i| i.is_none()).unwrap_or(0);
-            return Err(LipfpError::data(
-                path0,
-                format!(
-                    "gate `{name}`: {missing} of {total} points are missing (first: {first_missing}); \
-                     give every shard's certificate file"
-                ),
-            ));
-        }
-        let instances: Vec<&Instance> = instances.into_iter().flatten().collect();
-        let modes: Vec<Mode> = g0
-            .modes
-            .iter()
-            .map(|m| {
-                Mode::parse(m).ok_or_else(|| LipfpError::data(path0, format!("unknown mode `{m}`")))
-            })
-            .collect::<Result<_, _>>()?;
-        let width = modes.len();
-        let malformed = |i: &&&Instance| {
-            i.certified.len() != width
-                || i.slack.len() != width
-                || i.refusal.len() != width
-                || i.refusal
-                    .iter()
-                    .zip(&i.certified)
-                    .any(|(r, &c)| c != r.is_empty() || (!c && Refusal::from_code(r).is_none()))
-        };
-        if let Some(bad) = instances.iter().find(malformed) {
-            return Err(LipfpError::data(
-                path0,
-                format!("gate `{name}`: point {} has malformed results", bad.index),
-            ));
-        }
-        let labels_ok = g0.has_labels;
-        let correct = labels_ok.then(|| {
+    }
+    let missing = instances.iter().filter(|i| i.is_none()).count();
+    if missing > 0 {
+        let first_missing = instances.iter().position(|i| i.is_none()).unwrap_or(0);
+        return Err(LipfpError::data(
+            parts[0].0,
+            format!(
+                "gate `{name}`: {missing} of {total} points are missing (first: {first_missing}); \
+                 give every shard's certificate file"
+            ),
+        ));
+    }
+    Ok(instances.into_iter().flatten().collect())
+}
+
+/// The certified modes a shard at `path` lists, in its order.
+fn shard_modes(path: &Path, g: &GateCertificates) -> Result<Vec<Mode>, LipfpError> {
+    g.modes
+        .iter()
+        .map(|m| {
+            Mode::parse(m).ok_or_else(|| LipfpError::data(path, format!("unknown mode `{m}`")))
+        })
+        .collect()
+}
+
+/// Check each point of gate `name` has one verdict, slack and refusal per mode (`width`
+/// modes), and a refusal with a known code exactly where it is not certified.
+fn check_results(
+    name: &str,
+    path: &Path,
+    instances: &[&Instance],
+    width: usize,
+) -> Result<(), LipfpError> {
+    let malformed = |i: &&&Instance| {
+        i.certified.len() != width
+            || i.slack.len() != width
+            || i.refusal.len() != width
+            || i.refusal
+                .iter()
+                .zip(&i.certified)
+                .any(|(r, &c)| c != r.is_empty() || (!c && Refusal::from_code(r).is_none()))
+    };
+    match instances.iter().find(malformed) {
+        Some(bad) => Err(LipfpError::data(
+            path,
+            format!("gate `{name}`: point {} has malformed results", bad.index),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Whether a point's prediction (if any) equals its label.
+fn is_correct(i: &Instance) -> bool {
+    i.prediction >= 0 && i.prediction == i.label
+}
+
+/// A per-mode figure of mode `m` (`figure` picks the list) summed over a gate's shards, in
+/// shard order; 0 where a shard lacks it.
+fn shard_sum(
+    parts: &[(&Path, &GateCertificates)],
+    m: usize,
+    figure: impl Fn(&GateCertificates) -> &[f64],
+) -> f64 {
+    parts
+        .iter()
+        .map(|(_, g)| figure(g).get(m).copied().unwrap_or(0.0))
+        .sum::<f64>()
+}
+
+/// The outcome of `mode`, the `m`-th certified mode, rebuilt from the gate's merged points and
+/// its shards' sums (degradation, `L·eps`, seconds); VRA and per-class figures when
+/// `labels_ok`.
+fn mode_outcome(
+    m: usize,
+    mode: Mode,
+    instances: &[&Instance],
+    parts: &[(&Path, &GateCertificates)],
+    labels_ok: bool,
+) -> ModeOutcome {
+    let verdicts: Vec<bool> = instances.iter().map(|i| i.certified[m]).collect();
+    let refusal_of: Vec<Option<Refusal>> = instances
+        .iter()
+        .map(|i| Refusal::from_code(&i.refusal[m]))
+        .collect();
+    let mut refusals = BTreeMap::new();
+    for r in refusal_of.iter().flatten() {
+        *refusals.entry(r.to_string()).or_insert(0) += 1;
+    }
+    let deg = shard_sum(parts, m, |g| &g.degradation_sum);
+    let leps = shard_sum(parts, m, |g| &g.leps_sum);
+    ModeOutcome {
+        mode,
+        certified: verdicts.iter().filter(|&&b| b).count(),
+        vra: labels_ok.then(|| {
             instances
                 .iter()
-                .filter(|i| i.prediction >= 0 && i.prediction == i.label)
+                .filter(|i| i.certified[m] && is_correct(i))
                 .count()
-        });
-        let mode_outcomes = modes
-            .iter()
-            .enumerate()
-            .map(|(m, &mode)| {
-                let verdicts: Vec<bool> = instances.iter().map(|i| i.certified[m]).collect();
-                let refusal_of: Vec<Option<Refusal>> = instances
-                    .iter()
-                    .map(|i| Refusal::from_code(&i.refusal[m]))
-                    .collect();
-                let mut refusals = BTreeMap::new();
-                for r in refusal_of.iter().flatten() {
-                    *refusals.entry(r.to_string()).or_insert(0) += 1;
-                }
-                let sum = |v: &dyn Fn(&GateCertificates) -> f64| {
-                    parts.iter().map(|(_, g)| v(g)).sum::<f64>()
-                };
-                let deg = sum(&|g| g.degradation_sum.get(m).copied().unwrap_or(0.0));
-                let leps = sum(&|g| g.leps_sum.get(m).copied().unwrap_or(0.0));
-                ModeOutcome {
-                    mode,
-                    certified: verdicts.iter().filter(|&&b| b).count(),
-                    vra: labels_ok.then(|| {
-                        instances
-                            .iter()
-                            .filter(|i| {
-                                i.certified[m] && i.prediction >= 0 && i.prediction == i.label
-                            })
-                            .count()
-                    }),
-                    refusals,
-                    refusal_of,
-                    degradation_sums: (deg, leps),
-                    slacks: instances.iter().map(|i| i.slack[m]).collect(),
-                    conservatism: crate::run::conservatism_ratio(mode, deg, leps),
-                    seconds: sum(&|g| g.mode_seconds.get(m).copied().unwrap_or(0.0)),
-                    by_class: if labels_ok {
-                        let labels: Vec<usize> =
-                            instances.iter().map(|i| i.label.max(0) as usize).collect();
-                        let correct: Vec<bool> = instances
-                            .iter()
-                            .map(|i| i.prediction >= 0 && i.prediction == i.label)
-                            .collect();
-                        crate::run::tally_classes(&labels, &verdicts, &correct, 0)
-                    } else {
-                        Vec::new()
-                    },
-                    verdicts,
-                }
-            })
-            .collect();
-        let mode = Mode::parse(&g0.threshold_mode).ok_or_else(|| {
-            LipfpError::data(path0, format!("unknown mode `{}`", g0.threshold_mode))
-        })?;
-        let radius = if g0.epsilons.is_empty() {
-            Radius::parse_decimal(&g0.epsilon)
-                .map_err(|m| LipfpError::data(path0, format!("epsilon: {m}")))?
+        }),
+        refusals,
+        refusal_of,
+        degradation_sums: (deg, leps),
+        slacks: instances.iter().map(|i| i.slack[m]).collect(),
+        conservatism: crate::run::conservatism_ratio(mode, deg, leps),
+        seconds: shard_sum(parts, m, |g| &g.mode_seconds),
+        by_class: if labels_ok {
+            let labels: Vec<usize> = instances.iter().map(|i| i.label.max(0) as usize).collect();
+            let correct: Vec<bool> = instances.iter().map(|i| is_correct(i)).collect();
+            crate::run::tally_classes(&labels, &verdicts, &correct, 0)
         } else {
-            Radius::PerInstance(g0.epsilons.clone().into())
-        };
-        let mut notes = merge_notes(parts.iter().map(|(_, g)| g.notes.as_slice()));
-        if parts.len() > 1 {
-            notes.push(format!("merged from {} certificate files", parts.len()));
-        }
-        merged.push(MergedGate {
-            name: name.clone(),
-            outcome: CertifyOutcome {
-                n: total,
-                correct,
-                modes: mode_outcomes,
-                norms_s: parts.iter().map(|(_, g)| g.norms_s).fold(0.0, f64::max),
-                certify_s: parts.iter().map(|(_, g)| g.certify_s).sum(),
-                reference_s: parts.iter().map(|(_, g)| g.reference_s).sum(),
-                model_refusal: None,
-                radii_hash: None,
-            },
-            radius,
-            mode,
-            thresholds: from_proto_thresholds(g0.thresholds.as_ref()),
-            facts: SubjectFacts {
-                model: g0.model.clone(),
-                model_hash: g0.model_hash.clone(),
-                format: g0
-                    .format
-                    .parse()
-                    .map_err(|m: String| LipfpError::data(path0, m))?,
-                ftz: g0.ftz,
-                execution: g0.execution.clone(),
-                gram_iterations: g0.gram_iterations,
-                test_set_hash: None,
-                notes,
-            },
-            policy_line: g0.policy_line as usize,
-            model_name: (!g0.model_name.is_empty()).then(|| g0.model_name.clone()),
-            shards: parts
-                .iter()
-                .map(|(p, g)| {
-                    let idx = g.instances.iter().map(|i| i.index as usize).collect();
-                    (p.to_path_buf(), idx)
-                })
-                .collect(),
-        });
+            Vec::new()
+        },
+        verdicts,
     }
-    Ok(merged)
+}
+
+/// The radius a shard at `path` records: its decimal `epsilon` read exactly, or its
+/// per-instance radii file.
+fn shard_radius(path: &Path, g: &GateCertificates) -> Result<Radius, LipfpError> {
+    if g.epsilons.is_empty() {
+        Radius::parse_decimal(&g.epsilon)
+            .map_err(|m| LipfpError::data(path, format!("epsilon: {m}")))
+    } else {
+        Ok(Radius::PerInstance(g.epsilons.clone().into()))
+    }
+}
+
+/// Model, format, execution and iterations a shard at `path` records, with the gate's merged
+/// `notes`.
+fn shard_facts(
+    path: &Path,
+    g: &GateCertificates,
+    notes: Vec<String>,
+) -> Result<SubjectFacts, LipfpError> {
+    Ok(SubjectFacts {
+        model: g.model.clone(),
+        model_hash: g.model_hash.clone(),
+        format: g
+            .format
+            .parse()
+            .map_err(|m: String| LipfpError::data(path, m))?,
+        ftz: g.ftz,
+        execution: g.execution.clone(),
+        gram_iterations: g.gram_iterations,
+        test_set_hash: None,
+        notes,
+    })
+}
+
+/// Reassemble gate `name` from its shards (`parts`, at least one): checked to be one run that
+/// covers the test set exactly once with well-formed results.
+fn merge_gate(
+    name: String,
+    parts: &[(&Path, &GateCertificates)],
+) -> Result<MergedGate, LipfpError> {
+    check_one_run(&name, parts)?;
+    let (path0, g0) = parts[0];
+    let total = g0.total as usize;
+    let instances = gather_instances(&name, parts, total)?;
+    let modes = shard_modes(path0, g0)?;
+    check_results(&name, path0, &instances, modes.len())?;
+    let labels_ok = g0.has_labels;
+    let correct = labels_ok.then(|| instances.iter().filter(|i| is_correct(i)).count());
+    let mode_outcomes = modes
+        .iter()
+        .enumerate()
+        .map(|(m, &mode)| mode_outcome(m, mode, &instances, parts, labels_ok))
+        .collect();
+    let mode = Mode::parse(&g0.threshold_mode)
+        .ok_or_else(|| LipfpError::data(path0, format!("unknown mode `{}`", g0.threshold_mode)))?;
+    let radius = shard_radius(path0, g0)?;
+    let mut notes = merge_notes(parts.iter().map(|(_, g)| g.notes.as_slice()));
+    if parts.len() > 1 {
+        notes.push(format!("merged from {} certificate files", parts.len()));
+    }
+    Ok(MergedGate {
+        name,
+        outcome: CertifyOutcome {
+            n: total,
+            correct,
+            modes: mode_outcomes,
+            norms_s: parts.iter().map(|(_, g)| g.norms_s).fold(0.0, f64::max),
+            certify_s: parts.iter().map(|(_, g)| g.certify_s).sum(),
+            reference_s: parts.iter().map(|(_, g)| g.reference_s).sum(),
+            model_refusal: None,
+            radii_hash: None,
+        },
+        radius,
+        mode,
+        thresholds: from_proto_thresholds(g0.thresholds.as_ref()),
+        facts: shard_facts(path0, g0, notes)?,
+        policy_line: g0.policy_line as usize,
+        model_name: (!g0.model_name.is_empty()).then(|| g0.model_name.clone()),
+        shards: parts
+            .iter()
+            .map(|(p, g)| {
+                let idx = g.instances.iter().map(|i| i.index as usize).collect();
+                (p.to_path_buf(), idx)
+            })
+            .collect(),
+    })
+}
+
+/// Merge the gates of several certificate files: shards of the same gate are concatenated,
+/// checked to agree on what was certified and to cover the test set exactly once.
+pub fn merge(files: &[(PathBuf, CertificateFile)]) -> Result<Vec<MergedGate>, LipfpError> {
+    group_by_gate(files)
+        .into_iter()
+        .map(|(name, parts)| merge_gate(name, &parts))
+        .collect()
 }

@@ -5,12 +5,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::certify::{parse_mode_list, Mode};
+use crate::certify::Mode;
 use crate::error::LipfpError;
 use crate::format::Format;
 use crate::norms::DEFAULT_GRAM_ITERATIONS;
 
+mod gate;
 mod radius;
+use gate::Defaults;
 pub use radius::{parse_decimal_exact, CurveGrid, Radius};
 
 #[derive(Debug, Deserialize)]
@@ -37,7 +39,7 @@ struct RawBaseline {
     required: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawModel {
     path: Option<String>,
@@ -51,7 +53,7 @@ struct RawModel {
     gram_iterations: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawData {
     inputs: Option<String>,
@@ -232,166 +234,55 @@ impl Policy {
             ));
         }
         let base = path.parent().unwrap_or(Path::new("."));
-        let resolve = |p: &str| base.join(p);
-        let model = raw.model.unwrap_or(RawModel {
-            path: None,
-            format: None,
-            accumulate: None,
-            ftz: None,
-            gram_iterations: None,
-        });
-        let data = raw.data.unwrap_or(RawData {
-            inputs: None,
-            labels: None,
-        });
-        let gram_iterations = model.gram_iterations.unwrap_or(DEFAULT_GRAM_ITERATIONS);
-        if !(1..=64).contains(&gram_iterations) {
-            return Err(err(format!(
-                "[model] gram_iterations = {gram_iterations}: must be between 1 and 64"
-            )));
-        }
-        let parse_format = |text: &str, at: &str, key: &str| -> Result<Format, LipfpError> {
-            text.parse()
-                .map_err(|m: String| err(format!("{at} {key}: {m}")))
-        };
-        if let Some(f) = &model.format {
-            parse_format(f, "[model]", "format")?;
-        }
-        if let Some(f) = &model.accumulate {
-            parse_format(f, "[model]", "accumulate")?;
-        }
+        let model = raw.model.unwrap_or_default();
+        let data = raw.data.unwrap_or_default();
+        let gram_iterations = check_model(path, &model)?;
         if raw.gates.is_empty() {
             return Err(err("the policy has no [[gate]]".into()));
         }
+        let defaults = Defaults {
+            path,
+            base,
+            model: &model,
+            data: &data,
+            gram_iterations,
+        };
         let mut gates = Vec::with_capacity(raw.gates.len());
         for (k, g) in raw.gates.into_iter().enumerate() {
-            let line = 1 + text[..g.name.span().start.min(text.len())]
-                .matches('\n')
-                .count();
-            let name = g.name.into_inner();
-            if let Some(c) = name.chars().find(|c| c.is_control()) {
-                // a newline in a name would start a new line in every report (a workflow
-                // command on GitHub Actions)
-                return Err(err(format!(
-                    "[[gate]] #{} (line {line}): the name `{}` contains the control character U+{:04X}; gate names must be printable text on one line",
-                    k + 1,
-                    name.escape_debug(),
-                    c as u32
-                )));
-            }
-            let at = format!("[[gate]] #{} (`{}`, line {line})", k + 1, name);
-            if name.trim().is_empty() {
-                return Err(err(format!("[[gate]] #{}: name must not be empty", k + 1)));
-            }
-            if gates.iter().any(|x: &Gate| x.name == name) {
-                return Err(err(format!("{at}: duplicate gate name")));
-            }
-            let radius = match (&g.epsilon, &g.epsilons) {
-                (Some(toml::Value::String(s)), None) => {
-                    Radius::parse_decimal(s).map_err(|m| err(format!("{at} epsilon: {m}")))?
-                }
-                (Some(v), None) => {
-                    return Err(err(format!(
-                        "{at} epsilon: write the radius as a decimal string (epsilon = \"{v}\") so it is read exactly"
-                    )))
-                }
-                (None, Some(p)) => Radius::PerInstance(resolve(p)),
-                (Some(_), Some(_)) => return Err(err(format!("{at}: set either epsilon or epsilons, not both"))),
-                (None, None) => return Err(err(format!("{at}: missing epsilon (or epsilons = \"radii.npy\")"))),
-            };
-            let curve = match &g.curve {
-                Some(v) => CurveGrid::from_toml(v).map_err(|m| err(format!("{at} curve: {m}")))?,
-                None => None,
-            };
-            let mode_text = g.mode.clone().unwrap_or_else(|| "standard".into());
-            let modes = parse_mode_list(&mode_text).map_err(|m| err(format!("{at} mode: {m}")))?;
-            let thresholds = Thresholds {
-                min_accuracy_pct: g.min_accuracy_pct,
-                min_certified_pct: g.min_certified_pct,
-                min_vra_pct: g.min_vra_pct,
-                max_fp_cost_pp: g.max_fp_cost_pp,
-                max_vra_drop_pp: g.max_vra_drop_pp,
-                max_certified_drop_pp: g.max_certified_drop_pp,
-            };
-            for (key, v) in [
-                ("min_accuracy_pct", thresholds.min_accuracy_pct),
-                ("min_certified_pct", thresholds.min_certified_pct),
-                ("min_vra_pct", thresholds.min_vra_pct),
-                ("max_fp_cost_pp", thresholds.max_fp_cost_pp),
-                ("max_vra_drop_pp", thresholds.max_vra_drop_pp),
-                ("max_certified_drop_pp", thresholds.max_certified_drop_pp),
-            ] {
-                if let Some(v) = v {
-                    if !(0.0..=100.0).contains(&v) {
-                        return Err(err(format!("{at} {key} = {v}: must be between 0 and 100")));
-                    }
-                }
-            }
-            let model_name = g
-                .model
-                .as_deref()
-                .or(model.path.as_deref())
-                .ok_or_else(|| {
-                    err(format!(
-                        "{at}: no model: set [model] path or the gate's model"
-                    ))
-                })?
-                .to_string();
-            let target = Target {
-                model: resolve(&model_name),
-                format: g
-                    .format
-                    .as_deref()
-                    .or(model.format.as_deref())
-                    .map(|f| parse_format(f, &at, "format"))
-                    .transpose()?,
-                accumulate: g
-                    .accumulate
-                    .as_deref()
-                    .or(model.accumulate.as_deref())
-                    .map(|f| parse_format(f, &at, "accumulate"))
-                    .transpose()?,
-                ftz: g.ftz.or(model.ftz).unwrap_or(false),
-                gram_iterations,
-                inputs: resolve(g.inputs.as_deref().or(data.inputs.as_deref()).ok_or_else(
-                    || {
-                        err(format!(
-                            "{at}: no test inputs: set [data] inputs or the gate's inputs"
-                        ))
-                    },
-                )?),
-                labels: g.labels.as_deref().or(data.labels.as_deref()).map(resolve),
-            };
-            if target.labels.is_none() {
-                for (key, v) in [
-                    ("min_accuracy_pct", thresholds.min_accuracy_pct),
-                    ("min_vra_pct", thresholds.min_vra_pct),
-                    ("max_vra_drop_pp", thresholds.max_vra_drop_pp),
-                ] {
-                    if v.is_some() {
-                        return Err(err(format!(
-                            "{at} {key}: needs labels, but [data] has no labels"
-                        )));
-                    }
-                }
-            }
-            gates.push(Gate {
-                name,
-                line,
-                model_name,
-                target,
-                radius,
-                modes,
-                thresholds,
-                curve,
-            });
+            let gate = defaults.gate(k, g, text, &gates)?;
+            gates.push(gate);
         }
         Ok(Policy {
             path: path.to_path_buf(),
-            baseline: raw.baseline.map(|b| (resolve(&b.report), b.required)),
+            baseline: raw.baseline.map(|b| (base.join(&b.report), b.required)),
             gates,
         })
     }
+}
+
+/// Format `text` of key `key` in section `at` of the policy at `path`.
+fn parse_format(path: &Path, text: &str, at: &str, key: &str) -> Result<Format, LipfpError> {
+    text.parse()
+        .map_err(|m: String| LipfpError::policy(path, format!("{at} {key}: {m}")))
+}
+
+/// Check `[model]` of the policy at `path` on its own (gram iterations within 1..=64, known
+/// formats); returns its gram iterations (or the default).
+fn check_model(path: &Path, model: &RawModel) -> Result<u32, LipfpError> {
+    let gram_iterations = model.gram_iterations.unwrap_or(DEFAULT_GRAM_ITERATIONS);
+    if !(1..=64).contains(&gram_iterations) {
+        return Err(LipfpError::policy(
+            path,
+            format!("[model] gram_iterations = {gram_iterations}: must be between 1 and 64"),
+        ));
+    }
+    if let Some(f) = &model.format {
+        parse_format(path, f, "[model]", "format")?;
+    }
+    if let Some(f) = &model.accumulate {
+        parse_format(path, f, "[model]", "accumulate")?;
+    }
+    Ok(gram_iterations)
 }
 
 #[cfg(test)]

@@ -1,0 +1,222 @@
+//! One `[[gate]]` validated: its name, radius, curve, modes, thresholds (each within 0..100)
+//! and target (the gate's keys over `[model]` and `[data]`), then the thresholds needing labels.
+
+use std::path::{Path, PathBuf};
+
+use super::{
+    parse_format, CurveGrid, Gate, Radius, RawData, RawGate, RawModel, Target, Thresholds,
+};
+use crate::certify::parse_mode_list;
+use crate::error::LipfpError;
+
+/// What every gate of a policy shares: where errors point, where paths resolve, and the
+/// `[model]` and `[data]` defaults a gate's keys override.
+pub(super) struct Defaults<'a> {
+    /// The policy file (errors name it).
+    pub path: &'a Path,
+    /// The policy's directory: relative paths resolve against it.
+    pub base: &'a Path,
+    /// `[model]` (its formats already checked).
+    pub model: &'a RawModel,
+    /// `[data]`.
+    pub data: &'a RawData,
+    /// `[model] gram_iterations` or the default, already checked.
+    pub gram_iterations: u32,
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    1 + text[..offset.min(text.len())].matches('\n').count()
+}
+
+impl Thresholds {
+    /// Every threshold with its policy key, in the policy's order.
+    fn by_key(&self) -> [(&'static str, Option<f64>); 6] {
+        [
+            ("min_accuracy_pct", self.min_accuracy_pct),
+            ("min_certified_pct", self.min_certified_pct),
+            ("min_vra_pct", self.min_vra_pct),
+            ("max_fp_cost_pp", self.max_fp_cost_pp),
+            ("max_vra_drop_pp", self.max_vra_drop_pp),
+            ("max_certified_drop_pp", self.max_certified_drop_pp),
+        ]
+    }
+}
+
+impl Defaults<'_> {
+    /// A policy error with message `m`.
+    fn err(&self, m: String) -> LipfpError {
+        LipfpError::policy(self.path, m)
+    }
+
+    /// A path written in the policy, resolved against the policy's directory.
+    fn resolve(&self, p: &str) -> PathBuf {
+        self.base.join(p)
+    }
+
+    /// Validate gate #`k + 1` of the policy `text` (`earlier`: the gates before it).
+    pub fn gate(
+        &self,
+        k: usize,
+        g: RawGate,
+        text: &str,
+        earlier: &[Gate],
+    ) -> Result<Gate, LipfpError> {
+        let line = line_of(text, g.name.span().start);
+        let at = self.check_name(k, line, g.name.get_ref(), earlier)?;
+        let radius = self.radius(&g, &at)?;
+        let curve = match &g.curve {
+            Some(v) => CurveGrid::from_toml(v).map_err(|m| self.err(format!("{at} curve: {m}")))?,
+            None => None,
+        };
+        let mode_text = g.mode.as_deref().unwrap_or("standard");
+        let modes = parse_mode_list(mode_text).map_err(|m| self.err(format!("{at} mode: {m}")))?;
+        let thresholds = self.thresholds(&g, &at)?;
+        let (model_name, target) = self.target(&g, &at)?;
+        self.check_needs_labels(&thresholds, &target, &at)?;
+        Ok(Gate {
+            name: g.name.into_inner(),
+            line,
+            model_name,
+            target,
+            radius,
+            modes,
+            thresholds,
+            curve,
+        })
+    }
+
+    /// Check the name of gate #`k + 1` (at `line`): printable on one line (a newline would
+    /// start a new line in every report, a workflow command on GitHub Actions), not empty, not
+    /// an `earlier` gate's. Returns how errors name the gate.
+    fn check_name(
+        &self,
+        k: usize,
+        line: usize,
+        name: &str,
+        earlier: &[Gate],
+    ) -> Result<String, LipfpError> {
+        if let Some(c) = name.chars().find(|c| c.is_control()) {
+            return Err(self.err(format!(
+                "[[gate]] #{} (line {line}): the name `{}` contains the control character U+{:04X}; gate names must be printable text on one line",
+                k + 1,
+                name.escape_debug(),
+                c as u32
+            )));
+        }
+        let at = format!("[[gate]] #{} (`{}`, line {line})", k + 1, name);
+        if name.trim().is_empty() {
+            return Err(self.err(format!("[[gate]] #{}: name must not be empty", k + 1)));
+        }
+        if earlier.iter().any(|x| x.name == name) {
+            return Err(self.err(format!("{at}: duplicate gate name")));
+        }
+        Ok(at)
+    }
+
+    /// The radius of gate `at`: exactly one of `epsilon` (a decimal string, read exactly) and
+    /// `epsilons` (a per-instance radii file).
+    fn radius(&self, g: &RawGate, at: &str) -> Result<Radius, LipfpError> {
+        match (&g.epsilon, &g.epsilons) {
+            (Some(toml::Value::String(s)), None) => {
+                Radius::parse_decimal(s).map_err(|m| self.err(format!("{at} epsilon: {m}")))
+            }
+            (Some(v), None) => Err(self.err(format!(
+                "{at} epsilon: write the radius as a decimal string (epsilon = \"{v}\") so it is read exactly"
+            ))),
+            (None, Some(p)) => Ok(Radius::PerInstance(self.resolve(p))),
+            (Some(_), Some(_)) => Err(self.err(format!(
+                "{at}: set either epsilon or epsilons, not both"
+            ))),
+            (None, None) => Err(self.err(format!(
+                "{at}: missing epsilon (or epsilons = \"radii.npy\")"
+            ))),
+        }
+    }
+
+    /// The thresholds of gate `at`, each between 0 and 100.
+    fn thresholds(&self, g: &RawGate, at: &str) -> Result<Thresholds, LipfpError> {
+        let thresholds = Thresholds {
+            min_accuracy_pct: g.min_accuracy_pct,
+            min_certified_pct: g.min_certified_pct,
+            min_vra_pct: g.min_vra_pct,
+            max_fp_cost_pp: g.max_fp_cost_pp,
+            max_vra_drop_pp: g.max_vra_drop_pp,
+            max_certified_drop_pp: g.max_certified_drop_pp,
+        };
+        for (key, v) in thresholds.by_key() {
+            if let Some(v) = v {
+                if !(0.0..=100.0).contains(&v) {
+                    return Err(self.err(format!("{at} {key} = {v}: must be between 0 and 100")));
+                }
+            }
+        }
+        Ok(thresholds)
+    }
+
+    /// The model of gate `at` as written, and its target: each of the gate's keys over
+    /// `[model]` and `[data]`, paths resolved against the policy's directory.
+    fn target(&self, g: &RawGate, at: &str) -> Result<(String, Target), LipfpError> {
+        let (model, data) = (self.model, self.data);
+        let model_name = g
+            .model
+            .as_deref()
+            .or(model.path.as_deref())
+            .ok_or_else(|| {
+                self.err(format!(
+                    "{at}: no model: set [model] path or the gate's model"
+                ))
+            })?
+            .to_string();
+        let format_of = |gate: &Option<String>, policy: &Option<String>, key: &str| {
+            gate.as_deref()
+                .or(policy.as_deref())
+                .map(|f| parse_format(self.path, f, at, key))
+                .transpose()
+        };
+        let target = Target {
+            model: self.resolve(&model_name),
+            format: format_of(&g.format, &model.format, "format")?,
+            accumulate: format_of(&g.accumulate, &model.accumulate, "accumulate")?,
+            ftz: g.ftz.or(model.ftz).unwrap_or(false),
+            gram_iterations: self.gram_iterations,
+            inputs: self.resolve(g.inputs.as_deref().or(data.inputs.as_deref()).ok_or_else(
+                || {
+                    self.err(format!(
+                        "{at}: no test inputs: set [data] inputs or the gate's inputs"
+                    ))
+                },
+            )?),
+            labels: g
+                .labels
+                .as_deref()
+                .or(data.labels.as_deref())
+                .map(|p| self.resolve(p)),
+        };
+        Ok((model_name, target))
+    }
+
+    /// Check gate `at` sets no threshold needing labels when its target has none.
+    fn check_needs_labels(
+        &self,
+        thresholds: &Thresholds,
+        target: &Target,
+        at: &str,
+    ) -> Result<(), LipfpError> {
+        if target.labels.is_some() {
+            return Ok(());
+        }
+        for (key, v) in [
+            ("min_accuracy_pct", thresholds.min_accuracy_pct),
+            ("min_vra_pct", thresholds.min_vra_pct),
+            ("max_vra_drop_pp", thresholds.max_vra_drop_pp),
+        ] {
+            if v.is_some() {
+                return Err(self.err(format!(
+                    "{at} {key}: needs labels, but [data] has no labels"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
