@@ -115,6 +115,21 @@ struct BallBound {
     r: f64,
 }
 
+/// The float64 reference execution at a point, for the pre-deployment modes: its model-level
+/// bounds, its measurements at the centre, and its deviation profile `(r_l, D^hi_l(x, 0))`.
+type Reference<'a> = (
+    &'a ModelBounds,
+    HiCentre<'a>,
+    Result<(Vec<f64>, Vec<f64>), Refusal>,
+);
+
+/// The centre and ball bounds gathered for one point, per source (each one's bound or why it
+/// could not be computed), in the order the sources were consulted.
+struct Sources<'a> {
+    centres: Vec<Result<CentreBound<'a>, Refusal>>,
+    balls: Vec<Result<BallBound, Refusal>>,
+}
+
 impl Certifier<'_> {
     /// Certify one point in `mode` with radius upper bound `eps`.
     pub fn certify(&self, mode: Mode, c: &Centre<'_>, eps: f64) -> PointResult {
@@ -128,7 +143,6 @@ impl Certifier<'_> {
         if fmt.vacuous.is_some() {
             return PointResult::refused(Refusal::Model);
         }
-        let depth = fmt.layers.len();
         let deterministic = matches!(mode, Mode::Standard | Mode::Hybrid | Mode::Best);
 
         // deterministic chains (sec. 4-5): ball from ||x|| + eps, centre from ||x||
@@ -145,12 +159,35 @@ impl Certifier<'_> {
             None
         };
 
-        let mut centres: Vec<Result<CentreBound<'_>, Refusal>> = Vec::with_capacity(4);
-        let mut balls: Vec<Result<BallBound, Refusal>> = Vec::with_capacity(2);
+        let mut sources = Sources {
+            centres: Vec::with_capacity(4),
+            balls: Vec::with_capacity(2),
+        };
+        self.deterministic_sources(mode, c, std_ctr, std_ball, &mut sources);
+        if let Some(reference) = reference {
+            if let Err(r) = self.reference_sources(mode, c, eps, std_ctr, reference, &mut sources) {
+                return PointResult::refused(r);
+            }
+        }
+        self.combine(c, i, eps, &sources.centres, &sources.balls)
+    }
 
+    /// The deterministic sources (sec. 4-5): the standard centre `m_hat(x) - E_ctr` (Lemma
+    /// "Final-layer pairwise deviation" at `x`, deterministic radii, `eps = 0`) and the
+    /// standard ball `E_ball` (deterministic radii from `||x|| + eps`), from the chains
+    /// `std_ctr` and `std_ball` (`(r, D)` of the last hidden layer, or the overflow).
+    fn deterministic_sources<'c>(
+        &'c self,
+        mode: Mode,
+        c: &Centre<'c>,
+        std_ctr: Option<Result<(f64, f64), Refusal>>,
+        std_ball: Option<Result<(f64, f64), Refusal>>,
+        out: &mut Sources<'c>,
+    ) {
+        let fmt = self.fmt;
         if matches!(mode, Mode::Standard | Mode::Best) {
             if let Some(ctr) = std_ctr {
-                centres.push(ctr.map(|(r, d)| CentreBound {
+                out.centres.push(ctr.map(|(r, d)| CentreBound {
                     logits: c.logits,
                     bounds: fmt,
                     d,
@@ -160,72 +197,83 @@ impl Certifier<'_> {
         }
         if matches!(mode, Mode::Standard | Mode::Hybrid | Mode::Best) {
             if let Some(ball) = std_ball {
-                balls.push(ball.map(|(r, d)| BallBound { d, r }));
+                out.balls.push(ball.map(|(r, d)| BallBound { d, r }));
             }
         }
-        if let Some((hb, h, profile)) = reference {
-            match profile {
-                Err(Refusal::Overflow(l)) => {
-                    if mode != Mode::Best {
-                        return PointResult::refused(Refusal::ReferenceOverflow(l));
-                    }
-                    centres.push(Err(Refusal::ReferenceOverflow(l)));
+    }
+
+    /// The sources built on the float64 reference execution (pre-deployment modes): the
+    /// hybrid centre `m_hat(x) - E_ctr^hybrid` (Lemma "Hybrid deviation bound"), the measured
+    /// ball `E_ball^meas` (Lemma "Measured radii"), the measured centre `m_hat(x) - E_ctr^meas`
+    /// (Theorem "Measured-Radii certificate") and the float64 centre `m_hi(x) - E_ctr^hi`.
+    /// `Err` refuses the point: the reference's profile overflowed (outside `best`, which
+    /// keeps its other sources) or could not be computed.
+    fn reference_sources<'c>(
+        &'c self,
+        mode: Mode,
+        c: &Centre<'c>,
+        eps: f64,
+        std_ctr: Option<Result<(f64, f64), Refusal>>,
+        (hb, h, profile): Reference<'c>,
+        out: &mut Sources<'c>,
+    ) -> Result<(), Refusal> {
+        let (det_radii, dhi) = match profile {
+            Err(Refusal::Overflow(l)) => {
+                if mode != Mode::Best {
+                    return Err(Refusal::ReferenceOverflow(l));
                 }
-                Err(e) => return PointResult::refused(e),
-                Ok((det_radii, dhi)) => {
-                    let d_hybrid = add_up(h.gap, dhi[depth - 1]);
-                    // hybrid centre: deterministic centre radius; overflow at x from the centre chain
-                    if matches!(mode, Mode::Hybrid | Mode::Best) {
-                        if let Some(ctr) = std_ctr {
-                            centres.push(ctr.map(|(r, _)| CentreBound {
-                                logits: c.logits,
-                                bounds: fmt,
-                                d: d_hybrid,
-                                r,
-                            }));
-                        }
-                    }
-                    // measured radii r^meas_l(x, e) = ||z_hi_l|| + prod_{k<=l} ||W_k|| e + D^hi_l
-                    let measured = |e: f64| -> Vec<f64> {
-                        (0..depth)
-                            .map(|l| {
-                                let norm = if l == 0 { c.x_norm } else { h.norms[l - 1] };
-                                add_up(add_up(norm, mul_up(fmt.lip_prefix[l], e)), dhi[l])
-                            })
-                            .collect()
-                    };
-                    if matches!(mode, Mode::Measured | Mode::Float64Centre | Mode::Best) {
-                        let r_ball = measured(eps);
-                        balls.push(fmt.chain_with_radii(&r_ball).map(|d| BallBound {
-                            d,
-                            r: r_ball[depth - 1],
-                        }));
-                    }
-                    if matches!(mode, Mode::Measured | Mode::Best) {
-                        let r_ctr = measured(0.0);
-                        centres.push(fmt.chain_with_radii(&r_ctr).map(|_| CentreBound {
-                            logits: c.logits,
-                            bounds: fmt,
-                            d: d_hybrid,
-                            r: r_ctr[depth - 1],
-                        }));
-                    }
-                    if matches!(mode, Mode::Float64Centre | Mode::Best) {
-                        if predicted_class(h.logits).is_some() {
-                            centres.push(Ok(CentreBound {
-                                logits: h.logits,
-                                bounds: hb,
-                                d: dhi[depth - 1],
-                                r: det_radii[depth - 1],
-                            }));
-                        } else {
-                            centres.push(Err(Refusal::NonFiniteLogits));
-                        }
-                    }
-                }
+                out.centres.push(Err(Refusal::ReferenceOverflow(l)));
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+            Ok(p) => p,
+        };
+        let fmt = self.fmt;
+        let depth = fmt.layers.len();
+        let d_hybrid = add_up(h.gap, dhi[depth - 1]);
+        // hybrid centre: deterministic centre radius; overflow at x from the centre chain
+        if matches!(mode, Mode::Hybrid | Mode::Best) {
+            if let Some(ctr) = std_ctr {
+                out.centres.push(ctr.map(|(r, _)| CentreBound {
+                    logits: c.logits,
+                    bounds: fmt,
+                    d: d_hybrid,
+                    r,
+                }));
             }
         }
-        self.combine(c, i, eps, &centres, &balls)
+        let measured = |e: f64| measured_radii(fmt, c.x_norm, h.norms, &dhi, e);
+        if matches!(mode, Mode::Measured | Mode::Float64Centre | Mode::Best) {
+            let r_ball = measured(eps);
+            out.balls
+                .push(fmt.chain_with_radii(&r_ball).map(|d| BallBound {
+                    d,
+                    r: r_ball[depth - 1],
+                }));
+        }
+        if matches!(mode, Mode::Measured | Mode::Best) {
+            let r_ctr = measured(0.0);
+            out.centres
+                .push(fmt.chain_with_radii(&r_ctr).map(|_| CentreBound {
+                    logits: c.logits,
+                    bounds: fmt,
+                    d: d_hybrid,
+                    r: r_ctr[depth - 1],
+                }));
+        }
+        if matches!(mode, Mode::Float64Centre | Mode::Best) {
+            if predicted_class(h.logits).is_some() {
+                out.centres.push(Ok(CentreBound {
+                    logits: h.logits,
+                    bounds: hb,
+                    d: dhi[depth - 1],
+                    r: det_radii[depth - 1],
+                }));
+            } else {
+                out.centres.push(Err(Refusal::NonFiniteLogits));
+            }
+        }
+        Ok(())
     }
 
     /// Per competing class: best centre bound, smallest ball bound; certified when every slack
@@ -309,6 +357,24 @@ impl Certifier<'_> {
             degradation: Some((0.0, leps)),
         }
     }
+}
+
+/// Measured radii `r^meas_l(x, e) = ||z_hi_l|| + prod_{k<=l} ||W_k|| e + D^hi_l`, one per
+/// layer (Lemma "Measured radii"): `||z_hi_0||` is `||x||` (`x_norm`), the others the float64
+/// hidden-layer norms `hi_norms`; `dhi` is the float64 deviation profile `D^hi_l(x, 0)`.
+fn measured_radii(
+    fmt: &ModelBounds,
+    x_norm: f64,
+    hi_norms: &[f64],
+    dhi: &[f64],
+    e: f64,
+) -> Vec<f64> {
+    (0..fmt.layers.len())
+        .map(|l| {
+            let norm = if l == 0 { x_norm } else { hi_norms[l - 1] };
+            add_up(add_up(norm, mul_up(fmt.lip_prefix[l], e)), dhi[l])
+        })
+        .collect()
 }
 
 fn first_err_ball(v: &[Result<BallBound, Refusal>]) -> Refusal {

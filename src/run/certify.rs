@@ -217,12 +217,7 @@ pub fn certify_with_progress(
     progress: &Progress,
 ) -> Result<CertifyOutcome, LipfpError> {
     let (eps, radii_hash) = radii(subject, radius)?;
-    let mut all = vec![Mode::Real];
-    for &m in modes {
-        if !all.contains(&m) {
-            all.push(m);
-        }
-    }
+    let all = with_real(modes);
     if all.iter().any(|m| m.needs_reference()) && subject.reference.is_none() {
         return Err(LipfpError::Usage(
             "internal: a pre-deployment mode was asked for without the float64 reference pass"
@@ -233,67 +228,13 @@ pub fn certify_with_progress(
     let start = Instant::now();
     for mode in all {
         let t = Instant::now();
-        let task = progress.task(&format!("{mode} certificates"), subject.n() as u64);
-        let results: Vec<PointResult> = match &subject.bounds {
-            Err(_) => vec![
-                PointResult {
-                    verdict: Err(Refusal::Model),
-                    slack: None,
-                    degradation: None,
-                };
-                subject.n()
-            ],
-            Ok(mb) => {
-                let certifier = Certifier {
-                    fmt: mb,
-                    hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
-                };
-                (0..subject.n())
-                    .into_par_iter()
-                    .with_min_len(64)
-                    .map(|i| {
-                        let r = certifier.certify(mode, &centre_of(subject, i), eps[i]);
-                        if i % 1024 == 1023 {
-                            task.add(1024);
-                        }
-                        r
-                    })
-                    .collect()
-            }
-        };
-        task.finish();
-        let seconds = t.elapsed().as_secs_f64();
-        let mut refusals = BTreeMap::new();
-        let (mut deg, mut leps) = (0.0, 0.0);
-        for r in &results {
-            if let Err(why) = r.verdict {
-                *refusals.entry(why.to_string()).or_insert(0) += 1;
-            }
-            if let Some((d, l)) = r.degradation {
-                deg += d;
-                leps += l;
-            }
-        }
-        let ok: Vec<bool> = results.iter().map(|r| r.verdict.is_ok()).collect();
-        let certified = ok.iter().filter(|&&b| b).count();
-        let vra = subject.count_correct(&ok);
-        let by_class = count_by_class(subject, &ok);
-        outcomes.push(ModeOutcome {
+        let results = point_results(subject, mode, &eps, progress);
+        outcomes.push(mode_outcome(
+            subject,
             mode,
-            certified,
-            vra,
-            refusals,
-            verdicts: ok,
-            refusal_of: results.iter().map(|r| r.verdict.err()).collect(),
-            degradation_sums: (deg, leps),
-            slacks: results
-                .iter()
-                .map(|r| r.slack.unwrap_or(f64::NAN))
-                .collect(),
-            conservatism: conservatism_ratio(mode, deg, leps),
-            seconds,
-            by_class,
-        });
+            &results,
+            t.elapsed().as_secs_f64(),
+        ));
     }
     let model_refusal = match &subject.bounds {
         Err(e) => Some(e.clone()),
@@ -310,4 +251,95 @@ pub fn certify_with_progress(
         model_refusal,
         radii_hash,
     })
+}
+
+/// The real ceiling first, then `modes` in the order asked, each once.
+fn with_real(modes: &[Mode]) -> Vec<Mode> {
+    let mut all = vec![Mode::Real];
+    for &m in modes {
+        if !all.contains(&m) {
+            all.push(m);
+        }
+    }
+    all
+}
+
+/// Every point's certificate in `mode` (in parallel; each refused when the model-level bounds
+/// could not be computed), showing progress.
+fn point_results(
+    subject: &Subject,
+    mode: Mode,
+    eps: &[f64],
+    progress: &Progress,
+) -> Vec<PointResult> {
+    let task = progress.task(&format!("{mode} certificates"), subject.n() as u64);
+    let results: Vec<PointResult> = match &subject.bounds {
+        Err(_) => vec![
+            PointResult {
+                verdict: Err(Refusal::Model),
+                slack: None,
+                degradation: None,
+            };
+            subject.n()
+        ],
+        Ok(mb) => {
+            let certifier = Certifier {
+                fmt: mb,
+                hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
+            };
+            (0..subject.n())
+                .into_par_iter()
+                .with_min_len(64)
+                .map(|i| {
+                    let r = certifier.certify(mode, &centre_of(subject, i), eps[i]);
+                    if i % 1024 == 1023 {
+                        task.add(1024);
+                    }
+                    r
+                })
+                .collect()
+        }
+    };
+    task.finish();
+    results
+}
+
+/// The figures of `mode` from its per-point `results` (`seconds`: the time they took).
+fn mode_outcome(
+    subject: &Subject,
+    mode: Mode,
+    results: &[PointResult],
+    seconds: f64,
+) -> ModeOutcome {
+    let mut refusals = BTreeMap::new();
+    let (mut deg, mut leps) = (0.0, 0.0);
+    for r in results {
+        if let Err(why) = r.verdict {
+            *refusals.entry(why.to_string()).or_insert(0) += 1;
+        }
+        if let Some((d, l)) = r.degradation {
+            deg += d;
+            leps += l;
+        }
+    }
+    let ok: Vec<bool> = results.iter().map(|r| r.verdict.is_ok()).collect();
+    let certified = ok.iter().filter(|&&b| b).count();
+    let vra = subject.count_correct(&ok);
+    let by_class = count_by_class(subject, &ok);
+    ModeOutcome {
+        mode,
+        certified,
+        vra,
+        refusals,
+        verdicts: ok,
+        refusal_of: results.iter().map(|r| r.verdict.err()).collect(),
+        degradation_sums: (deg, leps),
+        slacks: results
+            .iter()
+            .map(|r| r.slack.unwrap_or(f64::NAN))
+            .collect(),
+        conservatism: conservatism_ratio(mode, deg, leps),
+        seconds,
+        by_class,
+    }
 }

@@ -4,25 +4,22 @@
 
 mod certify;
 mod curve;
+mod passes;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use ndarray::ArrayView2;
 use rayon::prelude::*;
 
 use crate::certify::{predicted_class, ModelBounds};
 use crate::data::{self, InputStream, Inputs};
-use crate::digest::TestSetHasher;
 use crate::error::LipfpError;
-use crate::exec::{map_blocks, Executor};
 use crate::execution::ExecutionModel;
 use crate::format::Format;
 use crate::model::{self, DenseNet};
 use crate::norms::{self, NetworkNorms};
 use crate::policy::Target;
-use crate::progress::{Progress, Task};
-use crate::sound::l2_norm_up;
+use crate::progress::Progress;
 
 /// What to load for a run.
 #[derive(Clone, Debug)]
@@ -272,16 +269,15 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
         dtype: stream.dtype.clone(),
         converted_changed: 0,
     };
-    compute(
-        spec,
+    let loaded = Loaded {
         net,
-        Rows::Stream(Box::new(stream)),
+        rows: Rows::Stream(Box::new(stream)),
         info,
         labels,
         notes,
-        (first, total),
-        progress,
-    )
+        span: (first, total),
+    };
+    compute(spec, loaded, progress)
 }
 
 /// [`prepare`] for a network and inputs already in memory (`spec.model`, `spec.inputs`,
@@ -305,16 +301,15 @@ pub fn prepare_loaded(
         dtype: inputs.dtype.clone(),
         converted_changed: inputs.converted_changed,
     };
-    compute(
-        spec,
+    let loaded = Loaded {
         net,
-        Rows::Memory(&inputs.values),
+        rows: Rows::Memory(&inputs.values),
         info,
         labels,
         notes,
         span,
-        progress,
-    )
+    };
+    compute(spec, loaded, progress)
 }
 
 /// The deployment format: the declared one, or the one the model's layers compute in, with a
@@ -352,96 +347,6 @@ fn weight_notes(net: &DenseNet, format: Format) -> Vec<String> {
     }
 }
 
-/// Per-point results of the forward passes over a block of rows.
-#[derive(Default)]
-struct PassOut {
-    logits: Vec<f64>,
-    x_norms: Vec<f64>,
-    hi_logits: Vec<f64>,
-    hi_norms: Vec<f64>,
-    gaps: Vec<f64>,
-    /// CPU seconds of the deployment and the float64 passes.
-    seconds: (f64, f64),
-}
-
-impl PassOut {
-    fn extend(&mut self, o: PassOut) {
-        self.logits.extend(o.logits);
-        self.x_norms.extend(o.x_norms);
-        self.hi_logits.extend(o.hi_logits);
-        self.hi_norms.extend(o.hi_norms);
-        self.gaps.extend(o.gaps);
-        self.seconds.0 += o.seconds.0;
-        self.seconds.1 += o.seconds.1;
-    }
-}
-
-/// The forward passes of one block of rows: deployment logits and `||x||`, and with a float64
-/// executor the reference logits, the float64 hidden-layer norms and the gap between the
-/// deployment and float64 penultimate activations (from the same executions as the logits).
-fn pass_block(exec: &Executor, hi_exec: Option<&Executor>, view: ArrayView2<f64>) -> PassOut {
-    let t = Instant::now();
-    let (logits, dep_hidden) = exec.forward_block(view, hi_exec.is_some());
-    let x_norms = view
-        .rows()
-        .into_iter()
-        .map(|r| l2_norm_up(r.iter().copied()))
-        .collect();
-    let dep_s = t.elapsed().as_secs_f64();
-    let mut out = PassOut {
-        logits: logits.into_iter().collect(),
-        x_norms,
-        ..PassOut::default()
-    };
-    if let Some(hi_exec) = hi_exec {
-        let t = Instant::now();
-        let (hi_logits, hi_hidden) = hi_exec.forward_block(view, true);
-        for r in 0..view.nrows() {
-            for h in &hi_hidden {
-                out.hi_norms.push(l2_norm_up(h.row(r).iter().copied()));
-            }
-            let gap = match (dep_hidden.last(), hi_hidden.last()) {
-                (Some(a), Some(b)) => {
-                    l2_norm_up(a.row(r).iter().zip(b.row(r).iter()).map(|(x, y)| {
-                        if x == y {
-                            0.0
-                        } else {
-                            (x - y).abs().next_up()
-                        }
-                    }))
-                }
-                // a single-layer network: the penultimate activation is the exact input
-                _ => 0.0,
-            };
-            out.gaps.push(gap);
-        }
-        out.hi_logits = hi_logits.into_iter().collect();
-        out.seconds.1 = t.elapsed().as_secs_f64();
-    }
-    out.seconds.0 = dep_s;
-    out
-}
-
-/// Run the passes over `values` (`[rows, dim]`) in parallel blocks, in order.
-fn pass_rows(
-    exec: &Executor,
-    hi_exec: Option<&Executor>,
-    values: &[f64],
-    dim: usize,
-    task: &Task,
-) -> PassOut {
-    let blocks = map_blocks(values, dim, |view| {
-        let out = pass_block(exec, hi_exec, view);
-        task.add(view.nrows() as u64);
-        out
-    });
-    let mut out = PassOut::default();
-    for b in blocks {
-        out.extend(b);
-    }
-    out
-}
-
 /// The report's note on the classifier head: what it is and the logit margin it costs.
 fn head_note(net: &DenseNet, bounds: &ModelBounds) -> Option<String> {
     if net.head.is_empty() {
@@ -458,98 +363,122 @@ fn head_note(net: &DenseNet, bounds: &ModelBounds) -> Option<String> {
     ))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A network and its points as loaded, before the norms and the forward passes.
+struct Loaded<'a> {
+    net: DenseNet,
+    rows: Rows<'a>,
+    info: InputsInfo,
+    labels: Option<Vec<usize>>,
+    notes: Vec<String>,
+    /// Global index of the first point and size of the whole test set.
+    span: (usize, usize),
+}
+
+/// Everything in a [`Subject`] that does not depend on the radius: norms and model bounds,
+/// then the forward passes over the points.
 fn compute(
     spec: &SubjectSpec,
-    net: DenseNet,
-    rows: Rows<'_>,
-    mut info: InputsInfo,
-    labels: Option<Vec<usize>>,
-    mut notes: Vec<String>,
-    span: (usize, usize),
+    loaded: Loaded<'_>,
     progress: &Progress,
 ) -> Result<Subject, LipfpError> {
-    let (first, total) = span;
+    let Loaded {
+        net,
+        rows,
+        mut info,
+        labels,
+        mut notes,
+        span: (first, total),
+    } = loaded;
     let execution = ExecutionModel::deployed(net.format, spec.accumulate, spec.ftz)
         .map_err(|m| LipfpError::Usage(format!("accumulate: {m}")))?;
     notes.push(format!("execution model: {execution}"));
-    progress.stage(&format!(
-        "norms: {} layers, {} Gram iterations",
-        net.layers.len(),
-        spec.gram_iterations
-    ));
-    let t = Instant::now();
-    let norms = norms::network_norms(&net, spec.gram_iterations);
-    let norms_s = t.elapsed().as_secs_f64();
-    let norms = norms.map_err(|e| format!("spectral norms could not be bounded: {e}"));
-    let bounds = match &norms {
-        Ok(n) => {
-            let mut b = ModelBounds::new(&net, &n.layers, &execution);
-            b.use_merged_norms(&n.merged);
-            if let Some(v) = &b.vacuous {
-                notes.push(format!("sound modes certify nothing: {v}"));
-            }
-            if let Some(h) = head_note(&net, &b) {
-                notes.push(h);
-            }
-            Ok(b)
-        }
-        Err(e) => Err(e.clone()),
-    };
-
-    progress.stage(&format!(
-        "forward pass{}: {} points in {}",
-        if spec.reference {
-            "es (and float64 reference)"
-        } else {
-            ""
-        },
-        info.n,
-        net.format
-    ));
-    let t = Instant::now();
-    let exec = Executor::new(&net, &execution);
-    let hi_exec = spec
-        .reference
-        .then(|| Executor::new(&net, &ExecutionModel::float64_reference()));
-    let task = progress.task("forward passes", info.n as u64);
-    let mut out = PassOut::default();
-    let mut hasher = TestSetHasher::new(net.format, info.n, info.dim);
-    match rows {
-        Rows::Memory(values) => {
-            // the (sequential) hash runs beside the (parallel) forward passes
-            let ((), o) = rayon::join(
-                || hasher.inputs(values),
-                || pass_rows(&exec, hi_exec.as_ref(), values, info.dim, &task),
-            );
-            out = o;
-        }
-        Rows::Stream(mut stream) => {
-            let end = stream.position() + info.n;
-            while stream.position() < end {
-                let block = stream.next_rows(STREAM_ROWS.min(end - stream.position()))?;
-                let ((), o) = rayon::join(
-                    || hasher.inputs(&block),
-                    || pass_rows(&exec, hi_exec.as_ref(), &block, info.dim, &task),
-                );
-                out.extend(o);
-            }
-            info.converted_changed = stream.converted_changed;
-        }
-    }
-    let test_set_hash = hasher.finish(labels.as_deref());
-    task.finish();
-    let passes_s = t.elapsed().as_secs_f64();
+    let (norms, bounds, norms_s) = norms_and_bounds(spec, &net, &execution, &mut notes, progress);
+    let mut passes = passes::forward_passes(
+        &net,
+        &execution,
+        spec.reference,
+        rows,
+        &mut info,
+        labels.as_deref(),
+        progress,
+    )?;
     if info.converted_changed > 0 {
         notes.push(format!(
             "{} input values changed when converted from {} to {}; balls are centred at the converted inputs",
             info.converted_changed, info.dtype, net.format
         ));
     }
-    let classes = net.classes();
-    let predictions: Vec<Option<usize>> = out
-        .logits
-        .par_chunks(classes)
+    let predictions = predictions(&net, &passes.out.logits, &mut notes);
+    let (forward_s, reference_s) = passes.split_seconds();
+    let reference = spec
+        .reference
+        .then(|| passes.take_reference(&net, &norms, reference_s));
+    Ok(Subject {
+        net,
+        inputs: info,
+        labels,
+        logits: passes.out.logits,
+        predictions,
+        x_norms: passes.out.x_norms,
+        norms,
+        bounds,
+        norms_s,
+        forward_s,
+        reference,
+        notes,
+        ftz: spec.ftz,
+        execution,
+        first,
+        total,
+        test_set_hash: passes.test_set_hash,
+    })
+}
+
+/// The network's norms (with the seconds they took) and the model-level bounds they give in
+/// `execution`, noting in `notes` when the sound modes certify nothing and the classifier
+/// head's margin.
+fn norms_and_bounds(
+    spec: &SubjectSpec,
+    net: &DenseNet,
+    execution: &ExecutionModel,
+    notes: &mut Vec<String>,
+    progress: &Progress,
+) -> (
+    Result<NetworkNorms, String>,
+    Result<ModelBounds, String>,
+    f64,
+) {
+    progress.stage(&format!(
+        "norms: {} layers, {} Gram iterations",
+        net.layers.len(),
+        spec.gram_iterations
+    ));
+    let t = Instant::now();
+    let norms = norms::network_norms(net, spec.gram_iterations);
+    let norms_s = t.elapsed().as_secs_f64();
+    let norms = norms.map_err(|e| format!("spectral norms could not be bounded: {e}"));
+    let bounds = match &norms {
+        Ok(n) => {
+            let mut b = ModelBounds::new(net, &n.layers, execution);
+            b.use_merged_norms(&n.merged);
+            if let Some(v) = &b.vacuous {
+                notes.push(format!("sound modes certify nothing: {v}"));
+            }
+            if let Some(h) = head_note(net, &b) {
+                notes.push(h);
+            }
+            Ok(b)
+        }
+        Err(e) => Err(e.clone()),
+    };
+    (norms, bounds, norms_s)
+}
+
+/// The predicted class per point of the centre `logits` (row-major `[n, classes]`), noting in
+/// `notes` how many points have non-finite logits.
+fn predictions(net: &DenseNet, logits: &[f64], notes: &mut Vec<String>) -> Vec<Option<usize>> {
+    let predictions: Vec<Option<usize>> = logits
+        .par_chunks(net.classes())
         .map(predicted_class)
         .collect();
     let nonfinite = predictions.iter().filter(|p| p.is_none()).count();
@@ -559,41 +488,5 @@ fn compute(
             net.format
         ));
     }
-    // wall time of the passes, attributed by their CPU time
-    let (dep_cpu, hi_cpu) = out.seconds;
-    let hi_share = if dep_cpu + hi_cpu > 0.0 {
-        hi_cpu / (dep_cpu + hi_cpu)
-    } else {
-        0.0
-    };
-    let reference = hi_exec.map(|_| ReferenceData {
-        logits: std::mem::take(&mut out.hi_logits),
-        norms: std::mem::take(&mut out.hi_norms),
-        gaps: std::mem::take(&mut out.gaps),
-        bounds: norms.as_ref().ok().map(|n| {
-            let mut b = ModelBounds::new(&net, &n.layers, &ExecutionModel::float64_reference());
-            b.use_merged_norms(&n.merged);
-            b
-        }),
-        seconds: passes_s * hi_share,
-    });
-    Ok(Subject {
-        net,
-        inputs: info,
-        labels,
-        logits: out.logits,
-        predictions,
-        x_norms: out.x_norms,
-        norms,
-        bounds,
-        norms_s,
-        forward_s: passes_s * (1.0 - hi_share),
-        reference,
-        notes,
-        ftz: spec.ftz,
-        execution,
-        first,
-        total,
-        test_set_hash,
-    })
+    predictions
 }

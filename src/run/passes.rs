@@ -1,0 +1,213 @@
+//! The centre forward passes over a subject's points: deployment logits and `||x||`, and with
+//! the float64 reference execution its logits, hidden-layer norms and penultimate gap; the test
+//! set's hash is computed beside them.
+
+use std::time::Instant;
+
+use ndarray::ArrayView2;
+
+use super::{InputsInfo, ReferenceData, Rows, STREAM_ROWS};
+use crate::certify::ModelBounds;
+use crate::digest::TestSetHasher;
+use crate::error::LipfpError;
+use crate::exec::{map_blocks, Executor};
+use crate::execution::ExecutionModel;
+use crate::model::DenseNet;
+use crate::norms::NetworkNorms;
+use crate::progress::{Progress, Task};
+use crate::sound::l2_norm_up;
+
+/// Per-point results of the forward passes over a block of rows.
+#[derive(Default)]
+pub(super) struct PassOut {
+    pub(super) logits: Vec<f64>,
+    pub(super) x_norms: Vec<f64>,
+    hi_logits: Vec<f64>,
+    hi_norms: Vec<f64>,
+    gaps: Vec<f64>,
+    /// CPU seconds of the deployment and the float64 passes.
+    seconds: (f64, f64),
+}
+
+impl PassOut {
+    fn extend(&mut self, o: PassOut) {
+        self.logits.extend(o.logits);
+        self.x_norms.extend(o.x_norms);
+        self.hi_logits.extend(o.hi_logits);
+        self.hi_norms.extend(o.hi_norms);
+        self.gaps.extend(o.gaps);
+        self.seconds.0 += o.seconds.0;
+        self.seconds.1 += o.seconds.1;
+    }
+}
+
+/// The forward passes over all of a subject's points.
+pub(super) struct Passes {
+    /// Per-point results.
+    pub(super) out: PassOut,
+    /// See [`Subject::test_set_hash`](super::Subject::test_set_hash).
+    pub(super) test_set_hash: String,
+    /// Wall seconds of the passes (deployment and float64 together).
+    seconds: f64,
+}
+
+impl Passes {
+    /// The wall time of the passes attributed to the deployment and the float64 passes by
+    /// their CPU time.
+    pub(super) fn split_seconds(&self) -> (f64, f64) {
+        let passes_s = self.seconds;
+        let (dep_cpu, hi_cpu) = self.out.seconds;
+        let hi_share = if dep_cpu + hi_cpu > 0.0 {
+            hi_cpu / (dep_cpu + hi_cpu)
+        } else {
+            0.0
+        };
+        (passes_s * (1.0 - hi_share), passes_s * hi_share)
+    }
+
+    /// The float64 reference execution's measurements (taken out of the passes), with model
+    /// bounds on float64 constants when the norms could be computed.
+    pub(super) fn take_reference(
+        &mut self,
+        net: &DenseNet,
+        norms: &Result<NetworkNorms, String>,
+        seconds: f64,
+    ) -> ReferenceData {
+        ReferenceData {
+            logits: std::mem::take(&mut self.out.hi_logits),
+            norms: std::mem::take(&mut self.out.hi_norms),
+            gaps: std::mem::take(&mut self.out.gaps),
+            bounds: norms.as_ref().ok().map(|n| {
+                let mut b = ModelBounds::new(net, &n.layers, &ExecutionModel::float64_reference());
+                b.use_merged_norms(&n.merged);
+                b
+            }),
+            seconds,
+        }
+    }
+}
+
+/// Stream `rows` through the deployment execution (and, when `reference`, the float64 one) in
+/// parallel blocks, hashing the inputs and `labels` beside them; for streamed rows,
+/// `info.converted_changed` is set from the stream.
+pub(super) fn forward_passes(
+    net: &DenseNet,
+    execution: &ExecutionModel,
+    reference: bool,
+    rows: Rows<'_>,
+    info: &mut InputsInfo,
+    labels: Option<&[usize]>,
+    progress: &Progress,
+) -> Result<Passes, LipfpError> {
+    progress.stage(&format!(
+        "forward pass{}: {} points in {}",
+        if reference {
+            "es (and float64 reference)"
+        } else {
+            ""
+        },
+        info.n,
+        net.format
+    ));
+    let t = Instant::now();
+    let exec = Executor::new(net, execution);
+    let hi_exec = reference.then(|| Executor::new(net, &ExecutionModel::float64_reference()));
+    let task = progress.task("forward passes", info.n as u64);
+    let mut out = PassOut::default();
+    let mut hasher = TestSetHasher::new(net.format, info.n, info.dim);
+    match rows {
+        Rows::Memory(values) => {
+            // the (sequential) hash runs beside the (parallel) forward passes
+            let ((), o) = rayon::join(
+                || hasher.inputs(values),
+                || pass_rows(&exec, hi_exec.as_ref(), values, info.dim, &task),
+            );
+            out = o;
+        }
+        Rows::Stream(mut stream) => {
+            let end = stream.position() + info.n;
+            while stream.position() < end {
+                let block = stream.next_rows(STREAM_ROWS.min(end - stream.position()))?;
+                let ((), o) = rayon::join(
+                    || hasher.inputs(&block),
+                    || pass_rows(&exec, hi_exec.as_ref(), &block, info.dim, &task),
+                );
+                out.extend(o);
+            }
+            info.converted_changed = stream.converted_changed;
+        }
+    }
+    let test_set_hash = hasher.finish(labels);
+    task.finish();
+    Ok(Passes {
+        out,
+        test_set_hash,
+        seconds: t.elapsed().as_secs_f64(),
+    })
+}
+
+/// The forward passes of one block of rows: deployment logits and `||x||`, and with a float64
+/// executor the reference logits, the float64 hidden-layer norms and the gap between the
+/// deployment and float64 penultimate activations (from the same executions as the logits).
+fn pass_block(exec: &Executor, hi_exec: Option<&Executor>, view: ArrayView2<f64>) -> PassOut {
+    let t = Instant::now();
+    let (logits, dep_hidden) = exec.forward_block(view, hi_exec.is_some());
+    let x_norms = view
+        .rows()
+        .into_iter()
+        .map(|r| l2_norm_up(r.iter().copied()))
+        .collect();
+    let dep_s = t.elapsed().as_secs_f64();
+    let mut out = PassOut {
+        logits: logits.into_iter().collect(),
+        x_norms,
+        ..PassOut::default()
+    };
+    if let Some(hi_exec) = hi_exec {
+        let t = Instant::now();
+        let (hi_logits, hi_hidden) = hi_exec.forward_block(view, true);
+        for r in 0..view.nrows() {
+            for h in &hi_hidden {
+                out.hi_norms.push(l2_norm_up(h.row(r).iter().copied()));
+            }
+            let gap = match (dep_hidden.last(), hi_hidden.last()) {
+                (Some(a), Some(b)) => {
+                    l2_norm_up(a.row(r).iter().zip(b.row(r).iter()).map(|(x, y)| {
+                        if x == y {
+                            0.0
+                        } else {
+                            (x - y).abs().next_up()
+                        }
+                    }))
+                }
+                // a single-layer network: the penultimate activation is the exact input
+                _ => 0.0,
+            };
+            out.gaps.push(gap);
+        }
+        out.hi_logits = hi_logits.into_iter().collect();
+        out.seconds.1 = t.elapsed().as_secs_f64();
+    }
+    out.seconds.0 = dep_s;
+    out
+}
+
+/// Run the passes over `values` (`[rows, dim]`) in parallel blocks, in order.
+fn pass_rows(
+    exec: &Executor,
+    hi_exec: Option<&Executor>,
+    values: &[f64],
+    dim: usize,
+    task: &Task,
+) -> PassOut {
+    let blocks = map_blocks(values, dim, |view| {
+        let out = pass_block(exec, hi_exec, view);
+        task.add(view.nrows() as u64);
+        out
+    });
+    let mut out = PassOut::default();
+    for b in blocks {
+        out.extend(b);
+    }
+    out
+}
