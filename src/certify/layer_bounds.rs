@@ -193,6 +193,7 @@ pub(super) fn dense_layer_bounds(
             product_f_max,
             checks,
         },
+        rel_w: Some(rel_w),
     }
 }
 
@@ -205,5 +206,6 @@ pub(super) fn step_layer_bounds(s: &affine::StepBounds) -> LayerBounds {
         beta_const: s.error_const,
         bias_l2: s.shift_l2,
         overflow: s.overflow.clone(),
+        rel_w: None,
     }
 }

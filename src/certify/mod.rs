@@ -6,6 +6,7 @@
 //! per-instance work is a handful of upward-rounded scalar steps per layer and per class pair.
 
 pub mod affine;
+pub mod componentwise;
 pub mod head;
 mod layer_bounds;
 pub mod modes;
@@ -201,6 +202,9 @@ pub struct LayerBounds {
     pub bias_l2: f64,
     /// Constants of the layer's overflow check.
     pub overflow: OverflowConstants,
+    /// `rel_w` of a dense layer (the componentwise bounds multiply `|| |W_l| |c| ||` by it);
+    /// `None` for an affine step.
+    pub rel_w: Option<f64>,
 }
 
 /// Model-level constants of one ordered class pair `(i, j)` of the output layer.

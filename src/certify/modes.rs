@@ -23,6 +23,7 @@
 //! | standard: `E_ball` | deterministic radii from `||x|| + eps` |
 //! | measured: `E_ball^meas` | Lemma "Measured radii" |
 
+use crate::certify::componentwise;
 use crate::certify::quantities::final_pair_bounds;
 use crate::certify::{
     margin_lower, predicted_class, Mode, ModelBounds, PairBounds, Refusal, Verdict,
@@ -38,6 +39,11 @@ pub struct HiCentre<'a> {
     pub gap: f64,
     /// Upper bounds on `||z_hi_l(x)||_2` for the hidden layers `l = 1..L-1`.
     pub norms: &'a [f64],
+    /// Per layer `l = 1..L`, an upper bound on `|| |W_l| |c_{l-1}| ||_2` with `c_0 = x` and
+    /// `c_l = z_hi_l(x)` (NaN for an affine step; [`crate::certify::componentwise`]).
+    pub abs_norms: &'a [f64],
+    /// Upper bounds on `|W_L| |c_{L-1}|`, one per class.
+    pub abs_last: &'a [f64],
 }
 
 /// Everything measured at one test point.
@@ -88,9 +94,12 @@ fn pair_error(p: &PairBounds, d: f64, r: f64) -> f64 {
     final_pair_bounds(p.alpha, d, p.kappa_abs, r, p.beta_const)
 }
 
-/// A centre-deviation source: lower bound `c_j = margin_j - E(d, r)`.
+/// A centre-deviation source: lower bound `c_j = margin_j - E(d, r)` (componentwise, with
+/// `cw = v`: `E = componentwise::pair_error(.., d, r)`, `r` then bounding `||z_hat - c||`).
 #[derive(Clone, Copy)]
 struct CentreBound<'a> {
+    /// The componentwise products `v = |W_L| |c_{L-1}|`, for a componentwise source.
+    cw: Option<&'a [f64]>,
     /// Logits whose margin is bounded (deployed or float64).
     logits: &'a [f64],
     /// Pair table of the execution those logits came from.
@@ -101,18 +110,49 @@ struct CentreBound<'a> {
 
 impl CentreBound<'_> {
     fn lower(&self, i: usize, j: usize) -> f64 {
-        sub_down(
-            margin_lower(self.logits, i, j),
-            pair_error(self.bounds.pair(i, j), self.d, self.r),
-        )
+        let p = self.bounds.pair(i, j);
+        let e = match self.cw {
+            Some(v) => last_layer_cw_error(self.bounds, p, v, (i, j), self.d, self.r),
+            None => pair_error(p, self.d, self.r),
+        };
+        sub_down(margin_lower(self.logits, i, j), e)
     }
 }
 
-/// A ball-deviation source: `b_j = E(d, r)` in the deployment format.
+/// A ball-deviation source: `b_j = E(d, r)` in the deployment format (componentwise with
+/// `cw`, as for [`CentreBound`]).
 #[derive(Clone, Copy)]
-struct BallBound {
+struct BallBound<'a> {
+    cw: Option<&'a [f64]>,
     d: f64,
     r: f64,
+}
+
+impl BallBound<'_> {
+    fn error(&self, fmt: &ModelBounds, i: usize, j: usize) -> f64 {
+        let p = fmt.pair(i, j);
+        match self.cw {
+            Some(v) => last_layer_cw_error(fmt, p, v, (i, j), self.d, self.r),
+            None => pair_error(p, self.d, self.r),
+        }
+    }
+}
+
+/// [`componentwise::pair_error`] with the output layer's `rel_w` (infinite when unknown).
+fn last_layer_cw_error(
+    fmt: &ModelBounds,
+    p: &PairBounds,
+    v: &[f64],
+    ij: (usize, usize),
+    d: f64,
+    rho: f64,
+) -> f64 {
+    let rel_w = fmt
+        .layers
+        .last()
+        .and_then(|l| l.rel_w)
+        .unwrap_or(f64::INFINITY);
+    componentwise::pair_error(p, rel_w, v, ij, d, rho)
 }
 
 /// The float64 reference execution at a point, for the pre-deployment modes: its model-level
@@ -127,7 +167,7 @@ type Reference<'a> = (
 /// could not be computed), in the order the sources were consulted.
 struct Sources<'a> {
     centres: Vec<Result<CentreBound<'a>, Refusal>>,
-    balls: Vec<Result<BallBound, Refusal>>,
+    balls: Vec<Result<BallBound<'a>, Refusal>>,
 }
 
 impl Certifier<'_> {
@@ -188,6 +228,7 @@ impl Certifier<'_> {
         if matches!(mode, Mode::Standard | Mode::Best) {
             if let Some(ctr) = std_ctr {
                 out.centres.push(ctr.map(|(r, d)| CentreBound {
+                    cw: None,
                     logits: c.logits,
                     bounds: fmt,
                     d,
@@ -197,7 +238,8 @@ impl Certifier<'_> {
         }
         if matches!(mode, Mode::Standard | Mode::Hybrid | Mode::Best) {
             if let Some(ball) = std_ball {
-                out.balls.push(ball.map(|(r, d)| BallBound { d, r }));
+                out.balls
+                    .push(ball.map(|(r, d)| BallBound { cw: None, d, r }));
             }
         }
     }
@@ -235,6 +277,7 @@ impl Certifier<'_> {
         if matches!(mode, Mode::Hybrid | Mode::Best) {
             if let Some(ctr) = std_ctr {
                 out.centres.push(ctr.map(|(r, _)| CentreBound {
+                    cw: None,
                     logits: c.logits,
                     bounds: fmt,
                     d: d_hybrid,
@@ -247,6 +290,7 @@ impl Certifier<'_> {
             let r_ball = measured(eps);
             out.balls
                 .push(fmt.chain_with_radii(&r_ball).map(|d| BallBound {
+                    cw: None,
                     d,
                     r: r_ball[depth - 1],
                 }));
@@ -255,6 +299,7 @@ impl Certifier<'_> {
             let r_ctr = measured(0.0);
             out.centres
                 .push(fmt.chain_with_radii(&r_ctr).map(|_| CentreBound {
+                    cw: None,
                     logits: c.logits,
                     bounds: fmt,
                     d: d_hybrid,
@@ -264,6 +309,7 @@ impl Certifier<'_> {
         if matches!(mode, Mode::Float64Centre | Mode::Best) {
             if predicted_class(h.logits).is_some() {
                 out.centres.push(Ok(CentreBound {
+                    cw: None,
                     logits: h.logits,
                     bounds: hb,
                     d: dhi[depth - 1],
@@ -272,6 +318,9 @@ impl Certifier<'_> {
             } else {
                 out.centres.push(Err(Refusal::NonFiniteLogits));
             }
+        }
+        if mode == Mode::Best {
+            componentwise_sources(fmt, c, &h, &dhi, eps, out);
         }
         Ok(())
     }
@@ -284,11 +333,11 @@ impl Certifier<'_> {
         i: usize,
         eps: f64,
         centres: &[Result<CentreBound<'_>, Refusal>],
-        balls: &[Result<BallBound, Refusal>],
+        balls: &[Result<BallBound<'_>, Refusal>],
     ) -> PointResult {
         let ok_centres: Vec<&CentreBound<'_>> =
             centres.iter().filter_map(|x| x.as_ref().ok()).collect();
-        let ok_balls: Vec<&BallBound> = balls.iter().filter_map(|x| x.as_ref().ok()).collect();
+        let ok_balls: Vec<&BallBound<'_>> = balls.iter().filter_map(|x| x.as_ref().ok()).collect();
         if ok_balls.is_empty() {
             return PointResult::refused(first_err_ball(balls));
         }
@@ -306,7 +355,7 @@ impl Certifier<'_> {
                 .fold(f64::NEG_INFINITY, f64::max);
             let ball = ok_balls
                 .iter()
-                .map(|b| pair_error(p, b.d, b.r))
+                .map(|b| b.error(fmt, i, j))
                 .fold(f64::INFINITY, f64::min);
             let l_eps = mul_up(p.lip, eps);
             let s = sub_down(sub_down(sub_down(lower, l_eps), ball), fmt.head_margin);
@@ -377,7 +426,40 @@ fn measured_radii(
         .collect()
 }
 
-fn first_err_ball(v: &[Result<BallBound, Refusal>]) -> Refusal {
+/// The componentwise sources of `best` (docs/soundness.md "Componentwise bounds"): the ball
+/// from [`componentwise::chain`] and the centre `m_hat(x) - E` with `d = gap + D^hi_{L-1}` and
+/// `||z_hat_{L-1}(x) - c_{L-1}|| <= gap`, each only where the measured radii exclude overflow
+/// over the ball (at the centre).
+fn componentwise_sources<'c>(
+    fmt: &'c ModelBounds,
+    c: &Centre<'c>,
+    h: &HiCentre<'c>,
+    dhi: &[f64],
+    eps: f64,
+    out: &mut Sources<'c>,
+) {
+    let radii = |e: f64| measured_radii(fmt, c.x_norm, h.norms, dhi, e);
+    if fmt.chain_with_radii(&radii(eps)).is_ok() {
+        let (d, rho) = componentwise::chain(fmt, c.x_norm, h, dhi, eps);
+        out.balls.push(Ok(BallBound {
+            cw: Some(h.abs_last),
+            d,
+            r: rho,
+        }));
+    }
+    if fmt.chain_with_radii(&radii(0.0)).is_ok() {
+        let depth = fmt.layers.len();
+        out.centres.push(Ok(CentreBound {
+            cw: Some(h.abs_last),
+            logits: c.logits,
+            bounds: fmt,
+            d: add_up(h.gap, dhi[depth - 1]),
+            r: h.gap,
+        }));
+    }
+}
+
+fn first_err_ball(v: &[Result<BallBound<'_>, Refusal>]) -> Refusal {
     v.iter()
         .find_map(|x| x.as_ref().err().copied())
         .unwrap_or(Refusal::Model)

@@ -138,10 +138,13 @@ impl CertifyOutcome {
 pub(super) fn centre_of(subject: &Subject, i: usize) -> Centre<'_> {
     let classes = subject.net.classes();
     let hidden_layers = subject.net.layers.len() - 1;
+    let depth = subject.net.layers.len();
     let hi = subject.reference.as_ref().map(|r| HiCentre {
         logits: &r.logits[i * classes..(i + 1) * classes],
         gap: r.gaps[i],
         norms: &r.norms[i * hidden_layers..(i + 1) * hidden_layers],
+        abs_norms: &r.abs_norms[i * depth..(i + 1) * depth],
+        abs_last: &r.abs_last[i * classes..(i + 1) * classes],
     });
     Centre {
         logits: &subject.logits[i * classes..(i + 1) * classes],

@@ -114,6 +114,11 @@ pub struct ReferenceData {
     pub norms: Vec<f64>,
     /// Upper bounds on `||z_hat_{L-1} - z_hi_{L-1}||_2` per point.
     pub gaps: Vec<f64>,
+    /// Upper bounds on `|| |W_l| |c_{l-1}| ||_2`, row-major `[n, L]` (NaN for affine steps;
+    /// [`crate::certify::componentwise`]).
+    pub abs_norms: Vec<f64>,
+    /// Upper bounds on `|W_L| |c_{L-1}|`, row-major `[n, classes]`.
+    pub abs_last: Vec<f64>,
     /// Model bounds with float64 constants.
     pub bounds: Option<ModelBounds>,
     /// Seconds spent on the reference pass.

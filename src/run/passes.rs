@@ -7,6 +7,7 @@ use std::time::Instant;
 use ndarray::ArrayView2;
 
 use super::{InputsInfo, ReferenceData, Rows, STREAM_ROWS};
+use crate::certify::componentwise::AbsWeights;
 use crate::certify::ModelBounds;
 use crate::digest::TestSetHasher;
 use crate::error::LipfpError;
@@ -17,6 +18,9 @@ use crate::norms::NetworkNorms;
 use crate::progress::{Progress, Task};
 use crate::sound::l2_norm_up;
 
+/// The float64 reference executor and the absolute weights its componentwise products use.
+type HiPass = (Executor, AbsWeights);
+
 /// Per-point results of the forward passes over a block of rows.
 #[derive(Default)]
 pub(super) struct PassOut {
@@ -25,6 +29,8 @@ pub(super) struct PassOut {
     hi_logits: Vec<f64>,
     hi_norms: Vec<f64>,
     gaps: Vec<f64>,
+    abs_norms: Vec<f64>,
+    abs_last: Vec<f64>,
     /// CPU seconds of the deployment and the float64 passes.
     seconds: (f64, f64),
 }
@@ -36,6 +42,8 @@ impl PassOut {
         self.hi_logits.extend(o.hi_logits);
         self.hi_norms.extend(o.hi_norms);
         self.gaps.extend(o.gaps);
+        self.abs_norms.extend(o.abs_norms);
+        self.abs_last.extend(o.abs_last);
         self.seconds.0 += o.seconds.0;
         self.seconds.1 += o.seconds.1;
     }
@@ -77,6 +85,8 @@ impl Passes {
             logits: std::mem::take(&mut self.out.hi_logits),
             norms: std::mem::take(&mut self.out.hi_norms),
             gaps: std::mem::take(&mut self.out.gaps),
+            abs_norms: std::mem::take(&mut self.out.abs_norms),
+            abs_last: std::mem::take(&mut self.out.abs_last),
             bounds: norms.as_ref().ok().map(|n| {
                 let mut b = ModelBounds::new(net, &n.layers, &ExecutionModel::float64_reference());
                 b.use_merged_norms(&n.merged);
@@ -111,7 +121,12 @@ pub(super) fn forward_passes(
     ));
     let t = Instant::now();
     let exec = Executor::new(net, execution);
-    let hi_exec = reference.then(|| Executor::new(net, &ExecutionModel::float64_reference()));
+    let hi_exec = reference.then(|| {
+        (
+            Executor::new(net, &ExecutionModel::float64_reference()),
+            AbsWeights::new(net),
+        )
+    });
     let task = progress.task("forward passes", info.n as u64);
     let mut out = PassOut::default();
     let mut hasher = TestSetHasher::new(net.format, info.n, info.dim);
@@ -149,7 +164,7 @@ pub(super) fn forward_passes(
 /// The forward passes of one block of rows: deployment logits and `||x||`, and with a float64
 /// executor the reference logits, the float64 hidden-layer norms and the gap between the
 /// deployment and float64 penultimate activations (from the same executions as the logits).
-fn pass_block(exec: &Executor, hi_exec: Option<&Executor>, view: ArrayView2<f64>) -> PassOut {
+fn pass_block(exec: &Executor, hi_exec: Option<&HiPass>, view: ArrayView2<f64>) -> PassOut {
     let t = Instant::now();
     let (logits, dep_hidden) = exec.forward_block(view, hi_exec.is_some());
     let x_norms = view
@@ -163,9 +178,12 @@ fn pass_block(exec: &Executor, hi_exec: Option<&Executor>, view: ArrayView2<f64>
         x_norms,
         ..PassOut::default()
     };
-    if let Some(hi_exec) = hi_exec {
+    if let Some((hi_exec, abs)) = hi_exec {
         let t = Instant::now();
         let (hi_logits, hi_hidden) = hi_exec.forward_block(view, true);
+        let products = abs.measure(view, &hi_hidden);
+        out.abs_norms = products.norms;
+        out.abs_last = products.last;
         for r in 0..view.nrows() {
             for h in &hi_hidden {
                 out.hi_norms.push(l2_norm_up(h.row(r).iter().copied()));
@@ -195,7 +213,7 @@ fn pass_block(exec: &Executor, hi_exec: Option<&Executor>, view: ArrayView2<f64>
 /// Run the passes over `values` (`[rows, dim]`) in parallel blocks, in order.
 fn pass_rows(
     exec: &Executor,
-    hi_exec: Option<&Executor>,
+    hi_exec: Option<&HiPass>,
     values: &[f64],
     dim: usize,
     task: &Task,
