@@ -45,15 +45,7 @@ fn subject(format: Format, dir: &Path) -> Subject {
 
 /// The reference measurements of point `i`.
 fn hi_centre(s: &Subject, i: usize) -> HiCentre<'_> {
-    let r = s.reference.as_ref().unwrap();
-    let (k, depth) = (s.net.classes(), s.net.layers.len());
-    HiCentre {
-        logits: &r.logits[i * k..(i + 1) * k],
-        gap: r.gaps[i],
-        norms: &r.norms[i * (depth - 1)..(i + 1) * (depth - 1)],
-        abs_norms: &r.abs_norms[i * depth..(i + 1) * depth],
-        abs_last: &r.abs_last[i * k..(i + 1) * k],
-    }
+    s.centre(i).hi.expect("a reference pass")
 }
 
 /// A deterministic point of the l2 ball of radius `eps` around `x` in `format` (the offset is

@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lipfp::certify::{Centre, Certifier, Mode};
+use lipfp::certify::{Certifier, Mode};
 use lipfp::policy::{CurveGrid, Radius};
 use lipfp::progress::Progress;
 use lipfp::run::{self, SubjectSpec};
@@ -106,19 +106,9 @@ fn per_point_radii_are_confirmed_lower_bounds() {
         fmt: bounds,
         hi: reference.bounds.as_ref(),
     };
-    let classes = subject.net.classes();
-    let hidden = subject.net.layers.len() - 1;
     for m in &curve.modes {
         for (i, r) in m.radii.iter().enumerate() {
-            let centre = Centre {
-                logits: &subject.logits[i * classes..(i + 1) * classes],
-                x_norm: subject.x_norms[i],
-                hi: Some(lipfp::certify::HiCentre {
-                    logits: &reference.logits[i * classes..(i + 1) * classes],
-                    gap: reference.gaps[i],
-                    norms: &reference.norms[i * hidden..(i + 1) * hidden],
-                }),
-            };
+            let centre = subject.centre(i);
             let ok = |eps: f64| certifier.certify(m.mode, &centre, eps).verdict.is_ok();
             match r {
                 None => assert!(!ok(0.0), "{} point {i}", m.mode),

@@ -200,6 +200,11 @@ impl Subject {
         )
     }
 
+    /// What the forward passes measured at point `i` (the input of every certificate).
+    pub fn centre(&self, i: usize) -> crate::certify::Centre<'_> {
+        certify::centre_of(self, i)
+    }
+
     /// Correctly classified points, when labels are present.
     pub fn correct(&self) -> Option<usize> {
         let labels = self.labels.as_ref()?;
