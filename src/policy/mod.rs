@@ -95,6 +95,8 @@ struct RawGate {
     max_certified_drop_pp: Option<f64>,
     #[serde(default)]
     curve: Option<toml::Value>,
+    #[serde(default)]
+    attack: Option<bool>,
 }
 
 /// Thresholds of a gate (percentages, percentage points).
@@ -189,6 +191,8 @@ pub struct Gate {
     pub thresholds: Thresholds,
     /// The robustness curve to report, if any (`curve = true` or a list of radii).
     pub curve: Option<CurveGrid>,
+    /// Run the falsifier on the points the first mode does not certify (`attack = true`).
+    pub attack: bool,
 }
 
 /// A validated policy; every path is resolved relative to the policy file.
@@ -305,6 +309,11 @@ impl Policy {
             };
             let mode_text = g.mode.clone().unwrap_or_else(|| "standard".into());
             let modes = parse_mode_list(&mode_text).map_err(|m| err(format!("{at} mode: {m}")))?;
+            let attack = g.attack.unwrap_or(false);
+            if attack {
+                crate::attack::check_request(&radius, modes[0])
+                    .map_err(|m| err(format!("{at} attack: {m}")))?;
+            }
             let thresholds = Thresholds {
                 min_accuracy_pct: g.min_accuracy_pct,
                 min_certified_pct: g.min_certified_pct,
@@ -384,6 +393,7 @@ impl Policy {
                 modes,
                 thresholds,
                 curve,
+                attack,
             });
         }
         Ok(Policy {
