@@ -139,7 +139,7 @@ mod tests {
         assert!(in_ball_exact(&[0.3f64.next_down()], &[0.0], &eps));
         // 0.18 and 0.24 as f64 are not the decimals: the answer is the exact comparison
         let q = |x: f64| Rational::from_f64(x).unwrap();
-        let sum = Rational::from(q(0.18) * q(0.18)) + Rational::from(q(0.24) * q(0.24));
+        let sum = q(0.18) * q(0.18) + q(0.24) * q(0.24);
         let expected = sum <= Rational::from(&eps * &eps);
         assert_eq!(in_ball_exact(&[0.18, 0.24], &[0.0, 0.0], &eps), expected);
     }
