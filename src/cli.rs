@@ -185,6 +185,9 @@ pub struct CertifyArgs {
     /// deployed execution, and report the bracket on robust accuracy.
     #[arg(long)]
     pub attack: bool,
+    /// With --attack: write the adversarial inputs found here (.npy), their indices beside it.
+    #[arg(long, requires = "attack")]
+    pub attack_witnesses: Option<PathBuf>,
 }
 
 /// `lipfp report`.
@@ -419,8 +422,7 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     check_outputs(&a.out, a.certificates.as_ref())?;
     let (spec, radius, modes) = certify_request(a)?;
     if a.attack {
-        crate::attack::check_request(&radius, modes[0])
-            .map_err(|m| LipfpError::Usage(format!("--attack: {m}")))?;
+        crate::attack::check_cli(&radius, modes[0], a.attack_witnesses.as_deref())?;
     }
     let subject = run::prepare(&spec, progress)?;
     progress.stage(&format!("certifying {} points", subject.n()));
@@ -442,7 +444,11 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     let mut artifacts = Vec::new();
     attach_curve(a, &subject, &modes, &mut gate, &mut artifacts, progress)?;
     if a.attack {
-        crate::attack::attach(&subject, &radius, modes[0], &outcome, &mut gate, progress)?;
+        let found =
+            crate::attack::attach(&subject, &radius, modes[0], &outcome, &mut gate, progress)?;
+        if let Some(p) = &a.attack_witnesses {
+            artifacts.extend(crate::attack::witnesses::artifacts(p, &subject, &found));
+        }
     }
     if let Some(path) = &a.certificates {
         let meta = GateMeta {

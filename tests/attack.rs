@@ -376,3 +376,60 @@ fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[
     w.extend(data.iter().copied()).expect("write .npy");
     w.finish().expect("finish .npy");
 }
+
+#[test]
+fn the_witnesses_file_holds_the_falsified_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, x, y) = (
+        digits("model.onnx"),
+        digits("x_test.npy"),
+        digits("y_test.npy"),
+    );
+    let args = [
+        "certify",
+        "--model",
+        m.to_str().unwrap(),
+        "--inputs",
+        x.to_str().unwrap(),
+        "--labels",
+        y.to_str().unwrap(),
+        "--epsilon",
+        "0.3",
+        "--mode",
+        "standard",
+        "--attack",
+        "--attack-witnesses",
+        "w.npy",
+        "--json",
+        "r.json",
+    ];
+    let (code, _, stderr) = lipfp(dir.path(), &args);
+    assert_eq!(code, Some(0), "{stderr}");
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("r.json")).unwrap()).unwrap();
+    let falsified = json["gates"][0]["attack"]["falsified"].as_u64().unwrap() as usize;
+    let (w_bytes, i_bytes) = (
+        std::fs::read(dir.path().join("w.npy")).unwrap(),
+        std::fs::read(dir.path().join("w.indices.npy")).unwrap(),
+    );
+    let w = npyz::NpyFile::new(&w_bytes[..]).unwrap();
+    let shape = w.shape().to_vec();
+    let values: Vec<f64> = w.into_vec().unwrap();
+    let indices: Vec<i64> = npyz::NpyFile::new(&i_bytes[..])
+        .unwrap()
+        .into_vec()
+        .unwrap();
+    assert_eq!(shape[0] as usize, falsified);
+    assert_eq!(indices.len(), falsified);
+    let subject = prepare(&m, &x, &y);
+    let inputs = data::load_inputs(&x, &subject.net, subject.net.format).unwrap();
+    let exec = Executor::new(&subject.net, &subject.execution);
+    let dim = inputs.dim;
+    for (k, &i) in indices.iter().enumerate() {
+        let row = &values[k * dim..(k + 1) * dim];
+        assert!(exactly_within(row, inputs.row(i as usize)), "witness {k}");
+        let view = ArrayView2::from_shape((1, dim), row).unwrap();
+        let logits: Vec<f64> = exec.forward_block(view, false).0.into_iter().collect();
+        assert_ne!(predicted_class(&logits), subject.predictions[i as usize]);
+    }
+}

@@ -15,6 +15,7 @@
 
 mod ball;
 mod gradient;
+pub mod witnesses;
 
 use std::time::Instant;
 
@@ -82,6 +83,21 @@ pub fn check_request(radius: &Radius, mode: Mode) -> Result<(), String> {
              `real` (unsound for floating-point execution); put a sound mode first"
                 .into(),
         );
+    }
+    Ok(())
+}
+
+/// [`check_request`] for `lipfp certify --attack` (errors name the flag), and the witnesses'
+/// destinations checked before any work.
+pub fn check_cli(
+    radius: &Radius,
+    mode: Mode,
+    witnesses: Option<&std::path::Path>,
+) -> Result<(), LipfpError> {
+    check_request(radius, mode).map_err(|m| LipfpError::Usage(format!("--attack: {m}")))?;
+    if let Some(p) = witnesses {
+        crate::files::check_target(p, "witnesses file")?;
+        crate::files::check_target(&witnesses::indices_path(p), "witness indices file")?;
     }
     Ok(())
 }
