@@ -134,9 +134,15 @@ mod tests {
     #[test]
     fn the_ball_test_is_exact() {
         let eps = crate::policy::parse_decimal_exact("0.3").unwrap();
-        // 0.3 as an f64 is above the decimal 0.3: that point is outside the ball
-        assert!(!in_ball_exact(&[0.3], &[0.0], &eps));
-        assert!(in_ball_exact(&[0.3f64.next_down()], &[0.0], &eps));
+        // the f64 nearest 0.3 is just below the decimal, the next one above it: the radius
+        // certificates use (`Radius::Uniform::up`) is outside the ball
+        assert!(in_ball_exact(&[0.3], &[0.0], &eps));
+        assert!(!in_ball_exact(&[0.3f64.next_up()], &[0.0], &eps));
+        let up = match crate::policy::Radius::parse_decimal("0.3").unwrap() {
+            crate::policy::Radius::Uniform { up, .. } => up,
+            _ => unreachable!(),
+        };
+        assert!(!in_ball_exact(&[-up], &[0.0], &eps));
         // 0.18 and 0.24 as f64 are not the decimals: the answer is the exact comparison
         let q = |x: f64| Rational::from_f64(x).unwrap();
         let sum = q(0.18) * q(0.18) + q(0.24) * q(0.24);
