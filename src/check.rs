@@ -205,6 +205,11 @@ fn evaluate_gate(
         gate.curve = Some(CurveReport::new(&curve, subject.n()));
         gate.baseline_curve = baseline.and_then(|b| b.curve(&g.name, &identity)).cloned();
     }
+    if g.attack {
+        progress.stage(&format!("gate `{}`: falsifier", g.name));
+        crate::attack::attach(subject, &g.radius, g.mode(), &outcome, &mut gate, progress)
+            .map_err(|e| e.to_string())?;
+    }
     if shard.is_some() && gate.passed.is_some() {
         // a shard's figures are partial: thresholds are judged on the merged report
         gate.withhold_verdict("thresholds are evaluated by `lipfp report` on the merged shards");

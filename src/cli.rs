@@ -181,6 +181,13 @@ pub struct CertifyArgs {
     /// With --curve: write the curve as an SVG chart here.
     #[arg(long, requires = "curve")]
     pub plot: Option<PathBuf>,
+    /// Search the points the first mode does not certify for adversarial examples under the
+    /// deployed execution, and report the bracket on robust accuracy.
+    #[arg(long)]
+    pub attack: bool,
+    /// With --attack: write the adversarial inputs found here (.npy), their indices beside it.
+    #[arg(long, requires = "attack")]
+    pub attack_witnesses: Option<PathBuf>,
 }
 
 /// `lipfp report`.
@@ -414,6 +421,9 @@ fn attach_curve(
 fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     check_outputs(&a.out, a.certificates.as_ref())?;
     let (spec, radius, modes) = certify_request(a)?;
+    if a.attack {
+        crate::attack::check_cli(&radius, modes[0], a.attack_witnesses.as_deref())?;
+    }
     let subject = run::prepare(&spec, progress)?;
     progress.stage(&format!("certifying {} points", subject.n()));
     let outcome = run::certify_with_progress(&subject, &radius, &modes, progress)?;
@@ -433,6 +443,13 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     gate.model_name = Some(a.model.display().to_string());
     let mut artifacts = Vec::new();
     attach_curve(a, &subject, &modes, &mut gate, &mut artifacts, progress)?;
+    if a.attack {
+        let found =
+            crate::attack::attach(&subject, &radius, modes[0], &outcome, &mut gate, progress)?;
+        if let Some(p) = &a.attack_witnesses {
+            artifacts.extend(crate::attack::witnesses::artifacts(p, &subject, &found));
+        }
+    }
     if let Some(path) = &a.certificates {
         let meta = GateMeta {
             name: "certify",

@@ -4,6 +4,7 @@
 //! Data flows one way: policy -> model + data -> norms (every run) -> per-instance
 //! certificates (parallel) -> gate verdicts -> reporters.
 
+pub mod attack;
 pub mod audit;
 pub mod baseline;
 pub mod bench;

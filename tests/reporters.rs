@@ -96,6 +96,7 @@ fn gate(name: &str, passed: Option<bool>, failures: &[&str]) -> GateReport {
         policy_line: Some(17),
         curve: None,
         baseline_curve: None,
+        attack: None,
     }
 }
 

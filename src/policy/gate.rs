@@ -1,4 +1,4 @@
-//! One `[[gate]]` validated: its name, radius, curve, modes, thresholds (each within 0..100)
+//! One `[[gate]]` validated: its name, radius, curve, modes, attack, thresholds (each within 0..100)
 //! and target (the gate's keys over `[model]` and `[data]`), then the thresholds needing labels.
 
 use std::path::{Path, PathBuf};
@@ -71,6 +71,11 @@ impl Defaults<'_> {
         };
         let mode_text = g.mode.as_deref().unwrap_or("standard");
         let modes = parse_mode_list(mode_text).map_err(|m| self.err(format!("{at} mode: {m}")))?;
+        let attack = g.attack.unwrap_or(false);
+        if attack {
+            crate::attack::check_request(&radius, modes[0])
+                .map_err(|m| self.err(format!("{at} attack: {m}")))?;
+        }
         let thresholds = self.thresholds(&g, &at)?;
         let (model_name, target) = self.target(&g, &at)?;
         self.check_needs_labels(&thresholds, &target, &at)?;
@@ -83,6 +88,7 @@ impl Defaults<'_> {
             modes,
             thresholds,
             curve,
+            attack,
         })
     }
 

@@ -97,6 +97,8 @@ struct RawGate {
     max_certified_drop_pp: Option<f64>,
     #[serde(default)]
     curve: Option<toml::Value>,
+    #[serde(default)]
+    attack: Option<bool>,
 }
 
 /// Thresholds of a gate (percentages, percentage points).
@@ -191,6 +193,8 @@ pub struct Gate {
     pub thresholds: Thresholds,
     /// The robustness curve to report, if any (`curve = true` or a list of radii).
     pub curve: Option<CurveGrid>,
+    /// Run the falsifier on the points the first mode does not certify (`attack = true`).
+    pub attack: bool,
 }
 
 /// A validated policy; every path is resolved relative to the policy file.

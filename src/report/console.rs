@@ -120,6 +120,9 @@ fn gate_block(out: &mut String, g: &GateReport) {
     if let Some(c) = &g.curve {
         curve_table(out, c);
     }
+    if let Some(line) = crate::report::attack::bracket_line(g) {
+        let _ = writeln!(out, "       attack: {line}");
+    }
     for f in &g.failures {
         let _ = writeln!(out, "       failed: {}", printable(f));
     }

@@ -211,6 +211,7 @@ pub fn step_summary(report: &Report) -> String {
         let sections = [
             super::mermaid::curve_section(g, md),
             super::classes::class_section(g, md),
+            super::attack::summary_section(g, md),
         ];
         for section in sections.into_iter().flatten() {
             if out.len() + section.len() <= budget {

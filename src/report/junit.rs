@@ -167,6 +167,9 @@ fn figures(g: &GateReport) -> String {
             real.certified_pct - m.certified_pct
         );
     }
+    if let Some(line) = crate::report::attack::bracket_line(g) {
+        let _ = writeln!(out, "attack: {line}");
+    }
     for f in &g.failures {
         let _ = writeln!(out, "failed: {f}");
     }

@@ -1,6 +1,7 @@
 //! Reports. [`Report`] is built once from the engine's results; every reporter renders it and
 //! computes nothing.
 
+pub mod attack;
 pub mod classes;
 pub mod console;
 pub mod curve;
@@ -149,6 +150,8 @@ pub struct GateReport {
     pub curve: Option<curve::CurveReport>,
     /// The baseline report's curve of the same gate, for the charts.
     pub baseline_curve: Option<curve::CurveReport>,
+    /// The falsifier's figures, when asked for (`--attack`, `attack = true` in the gate).
+    pub attack: Option<attack::AttackReport>,
 }
 
 /// Everything a run reports.
@@ -308,6 +311,7 @@ impl GateReport {
             policy_line: None,
             curve: None,
             baseline_curve: None,
+            attack: None,
         }
     }
 
@@ -346,6 +350,7 @@ impl GateReport {
             policy_line: spec.policy_line,
             curve: None,
             baseline_curve: None,
+            attack: None,
         }
     }
 
