@@ -527,6 +527,37 @@ fn a_batch_normalization_whose_variance_plus_epsilon_is_not_positive_is_refused(
     }
 }
 
+/// Under flush-to-zero a float16 BatchNorm with a zero variance and epsilon 1e-5 (subnormal in
+/// float16) could compute sqrt(0) and divide by zero: refused; without flush-to-zero it is read,
+/// with the float32 epsilon the runtime uses.
+#[test]
+fn a_batch_normalization_that_flush_to_zero_can_divide_by_zero_is_refused() {
+    let dir = tmp();
+    let mut b = batch_norm_model(|_| {});
+    b.initializers.retain(|t| t.name != "bn.running_var");
+    let mut v = [2.0f32; 8];
+    v[3] = 0.0;
+    b.init_f32("bn.running_var", &[8], &v);
+    let path = b.write(dir.path(), "m.onnx");
+    let msg = match model::load(&path, Format::Float16, true) {
+        Ok(_) => panic!("loaded under flush-to-zero"),
+        Err(e) => e.to_string(),
+    };
+    assert_step_refusal(
+        &msg,
+        "/bn/BatchNormalization",
+        "BatchNormalization",
+        &["variance `bn.running_var`[3]", "may flush to 0 in float16"],
+    );
+    let net = model::load(&path, Format::Float16, false).unwrap();
+    let step = net.layers.iter().find_map(|l| l.affine.as_ref()).unwrap();
+    let Some(lipfp::model::ElementOp::BatchNorm { epsilon, .. }) = step.ops.first() else {
+        panic!("{:?}", step.ops)
+    };
+    assert_eq!(*epsilon, f64::from(1e-5f32));
+    assert!(model::load(&path, Format::Float32, true).is_ok());
+}
+
 /// A divisor of zero, or one whose reciprocal overflows the format (a subnormal in float32).
 #[test]
 fn a_division_by_zero_is_refused() {

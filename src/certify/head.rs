@@ -80,8 +80,8 @@ fn top_exp_lower(format: Format) -> Float {
 
 /// The Softmax margin `g = -ln(rho) / (1 - u)` with
 /// `rho = ((1 - eps_t - lambda)(1-u)^2/(1+u)^2 - lambda) / (1 + eps_t)`, rounded up; `None` when
-/// the top probability could fall below the normal range (`e_c s < lambda` possible:
-/// `(1 - eps_t - lambda)(1 - u) / S_max <= lambda`) or `rho <= 0`.
+/// the top probability could fall to the normal range's edge (`(1 - eps_t - lambda)(1 - u)^3 /
+/// S_max <= lambda`, the reciprocal's and two output roundings included) or `rho <= 0`.
 ///
 /// Proof sketch (docs/soundness.md): `d_c = 0`, `e_c >= 1 - eps_t - lambda`; for `j`,
 /// `d_j <= -(1-u) g`, `e_j <= exp(-(1-u) g)(1 + eps_t) + lambda`; `R` is monotone with
@@ -94,9 +94,11 @@ pub fn softmax_margin(format: Format, classes: u64) -> Option<f64> {
         format.lambda(),
     );
     let top = top_exp_lower(format);
-    // normal range of the top probability: (1 - eps - lambda)(1 - u) / S_max > lambda
+    // the top probability stays above lambda through the reciprocal's and the two output
+    // roundings: (1 - eps - lambda)(1 - u)^3 / S_max > lambda, so p_c > lambda >= p_j strictly
+    // when e_j s falls below the normal range
     let mut xc = top.clone();
-    xc.mul_assign_round(one_plus_pow(u, -1, 1, Round::Down), Round::Down);
+    xc.mul_assign_round(one_plus_pow(u, -1, 3, Round::Down), Round::Down);
     xc.div_assign_round(sum_upper(format, classes), Round::Down);
     if xc <= lambda {
         return None;

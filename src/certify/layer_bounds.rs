@@ -54,18 +54,20 @@ fn accumulation_variants(
     variants
 }
 
-/// The number of rounded terms a layer's sums are bounded with: its `n` products, or `2n + 2`
-/// when the layer is a bias-free `MatMul` directly after a step that multiplies or divides by
-/// one scalar — onnxruntime then folds the scalar into the product (`MatMulScaleFusion`:
-/// `alpha` applied to each partial sum, docs/soundness.md "Affine steps"), at most one more
-/// rounding per product, one for the rounded reciprocal and one for the result.
+/// The number of rounded terms a layer's sums are bounded with: its `n` products, or
+/// `2n + 2t + 2` when the layer is a bias-free `MatMul` directly after a step whose last `t` ops
+/// multiply or divide by one value — onnxruntime then folds them into the product
+/// (`MatMulScaleFusion`: `alpha`, computed from the `t` constants with at most two roundings
+/// each, applied to each partial sum; docs/soundness.md "Affine steps"): at most one more
+/// rounding per product, `2t` for `alpha` and one for the result. The step's own bound stays in
+/// the chain, so both executions are covered.
 fn rounded_terms(layer: &Dense, previous: Option<&Dense>) -> u64 {
     let n = layer.n() as u64;
-    let scalar_step = previous
+    let t = previous
         .and_then(|p| p.affine.as_ref())
-        .is_some_and(|s| s.is_single_scalar_scaling());
-    if scalar_step && layer.ops.first().is_some_and(|op| op == "MatMul") {
-        2 * n + 2
+        .map_or(0, |s| s.trailing_scalar_scalings()) as u64;
+    if t > 0 && layer.ops.first().is_some_and(|op| op == "MatMul") {
+        2 * n + 2 * t + 2
     } else {
         n
     }
@@ -207,5 +209,71 @@ pub(super) fn step_layer_bounds(s: &affine::StepBounds) -> LayerBounds {
         bias_l2: s.shift_l2,
         overflow: s.overflow.clone(),
         rel_w: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Activation, AffineStep, ElementOp};
+    use ndarray::Array2;
+
+    fn dense(op: &str) -> Dense {
+        Dense {
+            w: Array2::zeros((2, 4)),
+            b: vec![0.0; 2],
+            act: Activation::Identity,
+            nodes: vec![],
+            ops: vec![op.into()],
+            casts: vec![],
+            affine: None,
+        }
+    }
+
+    fn step(ops: Vec<ElementOp>) -> Dense {
+        Dense {
+            w: Array2::zeros((0, 0)),
+            b: vec![],
+            act: Activation::Identity,
+            nodes: vec![],
+            ops: vec![],
+            casts: vec![],
+            affine: Some(AffineStep { width: 4, ops }),
+        }
+    }
+
+    /// onnxruntime folds the trailing scalar Mul/Div run before a bias-free MatMul (a Sub of a
+    /// vector before it stays): `2n + 2t + 2` terms; vectors, Gemm and other steps keep `n`.
+    #[test]
+    fn scalar_scalings_before_a_matmul_count_their_fold() {
+        let k = |v: f64| vec![v; 4];
+        let cases = [
+            (vec![ElementOp::Mul(k(3.0))], "MatMul", 2 * 4 + 2 + 2),
+            (
+                vec![ElementOp::Mul(k(3.0)), ElementOp::Mul(k(5.0))],
+                "MatMul",
+                8 + 4 + 2,
+            ),
+            (
+                vec![
+                    ElementOp::Add(vec![1.0, 2.0, 3.0, 4.0]),
+                    ElementOp::Div(k(3.0)),
+                ],
+                "MatMul",
+                12,
+            ),
+            (
+                vec![ElementOp::Div(k(3.0)), ElementOp::Add(k(1.0))],
+                "MatMul",
+                4,
+            ),
+            (vec![ElementOp::Mul(vec![1.0, 2.0, 3.0, 4.0])], "MatMul", 4),
+            (vec![ElementOp::Mul(k(3.0))], "Gemm", 4),
+        ];
+        for (ops, op, want) in cases {
+            let prev = step(ops.clone());
+            assert_eq!(rounded_terms(&dense(op), Some(&prev)), want, "{ops:?} {op}");
+        }
+        assert_eq!(rounded_terms(&dense("MatMul"), None), 4);
     }
 }

@@ -67,13 +67,18 @@ pub fn batch_norm_scale(scale: f64, var: f64, epsilon: f64) -> f64 {
 }
 
 impl AffineStep {
-    /// Whether the step is one `Mul` or `Div` by a single value (what onnxruntime folds into a
-    /// following bias-free `MatMul`).
-    pub fn is_single_scalar_scaling(&self) -> bool {
-        match self.ops.as_slice() {
-            [ElementOp::Mul(k)] | [ElementOp::Div(k)] => k.windows(2).all(|w| w[0] == w[1]),
-            _ => false,
-        }
+    /// How many of the step's last ops are a `Mul` or `Div` by one value (equal constants):
+    /// onnxruntime folds that run into a following bias-free `MatMul` as its `alpha`
+    /// (`MatMulScaleFusion`; `Mul(3)` then `Mul(5)` becomes `alpha = 15`).
+    pub fn trailing_scalar_scalings(&self) -> usize {
+        self.ops
+            .iter()
+            .rev()
+            .take_while(|op| match op {
+                ElementOp::Mul(k) | ElementOp::Div(k) => k.windows(2).all(|w| w[0] == w[1]),
+                _ => false,
+            })
+            .count()
     }
 
     /// `max_i |a_i|` rounded up: `||diag(a)||_2`, the step's Lipschitz constant.
@@ -418,7 +423,8 @@ impl Builder<'_> {
         for p in parts {
             v.push(self.per_feature_values(p, width)?);
         }
-        let epsilon = self.format.round(epsilon);
+        // epsilon is the float32 attribute, as runtimes read it (a runtime that rounds it to
+        // the storage format first adds one rounding the BatchNorm error term covers)
         let var = v.pop().expect("four parameters");
         let mean = v.pop().expect("four parameters");
         let bias = v.pop().expect("four parameters");
@@ -430,6 +436,25 @@ impl Builder<'_> {
                 &p.op,
                 format!("variance `{}`[{k}] = {:e} with epsilon {epsilon:e}: var + epsilon must be positive", p.name, var[k]),
             ));
+        }
+        if self.ftz {
+            // flush-to-zero may treat a subnormal epsilon as 0 and flush var + epsilon: the
+            // square root could then be 0 and the step infinite
+            let lambda = self.format.lambda();
+            let eps_kept = if epsilon >= lambda { epsilon } else { 0.0 };
+            if let Some(k) = var.iter().position(|&x| x + eps_kept < lambda) {
+                let p = &parts[3];
+                return Err(self.fail(
+                    &p.label,
+                    &p.op,
+                    format!(
+                        "variance `{}`[{k}] = {:e} with epsilon {epsilon:e}: under flush-to-zero \
+                         var + epsilon may flush to 0 in {} (a division by zero); certify \
+                         without --ftz or in a wider format",
+                        p.name, var[k], self.format
+                    ),
+                ));
+            }
         }
         Ok(ElementOp::BatchNorm {
             scale,
