@@ -286,25 +286,29 @@ impl Certifier<'_> {
             }
         }
         let measured = |e: f64| measured_radii(fmt, c.x_norm, h.norms, &dhi, e);
+        // whether the measured radii exclude overflow over the ball and at the centre
+        let (mut ball_ok, mut centre_ok) = (false, false);
         if matches!(mode, Mode::Measured | Mode::Float64Centre | Mode::Best) {
             let r_ball = measured(eps);
-            out.balls
-                .push(fmt.chain_with_radii(&r_ball).map(|d| BallBound {
-                    cw: None,
-                    d,
-                    r: r_ball[depth - 1],
-                }));
+            let ball = fmt.chain_with_radii(&r_ball);
+            ball_ok = ball.is_ok();
+            out.balls.push(ball.map(|d| BallBound {
+                cw: None,
+                d,
+                r: r_ball[depth - 1],
+            }));
         }
         if matches!(mode, Mode::Measured | Mode::Best) {
             let r_ctr = measured(0.0);
-            out.centres
-                .push(fmt.chain_with_radii(&r_ctr).map(|_| CentreBound {
-                    cw: None,
-                    logits: c.logits,
-                    bounds: fmt,
-                    d: d_hybrid,
-                    r: r_ctr[depth - 1],
-                }));
+            let centre = fmt.chain_with_radii(&r_ctr);
+            centre_ok = centre.is_ok();
+            out.centres.push(centre.map(|_| CentreBound {
+                cw: None,
+                logits: c.logits,
+                bounds: fmt,
+                d: d_hybrid,
+                r: r_ctr[depth - 1],
+            }));
         }
         if matches!(mode, Mode::Float64Centre | Mode::Best) {
             if predicted_class(h.logits).is_some() {
@@ -320,7 +324,7 @@ impl Certifier<'_> {
             }
         }
         if mode == Mode::Best {
-            componentwise_sources(fmt, c, &h, &dhi, eps, out);
+            componentwise_sources(fmt, c, &h, (&dhi, eps), (ball_ok, centre_ok), out);
         }
         Ok(())
     }
@@ -429,17 +433,16 @@ fn measured_radii(
 /// The componentwise sources of `best` (docs/soundness.md "Componentwise bounds"): the ball
 /// from [`componentwise::chain`] and the centre `m_hat(x) - E` with `d = gap + D^hi_{L-1}` and
 /// `||z_hat_{L-1}(x) - c_{L-1}|| <= gap`, each only where the measured radii exclude overflow
-/// over the ball (at the centre).
+/// over the ball (`ball_ok`) or at the centre (`centre_ok`).
 fn componentwise_sources<'c>(
     fmt: &'c ModelBounds,
     c: &Centre<'c>,
     h: &HiCentre<'c>,
-    dhi: &[f64],
-    eps: f64,
+    (dhi, eps): (&[f64], f64),
+    (ball_ok, centre_ok): (bool, bool),
     out: &mut Sources<'c>,
 ) {
-    let radii = |e: f64| measured_radii(fmt, c.x_norm, h.norms, dhi, e);
-    if fmt.chain_with_radii(&radii(eps)).is_ok() {
+    if ball_ok {
         let (d, rho) = componentwise::chain(fmt, c.x_norm, h, dhi, eps);
         out.balls.push(Ok(BallBound {
             cw: Some(h.abs_last),
@@ -447,7 +450,7 @@ fn componentwise_sources<'c>(
             r: rho,
         }));
     }
-    if fmt.chain_with_radii(&radii(0.0)).is_ok() {
+    if centre_ok {
         let depth = fmt.layers.len();
         out.centres.push(Ok(CentreBound {
             cw: Some(h.abs_last),
