@@ -88,7 +88,7 @@ fn check_gate_names(policy: &Policy, merged: &[MergedGate]) -> Result<(), LipfpE
 /// Load the target's model and data (every point) as `lipfp check` does.
 fn prepare(policy: &Policy, t: &Target, progress: &Progress) -> Result<Subject, LipfpError> {
     run::prepare(
-        &SubjectSpec::for_target(t, policy.needs_reference(t), None),
+        &SubjectSpec::for_target(t, crate::check::reference_plan(policy, t), None),
         progress,
     )
 }

@@ -17,7 +17,7 @@ use crate::model::{self, Activation, Dense, DenseNet};
 use crate::norms::{self, DEFAULT_GRAM_ITERATIONS};
 use crate::policy::{CurveGrid, Radius};
 use crate::progress::Progress;
-use crate::run::{self, SubjectSpec};
+use crate::run::{self, ReferencePlan, SubjectSpec};
 
 /// Per-instance times of the paper's Python certifier measured on this machine (MNIST,
 /// float32, ms per instance): the baseline of the speed-up column.
@@ -153,7 +153,7 @@ pub fn higgs_scale_inputs(n: usize, seed: u64) -> (Inputs, Vec<usize>) {
     )
 }
 
-fn spec(model: &Path, reference: bool) -> SubjectSpec {
+fn spec(model: &Path, reference: ReferencePlan) -> SubjectSpec {
     SubjectSpec {
         model: model.to_path_buf(),
         format: Some(Format::Float32),
@@ -198,7 +198,7 @@ fn bench_suite(
         progress.stage(&format!("{suite}: {} points in {mode} mode", inputs.n));
         let t = Instant::now();
         let subject = run::prepare_loaded(
-            &spec(&net.path, mode.needs_reference()),
+            &spec(&net.path, ReferencePlan::for_run(&[mode], &radius, false)),
             net.clone(),
             inputs,
             Some(labels.to_vec()),
@@ -247,7 +247,7 @@ fn bench_curve(
     for with_curve in [false, true] {
         let t = Instant::now();
         let subject = run::prepare_loaded(
-            &spec(&net.path, modes.iter().any(|m| m.needs_reference())),
+            &spec(&net.path, ReferencePlan::for_run(modes, &radius, with_curve)),
             net.clone(),
             inputs,
             Some(labels.to_vec()),

@@ -15,7 +15,7 @@ use crate::progress::Progress;
 use crate::proto_gen::GateCertificates;
 use crate::report::curve::CurveReport;
 use crate::report::{ErroredGate, GateReport, Report, SubjectFacts};
-use crate::run::{self, Shard, Subject, SubjectSpec};
+use crate::run::{self, ReferencePlan, Shard, Subject, SubjectSpec};
 
 /// The result of `lipfp check` before it is published.
 pub struct CheckRun {
@@ -55,6 +55,16 @@ pub fn facts(subject: &Subject, gram_iterations: u32) -> SubjectFacts {
     }
 }
 
+/// Where the gates of `policy` on target `t` need the float64 reference execution.
+pub fn reference_plan(policy: &Policy, t: &Target) -> ReferencePlan {
+    policy
+        .gates
+        .iter()
+        .filter(|g| g.target == *t)
+        .map(|g| ReferencePlan::for_run(&g.modes, &g.radius, g.curve.is_some()))
+        .fold(ReferencePlan::None, ReferencePlan::union)
+}
+
 /// Load `t` as every gate naming it needs (the float64 reference when any of them asks for a
 /// pre-deployment mode).
 fn prepare(
@@ -63,7 +73,7 @@ fn prepare(
     shard: Option<Shard>,
     progress: &Progress,
 ) -> Result<Subject, LipfpError> {
-    let spec = SubjectSpec::for_target(t, policy.needs_reference(t), shard);
+    let spec = SubjectSpec::for_target(t, reference_plan(policy, t), shard);
     run::prepare(&spec, progress)
 }
 

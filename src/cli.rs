@@ -30,7 +30,7 @@ use crate::policy::{CurveGrid, Policy, Radius, Thresholds};
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
 use crate::report::{self, GateReport, Report};
-use crate::run::{self, Shard, SubjectSpec};
+use crate::run::{self, ReferencePlan, Shard, SubjectSpec};
 
 /// Process exit status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -387,7 +387,7 @@ fn certify_request(a: &CertifyArgs) -> Result<(SubjectSpec, Radius, Vec<Mode>), 
         inputs: a.inputs.clone(),
         labels: a.labels.clone(),
         gram_iterations: a.gram_iterations,
-        reference: modes.iter().any(|m| m.needs_reference()),
+        reference: ReferencePlan::for_run(&modes, &radius, a.curve.is_some()),
         shard: parse_shard(a.shard.as_deref())?,
     };
     Ok((spec, radius, modes))

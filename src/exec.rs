@@ -154,7 +154,7 @@ impl Executor {
 
     /// Logits of every input row, computed in parallel blocks; row-major `[rows, classes]`.
     pub fn logits(&self, values: &[f64], dim: usize) -> Vec<f64> {
-        map_blocks(values, dim, |view| {
+        map_blocks(values, dim, |_, view| {
             self.forward_block(view, false)
                 .0
                 .into_iter()
@@ -165,11 +165,12 @@ impl Executor {
 }
 
 /// Apply `f` to consecutive blocks of [`CHUNK_ROWS`] rows of `values` (`[rows, dim]`, row-major)
-/// in parallel; the results come back in row order, whatever the thread count.
+/// in parallel, with the index of each block's first row; the results come back in row order,
+/// whatever the thread count.
 pub fn map_blocks<T: Send>(
     values: &[f64],
     dim: usize,
-    f: impl Fn(ArrayView2<f64>) -> T + Sync,
+    f: impl Fn(usize, ArrayView2<f64>) -> T + Sync,
 ) -> Vec<T> {
     let rows = values.len() / dim;
     (0..rows.div_ceil(CHUNK_ROWS))
@@ -179,7 +180,7 @@ pub fn map_blocks<T: Send>(
             let hi = (lo + CHUNK_ROWS).min(rows);
             let view = ArrayView2::from_shape((hi - lo, dim), &values[lo * dim..hi * dim])
                 .expect("block shape matches the slice");
-            f(view)
+            f(lo, view)
         })
         .collect()
 }

@@ -137,6 +137,10 @@ pub enum Refusal {
     ReferenceOverflow(usize),
     /// A model-level reason applies to every instance (vacuous layer, norm failure).
     Model,
+    /// The float64 reference execution was not run at this point, which a pre-deployment
+    /// mode needed (the points were chosen at other radii: a per-instance radii file that
+    /// changed between the passes and the certificates).
+    NoReference,
 }
 
 impl Refusal {
@@ -149,6 +153,7 @@ impl Refusal {
             Refusal::NonFiniteLogits => "non_finite_logits".into(),
             Refusal::ReferenceOverflow(l) => format!("reference_overflow:{l}"),
             Refusal::Model => "model".into(),
+            Refusal::NoReference => "no_reference".into(),
         }
     }
 
@@ -163,6 +168,7 @@ impl Refusal {
                 "margin" => Some(Refusal::Margin),
                 "non_finite_logits" => Some(Refusal::NonFiniteLogits),
                 "model" => Some(Refusal::Model),
+                "no_reference" => Some(Refusal::NoReference),
                 _ => None,
             },
         }
@@ -179,6 +185,7 @@ impl fmt::Display for Refusal {
                 write!(f, "float64 reference: overflow not excluded at layer {l}")
             }
             Refusal::Model => f.write_str("model cannot be certified"),
+            Refusal::NoReference => f.write_str("float64 reference not computed at this point"),
         }
     }
 }
@@ -446,6 +453,7 @@ mod tests {
             Refusal::NonFiniteLogits,
             Refusal::ReferenceOverflow(2),
             Refusal::Model,
+            Refusal::NoReference,
         ] {
             assert_eq!(Refusal::from_code(&r.code()), Some(r));
         }

@@ -189,11 +189,18 @@ impl Certifier<'_> {
         let std_ball = deterministic.then(|| fmt.hidden_chain(add_up(c.x_norm, eps)));
         let std_ctr = deterministic.then(|| fmt.hidden_chain(c.x_norm));
 
+        if mode == Mode::Best {
+            if let Some(decided) = self.standard_decision(c, i, eps, std_ctr, std_ball) {
+                return decided;
+            }
+        }
+
         // float64 reference: deviation profile D^hi_l(x, 0) with float64 constants
         let reference = if mode.needs_reference() {
             match (self.hi, c.hi) {
                 (Some(hb), Some(h)) => Some((hb, h, hb.deviation_profile(c.x_norm))),
-                _ => return PointResult::refused(Refusal::Model),
+                (None, _) => return PointResult::refused(Refusal::Model),
+                (Some(_), None) => return PointResult::refused(Refusal::NoReference),
             }
         } else {
             None
@@ -210,6 +217,57 @@ impl Certifier<'_> {
             }
         }
         self.combine(c, i, eps, &sources.centres, &sources.balls)
+    }
+
+    /// Whether `best` needs the float64 reference execution at centre `c` (whose `hi` is not
+    /// read) and radius `eps`: not when the standard certificate decides the point
+    /// ([`Certifier::standard_decision`]), nor when every mode refuses it before any bound
+    /// (non-finite logits, a vacuous model).
+    pub fn best_needs_reference(&self, c: &Centre<'_>, eps: f64) -> bool {
+        let Some(i) = predicted_class(c.logits) else {
+            return false;
+        };
+        if self.fmt.vacuous.is_some() {
+            return false;
+        }
+        let std_ball = self.fmt.hidden_chain(add_up(c.x_norm, eps));
+        let std_ctr = self.fmt.hidden_chain(c.x_norm);
+        self.standard_decision(c, i, eps, Some(std_ctr), Some(std_ball))
+            .is_none()
+    }
+
+    /// `best` at a point the standard certificate decides (docs/soundness.md "Lazy float64
+    /// reference"): the standard certificate's result when it certifies (`best` takes every
+    /// standard source, so it certifies too) or when [`refuted`] shows that no sound centre
+    /// bound can certify predicted class `i` at `eps` (then `best` refuses for the margin, as
+    /// standard does). `None` when the point needs the reference's sources, or when a
+    /// standard chain overflowed.
+    fn standard_decision(
+        &self,
+        c: &Centre<'_>,
+        i: usize,
+        eps: f64,
+        std_ctr: Option<Result<(f64, f64), Refusal>>,
+        std_ball: Option<Result<(f64, f64), Refusal>>,
+    ) -> Option<PointResult> {
+        let (Some(Ok((r_ctr, d_ctr))), Some(Ok((r_ball, d_ball)))) = (std_ctr, std_ball) else {
+            return None;
+        };
+        let centre = CentreBound {
+            cw: None,
+            logits: c.logits,
+            bounds: self.fmt,
+            d: d_ctr,
+            r: r_ctr,
+        };
+        let ball = BallBound {
+            cw: None,
+            d: d_ball,
+            r: r_ball,
+        };
+        let standard = self.combine(c, i, eps, &[Ok(centre)], &[Ok(ball)]);
+        (standard.verdict.is_ok() || refuted(self.fmt, c.logits, i, eps, (d_ctr, r_ctr)))
+            .then_some(standard)
     }
 
     /// The deterministic sources (sec. 4-5): the standard centre `m_hat(x) - E_ctr` (Lemma
@@ -410,6 +468,21 @@ impl Certifier<'_> {
             degradation: Some((0.0, leps)),
         }
     }
+}
+
+/// Whether no sound certificate can hold for predicted class `i` at radius `eps` (beyond the
+/// paper; docs/soundness.md "Lazy float64 reference"): for some `j`,
+/// `m_hat_ij(x) + E_ctr_j - L_ij eps - g <= 0` rounded up, with `E_ctr_j` the standard centre
+/// bound from the centre chain's `(D, r)` = `(d, r)`. Every sound centre source is a lower
+/// bound on the real margin `m_ij(x) <= m_hat_ij(x) + E_ctr_j` and every ball bound is
+/// nonnegative, so every certificate's slack for `j` is at most this.
+pub fn refuted(fmt: &ModelBounds, logits: &[f64], i: usize, eps: f64, (d, r): (f64, f64)) -> bool {
+    (0..fmt.classes).filter(|&j| j != i).any(|j| {
+        let p = fmt.pair(i, j);
+        let real_margin_up = add_up(add_up(logits[i], -logits[j]), pair_error(p, d, r));
+        let upper = add_up(add_up(real_margin_up, -mul_up(p.lip, eps)), -fmt.head_margin);
+        upper <= 0.0
+    })
 }
 
 /// Measured radii `r^meas_l(x, e) = ||z_hi_l|| + prod_{k<=l} ||W_k|| e + D^hi_l`, one per

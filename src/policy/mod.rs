@@ -209,14 +209,6 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Whether a gate on target `t` needs the float64 reference execution.
-    pub fn needs_reference(&self, t: &Target) -> bool {
-        self.gates
-            .iter()
-            .filter(|g| g.target == *t)
-            .any(|g| g.modes.iter().any(|m| m.needs_reference()))
-    }
-
     /// Read and validate a policy file.
     pub fn load(path: &Path) -> Result<Policy, LipfpError> {
         let bytes = crate::files::read_limited(path, "policy file", crate::files::POLICY_LIMIT)?;

@@ -2,12 +2,13 @@
 //! of points (to re-check certificate files), and the per-mode figures the reports show.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Instant;
 
 use rayon::prelude::*;
 
 use super::Subject;
-use crate::certify::{Centre, Certifier, HiCentre, Mode, PointResult, Refusal};
+use crate::certify::{Centre, Certifier, Mode, PointResult, Refusal};
 use crate::data;
 use crate::digest::radii_hash;
 use crate::error::LipfpError;
@@ -137,19 +138,14 @@ impl CertifyOutcome {
 /// What the forward passes measured at point `i` of `subject`.
 pub(super) fn centre_of(subject: &Subject, i: usize) -> Centre<'_> {
     let classes = subject.net.classes();
-    let hidden_layers = subject.net.layers.len() - 1;
     let depth = subject.net.layers.len();
-    let hi = subject.reference.as_ref().map(|r| HiCentre {
-        logits: &r.logits[i * classes..(i + 1) * classes],
-        gap: r.gaps[i],
-        norms: &r.norms[i * hidden_layers..(i + 1) * hidden_layers],
-        abs_norms: &r.abs_norms[i * depth..(i + 1) * depth],
-        abs_last: &r.abs_last[i * classes..(i + 1) * classes],
-    });
     Centre {
         logits: &subject.logits[i * classes..(i + 1) * classes],
         x_norm: subject.x_norms[i],
-        hi,
+        hi: subject
+            .reference
+            .as_ref()
+            .and_then(|r| r.at(i, classes, depth)),
     }
 }
 
@@ -193,14 +189,33 @@ fn radii(subject: &Subject, radius: &Radius) -> Result<(Vec<f64>, Option<String>
         Radius::Uniform { up, .. } => Ok((vec![*up; subject.n()], None)),
         Radius::PerInstance(p) => {
             let all = data::load_epsilons(p, subject.total)?;
-            let slice = all
-                .get(subject.first..subject.first + subject.n())
-                .ok_or_else(|| {
-                    LipfpError::data(p, format!("fewer than {} radii", subject.total))
-                })?;
+            let slice = radii_slice(p, &all, subject.first, subject.n())?;
             Ok((slice.to_vec(), Some(radii_hash(&all))))
         }
     }
+}
+
+/// The radii of points `first..first + n` of a test set of `total`, read from the
+/// per-instance radii file `path`.
+pub(super) fn point_radii(
+    path: &Path,
+    first: usize,
+    n: usize,
+    total: usize,
+) -> Result<Vec<f64>, LipfpError> {
+    let all = data::load_epsilons(path, total)?;
+    radii_slice(path, &all, first, n).map(<[f64]>::to_vec)
+}
+
+/// Points `first..first + n` of the radii `all` read from `path`.
+fn radii_slice<'a>(
+    path: &Path,
+    all: &'a [f64],
+    first: usize,
+    n: usize,
+) -> Result<&'a [f64], LipfpError> {
+    all.get(first..first + n)
+        .ok_or_else(|| LipfpError::data(path, format!("fewer than {} radii", first + n)))
 }
 
 /// Certify every point of `subject` in each of `modes` (the real ceiling is always included).

@@ -5,6 +5,7 @@
 mod certify;
 mod curve;
 mod passes;
+mod reference;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -38,16 +39,16 @@ pub struct SubjectSpec {
     pub labels: Option<PathBuf>,
     /// Gram iterations.
     pub gram_iterations: u32,
-    /// Run the float64 reference execution (needed by the pre-deployment modes).
-    pub reference: bool,
+    /// Where to run the float64 reference execution (read by the pre-deployment modes).
+    pub reference: ReferencePlan,
     /// Certify only this slice of the test set.
     pub shard: Option<Shard>,
 }
 
 impl SubjectSpec {
-    /// What to load for a policy target (`reference` when a gate on it needs the float64
+    /// What to load for a policy target (`reference`: where its gates need the float64
     /// reference execution).
-    pub fn for_target(t: &Target, reference: bool, shard: Option<Shard>) -> SubjectSpec {
+    pub fn for_target(t: &Target, reference: ReferencePlan, shard: Option<Shard>) -> SubjectSpec {
         SubjectSpec {
             model: t.model.clone(),
             format: t.format,
@@ -103,26 +104,6 @@ impl Shard {
         let end = at(self.index.saturating_add(1).min(self.count));
         (first, end - first)
     }
-}
-
-/// Per-point measurements of the float64 reference execution.
-#[derive(Clone, Debug)]
-pub struct ReferenceData {
-    /// Float64 logits, row-major `[n, classes]`.
-    pub logits: Vec<f64>,
-    /// Upper bounds on `||z_hi_l||_2`, row-major `[n, L-1]`.
-    pub norms: Vec<f64>,
-    /// Upper bounds on `||z_hat_{L-1} - z_hi_{L-1}||_2` per point.
-    pub gaps: Vec<f64>,
-    /// Upper bounds on `|| |W_l| |c_{l-1}| ||_2`, row-major `[n, L]` (NaN for affine steps;
-    /// [`crate::certify::componentwise`]).
-    pub abs_norms: Vec<f64>,
-    /// Upper bounds on `|W_L| |c_{L-1}|`, row-major `[n, classes]`.
-    pub abs_last: Vec<f64>,
-    /// Model bounds with float64 constants.
-    pub bounds: Option<ModelBounds>,
-    /// Seconds spent on the reference pass.
-    pub seconds: f64,
 }
 
 /// Where a subject's inputs came from (the values themselves are not kept: they are streamed
@@ -222,6 +203,7 @@ pub use certify::{
     certify, certify_points, certify_with_progress, conservatism_ratio, tally_classes,
     CertifyOutcome, ClassCount, ModeOutcome,
 };
+pub use reference::{ReferenceData, ReferencePlan};
 pub use curve::{certify_curve, decimal_text, CurveOutcome, CurvePoint, ModeCurve};
 
 /// Rows read per step when streaming inputs from a file: memory stays bounded by this many
@@ -403,10 +385,13 @@ fn compute(
         .map_err(|m| LipfpError::Usage(format!("accumulate: {m}")))?;
     notes.push(format!("execution model: {execution}"));
     let (norms, bounds, norms_s) = norms_and_bounds(spec, &net, &execution, &mut notes, progress);
+    let selection = spec.reference.runs().then(|| {
+        reference::Selection::new(&spec.reference, bounds.as_ref().ok(), (first, info.n, total))
+    });
     let mut passes = passes::forward_passes(
         &net,
         &execution,
-        spec.reference,
+        selection.as_ref(),
         rows,
         &mut info,
         labels.as_deref(),
@@ -420,9 +405,14 @@ fn compute(
     }
     let predictions = predictions(&net, &passes.out.logits, &mut notes);
     let (forward_s, reference_s) = passes.split_seconds();
-    let reference = spec
-        .reference
-        .then(|| passes.take_reference(&net, &norms, reference_s));
+    let reference = selection.map(|_| passes.take_reference(&net, &norms, reference_s));
+    if let (ReferencePlan::Undecided(_), Some(r)) = (&spec.reference, &reference) {
+        notes.push(format!(
+            "float64 reference pass: {} of {} points; at the others the standard certificate decides best (docs/soundness.md \"Lazy float64 reference\")",
+            r.points(),
+            info.n
+        ));
+    }
     Ok(Subject {
         net,
         inputs: info,

@@ -4,9 +4,10 @@
 
 use std::time::Instant;
 
-use ndarray::ArrayView2;
+use ndarray::{Array2, ArrayView2, Axis};
 
-use super::{InputsInfo, ReferenceData, Rows, STREAM_ROWS};
+use super::reference::{ReferenceData, Selection};
+use super::{InputsInfo, Rows, STREAM_ROWS};
 use crate::certify::componentwise::AbsWeights;
 use crate::certify::ModelBounds;
 use crate::digest::TestSetHasher;
@@ -18,14 +19,17 @@ use crate::norms::NetworkNorms;
 use crate::progress::{Progress, Task};
 use crate::sound::l2_norm_up;
 
-/// The float64 reference executor and the absolute weights its componentwise products use.
-type HiPass = (Executor, AbsWeights);
+/// The float64 reference executor, the absolute weights its componentwise products use, and
+/// the points it runs on.
+type HiPass<'a> = (Executor, AbsWeights, &'a Selection<'a>);
 
 /// Per-point results of the forward passes over a block of rows.
 #[derive(Default)]
 pub(super) struct PassOut {
     pub(super) logits: Vec<f64>,
     pub(super) x_norms: Vec<f64>,
+    /// The points (indices into the subject) the float64 reference ran on, in order.
+    hi_points: Vec<usize>,
     hi_logits: Vec<f64>,
     hi_norms: Vec<f64>,
     gaps: Vec<f64>,
@@ -39,6 +43,7 @@ impl PassOut {
     fn extend(&mut self, o: PassOut) {
         self.logits.extend(o.logits);
         self.x_norms.extend(o.x_norms);
+        self.hi_points.extend(o.hi_points);
         self.hi_logits.extend(o.hi_logits);
         self.hi_norms.extend(o.hi_norms);
         self.gaps.extend(o.gaps);
@@ -81,7 +86,12 @@ impl Passes {
         norms: &Result<NetworkNorms, String>,
         seconds: f64,
     ) -> ReferenceData {
+        let mut slot = vec![None; self.out.x_norms.len()];
+        for (k, &i) in self.out.hi_points.iter().enumerate() {
+            slot[i] = Some(k);
+        }
         ReferenceData {
+            slot,
             logits: std::mem::take(&mut self.out.hi_logits),
             norms: std::mem::take(&mut self.out.hi_norms),
             gaps: std::mem::take(&mut self.out.gaps),
@@ -97,13 +107,13 @@ impl Passes {
     }
 }
 
-/// Stream `rows` through the deployment execution (and, when `reference`, the float64 one) in
-/// parallel blocks, hashing the inputs and `labels` beside them; for streamed rows,
-/// `info.converted_changed` is set from the stream.
+/// Stream `rows` through the deployment execution (and, at the points `reference` selects, the
+/// float64 one) in parallel blocks, hashing the inputs and `labels` beside them; for streamed
+/// rows, `info.converted_changed` is set from the stream.
 pub(super) fn forward_passes(
     net: &DenseNet,
     execution: &ExecutionModel,
-    reference: bool,
+    reference: Option<&Selection<'_>>,
     rows: Rows<'_>,
     info: &mut InputsInfo,
     labels: Option<&[usize]>,
@@ -111,7 +121,7 @@ pub(super) fn forward_passes(
 ) -> Result<Passes, LipfpError> {
     progress.stage(&format!(
         "forward pass{}: {} points in {}",
-        if reference {
+        if reference.is_some() {
             "es (and float64 reference)"
         } else {
             ""
@@ -121,10 +131,11 @@ pub(super) fn forward_passes(
     ));
     let t = Instant::now();
     let exec = Executor::new(net, execution);
-    let hi_exec = reference.then(|| {
+    let hi_exec = reference.map(|selection| {
         (
             Executor::new(net, &ExecutionModel::float64_reference()),
             AbsWeights::new(net),
+            selection,
         )
     });
     let task = progress.task("forward passes", info.n as u64);
@@ -135,17 +146,19 @@ pub(super) fn forward_passes(
             // the (sequential) hash runs beside the (parallel) forward passes
             let ((), o) = rayon::join(
                 || hasher.inputs(values),
-                || pass_rows(&exec, hi_exec.as_ref(), values, info.dim, &task),
+                || pass_rows(&exec, hi_exec.as_ref(), (values, 0), info.dim, &task),
             );
             out = o;
         }
         Rows::Stream(mut stream) => {
-            let end = stream.position() + info.n;
+            let start = stream.position();
+            let end = start + info.n;
             while stream.position() < end {
+                let at = stream.position() - start;
                 let block = stream.next_rows(STREAM_ROWS.min(end - stream.position()))?;
                 let ((), o) = rayon::join(
                     || hasher.inputs(&block),
-                    || pass_rows(&exec, hi_exec.as_ref(), &block, info.dim, &task),
+                    || pass_rows(&exec, hi_exec.as_ref(), (&block, at), info.dim, &task),
                 );
                 out.extend(o);
             }
@@ -161,65 +174,97 @@ pub(super) fn forward_passes(
     })
 }
 
-/// The forward passes of one block of rows: deployment logits and `||x||`, and with a float64
-/// executor the reference logits, the float64 hidden-layer norms and the gap between the
-/// deployment and float64 penultimate activations (from the same executions as the logits).
-fn pass_block(exec: &Executor, hi_exec: Option<&HiPass>, view: ArrayView2<f64>) -> PassOut {
+/// The forward passes of one block of rows, the first of which is point `first` of the
+/// subject: deployment logits and `||x||`, and with a float64 executor its measurements at the
+/// rows it selects ([`reference_rows`]).
+fn pass_block(
+    exec: &Executor,
+    hi_exec: Option<&HiPass>,
+    view: ArrayView2<f64>,
+    first: usize,
+) -> PassOut {
     let t = Instant::now();
     let (logits, dep_hidden) = exec.forward_block(view, hi_exec.is_some());
-    let x_norms = view
+    let classes = logits.ncols();
+    let logits: Vec<f64> = logits.into_iter().collect();
+    let x_norms: Vec<f64> = view
         .rows()
         .into_iter()
         .map(|r| l2_norm_up(r.iter().copied()))
         .collect();
     let dep_s = t.elapsed().as_secs_f64();
-    let mut out = PassOut {
-        logits: logits.into_iter().collect(),
-        x_norms,
-        ..PassOut::default()
-    };
-    if let Some((hi_exec, abs)) = hi_exec {
-        let t = Instant::now();
-        let (hi_logits, hi_hidden) = hi_exec.forward_block(view, true);
-        let products = abs.measure(view, &hi_hidden);
-        out.abs_norms = products.norms;
-        out.abs_last = products.last;
-        for r in 0..view.nrows() {
-            for h in &hi_hidden {
-                out.hi_norms.push(l2_norm_up(h.row(r).iter().copied()));
-            }
-            let gap = match (dep_hidden.last(), hi_hidden.last()) {
-                (Some(a), Some(b)) => {
-                    l2_norm_up(a.row(r).iter().zip(b.row(r).iter()).map(|(x, y)| {
-                        if x == y {
-                            0.0
-                        } else {
-                            (x - y).abs().next_up()
-                        }
-                    }))
-                }
-                // a single-layer network: the penultimate activation is the exact input
-                _ => 0.0,
-            };
-            out.gaps.push(gap);
+    let mut out = match hi_exec {
+        Some(hi) => {
+            let t = Instant::now();
+            let rows: Vec<usize> = (0..view.nrows())
+                .filter(|&r| {
+                    let row = &logits[r * classes..(r + 1) * classes];
+                    hi.2.needs(first + r, row, x_norms[r])
+                })
+                .collect();
+            let mut out = reference_rows(hi, view, dep_hidden.last(), &rows);
+            out.hi_points = rows.iter().map(|r| first + r).collect();
+            out.seconds.1 = t.elapsed().as_secs_f64();
+            out
         }
-        out.hi_logits = hi_logits.into_iter().collect();
-        out.seconds.1 = t.elapsed().as_secs_f64();
-    }
+        None => PassOut::default(),
+    };
+    out.logits = logits;
+    out.x_norms = x_norms;
     out.seconds.0 = dep_s;
     out
 }
 
-/// Run the passes over `values` (`[rows, dim]`) in parallel blocks, in order.
+/// The float64 reference's measurements at `rows` of a block `view`: its logits, hidden-layer
+/// norms and componentwise products, and the gap between the deployment penultimate
+/// activations `dep_last` (the block's) and its own (from the same executions as the logits).
+fn reference_rows(
+    (hi_exec, abs, _): &HiPass,
+    view: ArrayView2<f64>,
+    dep_last: Option<&Array2<f64>>,
+    rows: &[usize],
+) -> PassOut {
+    let mut out = PassOut::default();
+    if rows.is_empty() {
+        return out;
+    }
+    let points = view.select(Axis(0), rows);
+    let (hi_logits, hi_hidden) = hi_exec.forward_block(points.view(), true);
+    let products = abs.measure(points.view(), &hi_hidden);
+    out.abs_norms = products.norms;
+    out.abs_last = products.last;
+    for (k, &r) in rows.iter().enumerate() {
+        for h in &hi_hidden {
+            out.hi_norms.push(l2_norm_up(h.row(k).iter().copied()));
+        }
+        let gap = match (dep_last, hi_hidden.last()) {
+            (Some(a), Some(b)) => l2_norm_up(a.row(r).iter().zip(b.row(k).iter()).map(|(x, y)| {
+                if x == y {
+                    0.0
+                } else {
+                    (x - y).abs().next_up()
+                }
+            })),
+            // a single-layer network: the penultimate activation is the exact input
+            _ => 0.0,
+        };
+        out.gaps.push(gap);
+    }
+    out.hi_logits = hi_logits.into_iter().collect();
+    out
+}
+
+/// Run the passes over `values` (`[rows, dim]`, the first row point `first` of the subject) in
+/// parallel blocks, in order.
 fn pass_rows(
     exec: &Executor,
     hi_exec: Option<&HiPass>,
-    values: &[f64],
+    (values, first): (&[f64], usize),
     dim: usize,
     task: &Task,
 ) -> PassOut {
-    let blocks = map_blocks(values, dim, |view| {
-        let out = pass_block(exec, hi_exec, view);
+    let blocks = map_blocks(values, dim, |at, view| {
+        let out = pass_block(exec, hi_exec, view, first + at);
         task.add(view.nrows() as u64);
         out
     });
