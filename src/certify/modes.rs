@@ -189,10 +189,16 @@ impl Certifier<'_> {
         let std_ball = deterministic.then(|| fmt.hidden_chain(add_up(c.x_norm, eps)));
         let std_ctr = deterministic.then(|| fmt.hidden_chain(c.x_norm));
 
-        if mode == Mode::Best {
-            if let Some(decided) = self.standard_decision(c, i, eps, std_ctr, std_ball) {
-                return decided;
-            }
+        // lazy reference: where it did not run, the standard certificate decided `best`
+        if mode == Mode::Best && c.hi.is_none() {
+            return match self.standard_decision(c, i, eps, std_ctr, std_ball) {
+                Some(verdict) => PointResult {
+                    verdict,
+                    slack: None,
+                    degradation: None,
+                },
+                None => PointResult::refused(Refusal::NoReference),
+            };
         }
 
         // float64 reference: deviation profile D^hi_l(x, 0) with float64 constants
@@ -236,12 +242,11 @@ impl Certifier<'_> {
             .is_none()
     }
 
-    /// `best` at a point the standard certificate decides (docs/soundness.md "Lazy float64
-    /// reference"): the standard certificate's result when it certifies (`best` takes every
-    /// standard source, so it certifies too) or when [`refuted`] shows that no sound centre
-    /// bound can certify predicted class `i` at `eps` (then `best` refuses for the margin, as
-    /// standard does). `None` when the point needs the reference's sources, or when a
-    /// standard chain overflowed.
+    /// `best`'s verdict at a point the standard certificate decides (docs/soundness.md "Lazy
+    /// float64 reference"): certified when the standard certificate certifies (`best` takes
+    /// every standard source, so it certifies too), refused for the margin when [`refuted`]
+    /// shows that no sound centre bound can certify predicted class `i` at `eps`. `None` when
+    /// the point needs the reference's sources, or when a standard chain overflowed.
     fn standard_decision(
         &self,
         c: &Centre<'_>,
@@ -249,7 +254,7 @@ impl Certifier<'_> {
         eps: f64,
         std_ctr: Option<Result<(f64, f64), Refusal>>,
         std_ball: Option<Result<(f64, f64), Refusal>>,
-    ) -> Option<PointResult> {
+    ) -> Option<Verdict> {
         let (Some(Ok((r_ctr, d_ctr))), Some(Ok((r_ball, d_ball)))) = (std_ctr, std_ball) else {
             return None;
         };
@@ -265,9 +270,17 @@ impl Certifier<'_> {
             d: d_ball,
             r: r_ball,
         };
-        let standard = self.combine(c, i, eps, &[Ok(centre)], &[Ok(ball)]);
-        (standard.verdict.is_ok() || refuted(self.fmt, c.logits, i, eps, (d_ctr, r_ctr)))
-            .then_some(standard)
+        if self
+            .combine(c, i, eps, &[Ok(centre)], &[Ok(ball)])
+            .verdict
+            .is_ok()
+        {
+            Some(Ok(()))
+        } else if refuted(self.fmt, c.logits, i, eps, (d_ctr, r_ctr)) {
+            Some(Err(Refusal::Margin))
+        } else {
+            None
+        }
     }
 
     /// The deterministic sources (sec. 4-5): the standard centre `m_hat(x) - E_ctr` (Lemma

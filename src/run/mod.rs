@@ -408,7 +408,7 @@ fn compute(
     let reference = selection.map(|_| passes.take_reference(&net, &norms, reference_s));
     if let (ReferencePlan::Undecided(_), Some(r)) = (&spec.reference, &reference) {
         notes.push(format!(
-            "float64 reference pass: {} of {} points; at the others the standard certificate decides best (docs/soundness.md \"Lazy float64 reference\")",
+            "float64 reference pass: {} of {} points; the standard certificate decides best at the others, so best's slack and fp degradation are not computed there (docs/soundness.md \"Lazy float64 reference\")",
             r.points(),
             info.n
         ));
