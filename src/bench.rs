@@ -247,7 +247,10 @@ fn bench_curve(
     for with_curve in [false, true] {
         let t = Instant::now();
         let subject = run::prepare_loaded(
-            &spec(&net.path, ReferencePlan::for_run(modes, &radius, with_curve)),
+            &spec(
+                &net.path,
+                ReferencePlan::for_run(modes, &radius, with_curve),
+            ),
             net.clone(),
             inputs,
             Some(labels.to_vec()),

@@ -13,7 +13,7 @@ use lipfp::data;
 use lipfp::exec::Executor;
 use lipfp::policy::{parse_decimal_exact, Radius};
 use lipfp::progress::Progress;
-use lipfp::run::{self, CertifyOutcome, Subject, SubjectSpec};
+use lipfp::run::{self, CertifyOutcome, ReferencePlan, Subject, SubjectSpec};
 use ndarray::ArrayView2;
 use npyz::WriterBuilder;
 use rug::Rational;
@@ -40,7 +40,7 @@ fn prepare(model: &Path, x: &Path, y: &Path) -> Subject {
         inputs: x.to_path_buf(),
         labels: Some(y.to_path_buf()),
         gram_iterations: 12,
-        reference: false,
+        reference: ReferencePlan::None,
         shard: None,
     };
     run::prepare(&spec, &Progress::silent()).unwrap()

@@ -13,7 +13,7 @@ use lipfp::exec::Executor;
 use lipfp::format::Format;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, Subject, SubjectSpec};
+use lipfp::run::{self, ReferencePlan, Subject, SubjectSpec};
 use lipfp::sound::{add_up, mul_up};
 use ndarray::Array2;
 use rug::Rational;
@@ -37,7 +37,7 @@ fn subject(format: Format, dir: &Path) -> Subject {
         inputs: dir.join("x_test.npy"),
         labels: Some(dir.join("y_test.npy")),
         gram_iterations: 12,
-        reference: true,
+        reference: ReferencePlan::Every,
         shard: None,
     };
     run::prepare(&spec, &Progress::silent()).unwrap()

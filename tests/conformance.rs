@@ -33,7 +33,7 @@ use lipfp::model::DenseNet;
 use lipfp::onnx::proto::tensor_proto::DataType;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, Subject, SubjectSpec};
+use lipfp::run::{self, ReferencePlan, Subject, SubjectSpec};
 use lipfp::sound::l2_norm_up;
 use ndarray::ArrayView2;
 use rug::Rational;
@@ -96,7 +96,7 @@ fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         inputs: x.clone(),
         labels: None,
         gram_iterations: 12,
-        reference: true,
+        reference: ReferencePlan::Every,
         shard: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"));

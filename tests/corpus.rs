@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use lipfp::certify::Mode;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, SubjectSpec};
+use lipfp::run::{self, ReferencePlan, SubjectSpec};
 use serde_json::Value;
 
 fn corpus() -> PathBuf {
@@ -33,7 +33,7 @@ fn spec(model: &Path, x: &Path, y: &Path) -> SubjectSpec {
         inputs: x.to_path_buf(),
         labels: Some(y.to_path_buf()),
         gram_iterations: 12,
-        reference: false,
+        reference: ReferencePlan::None,
         shard: None,
     }
 }

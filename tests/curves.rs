@@ -10,7 +10,7 @@ use std::process::Command;
 use lipfp::certify::{Certifier, Mode};
 use lipfp::policy::{CurveGrid, Radius};
 use lipfp::progress::Progress;
-use lipfp::run::{self, SubjectSpec};
+use lipfp::run::{self, ReferencePlan, SubjectSpec};
 use serde_json::Value;
 
 fn root() -> &'static Path {
@@ -30,7 +30,11 @@ fn spec(model: &Path, x: &Path, y: &Path, reference: bool) -> SubjectSpec {
         inputs: x.to_path_buf(),
         labels: Some(y.to_path_buf()),
         gram_iterations: 12,
-        reference,
+        reference: if reference {
+            ReferencePlan::Every
+        } else {
+            ReferencePlan::None
+        },
         shard: None,
     }
 }

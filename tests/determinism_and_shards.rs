@@ -161,7 +161,7 @@ fn streamed_inputs_match_inputs_in_memory() {
     use lipfp::certify::Mode;
     use lipfp::format::Format;
     use lipfp::progress::Progress;
-    use lipfp::run::{self, Shard, SubjectSpec, STREAM_ROWS};
+    use lipfp::run::{self, ReferencePlan, Shard, SubjectSpec, STREAM_ROWS};
     use npyz::WriterBuilder;
 
     let tmp = tempfile::tempdir().unwrap();
@@ -194,7 +194,7 @@ fn streamed_inputs_match_inputs_in_memory() {
         inputs: x.clone(),
         labels: None,
         gram_iterations: 12,
-        reference: true,
+        reference: ReferencePlan::Every,
         shard: Some(Shard { index: 1, count: 2 }),
     };
     let streamed = run::prepare(&spec, &Progress::silent()).unwrap();

@@ -8,7 +8,7 @@ use lipfp::certify::Mode;
 use lipfp::format::Format;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, SubjectSpec};
+use lipfp::run::{self, ReferencePlan, SubjectSpec};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -53,7 +53,7 @@ fn figures(example: &str, eps: &str) -> (f64, f64) {
         inputs: dir.join("x_test.npy"),
         labels: Some(dir.join("y_test.npy")),
         gram_iterations: 12,
-        reference: false,
+        reference: ReferencePlan::None,
         shard: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();

@@ -120,7 +120,7 @@ fn an_unfused_bias_add_is_covered_under_declared_float32_accumulation() {
     use lipfp::certify::Mode;
     use lipfp::policy::Radius;
     use lipfp::progress::Progress;
-    use lipfp::run::{self, SubjectSpec};
+    use lipfp::run::{self, ReferencePlan, SubjectSpec};
     let dir = tempfile::tempdir().unwrap();
     let mut b = ModelBuilder::new();
     b.input("x", DataType::Float16, &batched(&[2]));
@@ -140,7 +140,7 @@ fn an_unfused_bias_add_is_covered_under_declared_float32_accumulation() {
         inputs: x,
         labels: None,
         gram_iterations: 12,
-        reference: true,
+        reference: ReferencePlan::Every,
         shard: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();

@@ -37,7 +37,7 @@ use lipfp::model::{self, DenseNet, HeadOp};
 use lipfp::onnx::proto::tensor_proto::DataType;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, Subject, SubjectSpec};
+use lipfp::run::{self, ReferencePlan, Subject, SubjectSpec};
 use rug::float::Round;
 use rug::ops::Pow;
 use rug::{Float, Rational};
@@ -73,7 +73,11 @@ fn prepare(model: &Path, x: &[f64], dim: usize, reference: bool) -> Subject {
         inputs,
         labels: None,
         gram_iterations: 12,
-        reference,
+        reference: if reference {
+            ReferencePlan::Every
+        } else {
+            ReferencePlan::None
+        },
         shard: None,
     };
     run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"))

@@ -8,7 +8,7 @@ use lipfp::certify::Mode;
 use lipfp::format::Format;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, CertifyOutcome, SubjectSpec};
+use lipfp::run::{self, CertifyOutcome, ReferencePlan, SubjectSpec};
 
 fn shared() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared")
@@ -30,7 +30,7 @@ fn run_set(
         inputs: inputs.to_path_buf(),
         labels: Some(labels.to_path_buf()),
         gram_iterations: iterations,
-        reference: true,
+        reference: ReferencePlan::Every,
         shard: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).expect("benchmark loads");

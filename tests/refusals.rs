@@ -23,7 +23,7 @@ use lipfp::model::{self, DenseNet, SUPPORTED_OPS};
 use lipfp::onnx::proto::tensor_proto::DataType;
 use lipfp::onnx::proto::FunctionProto;
 use lipfp::progress::Progress;
-use lipfp::run::{self, SubjectSpec};
+use lipfp::run::{self, ReferencePlan, SubjectSpec};
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
@@ -860,7 +860,7 @@ fn classes(path: &Path, inputs: &Path) -> Vec<i64> {
         inputs: inputs.to_path_buf(),
         labels: None,
         gram_iterations: 12,
-        reference: false,
+        reference: ReferencePlan::None,
         shard: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"));

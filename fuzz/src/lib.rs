@@ -183,8 +183,9 @@ const MAX_CERTIFIED_WEIGHTS: usize = 1 << 16;
 
 /// Certify three points (zeros, ones, alternating halves: exact in every format) of a loaded
 /// network in every mode, the way `lipfp certify` does after loading: norms, forward passes
-/// (deployment format and float64 reference) and certificates. The model file is untrusted, so
-/// nothing computed from its weights may panic either.
+/// (deployment format and float64 reference) and certificates, then `best` again with the lazy
+/// reference pass, which must give the same verdicts. The model file is untrusted, so nothing
+/// computed from its weights may panic either.
 fn certify_loaded(net: DenseNet, ftz: bool) {
     let weights: usize = net.layers.iter().map(|l| l.w.len()).sum();
     if weights > MAX_CERTIFIED_WEIGHTS {
@@ -203,38 +204,54 @@ fn certify_loaded(net: DenseNet, ftz: bool) {
         converted_changed: 0,
         dtype: "<f4".into(),
     };
-    let spec = run::SubjectSpec {
-        model: net.path.clone(),
-        format: Some(net.format),
-        accumulate: None,
-        ftz,
-        inputs: inputs.path.clone(),
-        labels: None,
-        gram_iterations: 4,
-        reference: true,
-        shard: None,
-    };
     let classes = net.classes();
-    let labels = Some((0..rows).map(|k| k % classes).collect());
-    let subject = run::prepare_loaded(
-        &spec,
-        net,
-        &inputs,
-        labels,
-        Vec::new(),
-        (0, rows),
-        &Progress::silent(),
-    );
-    let Ok(subject) = subject else {
+    let labels: Vec<usize> = (0..rows).map(|k| k % classes).collect();
+    let radius = Radius::parse_decimal("0.1").expect("a valid radius");
+    let prepare = |plan: run::ReferencePlan| {
+        let spec = run::SubjectSpec {
+            model: net.path.clone(),
+            format: Some(net.format),
+            accumulate: None,
+            ftz,
+            inputs: inputs.path.clone(),
+            labels: None,
+            gram_iterations: 4,
+            reference: plan,
+            shard: None,
+        };
+        let labels = Some(labels.clone());
+        let progress = Progress::silent();
+        run::prepare_loaded(
+            &spec,
+            net.clone(),
+            &inputs,
+            labels,
+            Vec::new(),
+            (0, rows),
+            &progress,
+        )
+    };
+    let Ok(subject) = prepare(run::ReferencePlan::Every) else {
         return;
     };
-    let radius = Radius::parse_decimal("0.1").expect("a valid radius");
-    if let Ok(outcome) = run::certify(&subject, &radius, &Mode::ALL) {
-        assert_eq!(outcome.modes.len(), Mode::ALL.len());
-        for m in &outcome.modes {
-            assert_eq!(m.verdicts.len(), rows);
-            assert!(m.certified <= rows);
-        }
+    let Ok(outcome) = run::certify(&subject, &radius, &Mode::ALL) else {
+        return;
+    };
+    assert_eq!(outcome.modes.len(), Mode::ALL.len());
+    for m in &outcome.modes {
+        assert_eq!(m.verdicts.len(), rows);
+        assert!(m.certified <= rows);
+    }
+    // `best` with the reference only where standard does not decide: the same verdicts
+    let lazy = prepare(run::ReferencePlan::for_run(&[Mode::Best], &radius, false))
+        .expect("prepares as it did with the full reference pass");
+    let lazy = run::certify(&lazy, &radius, &[Mode::Best]).expect("certifies as the full pass did");
+    if let (Some(l), Some(f)) = (lazy.mode(Mode::Best), outcome.mode(Mode::Best)) {
+        assert_eq!(l.verdicts, f.verdicts, "lazy and full best differ");
+        assert_eq!(
+            l.refusal_of, f.refusal_of,
+            "lazy and full best refuse differently"
+        );
     }
 }
 

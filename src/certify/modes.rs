@@ -493,7 +493,10 @@ pub fn refuted(fmt: &ModelBounds, logits: &[f64], i: usize, eps: f64, (d, r): (f
     (0..fmt.classes).filter(|&j| j != i).any(|j| {
         let p = fmt.pair(i, j);
         let real_margin_up = add_up(add_up(logits[i], -logits[j]), pair_error(p, d, r));
-        let upper = add_up(add_up(real_margin_up, -mul_up(p.lip, eps)), -fmt.head_margin);
+        let upper = add_up(
+            add_up(real_margin_up, -mul_up(p.lip, eps)),
+            -fmt.head_margin,
+        );
         upper <= 0.0
     })
 }

@@ -203,8 +203,8 @@ pub use certify::{
     certify, certify_points, certify_with_progress, conservatism_ratio, tally_classes,
     CertifyOutcome, ClassCount, ModeOutcome,
 };
-pub use reference::{ReferenceData, ReferencePlan};
 pub use curve::{certify_curve, decimal_text, CurveOutcome, CurvePoint, ModeCurve};
+pub use reference::{ReferenceData, ReferencePlan};
 
 /// Rows read per step when streaming inputs from a file: memory stays bounded by this many
 /// rows of inputs plus the per-point results.
@@ -386,7 +386,11 @@ fn compute(
     notes.push(format!("execution model: {execution}"));
     let (norms, bounds, norms_s) = norms_and_bounds(spec, &net, &execution, &mut notes, progress);
     let selection = spec.reference.runs().then(|| {
-        reference::Selection::new(&spec.reference, bounds.as_ref().ok(), (first, info.n, total))
+        reference::Selection::new(
+            &spec.reference,
+            bounds.as_ref().ok(),
+            (first, info.n, total),
+        )
     });
     let mut passes = passes::forward_passes(
         &net,

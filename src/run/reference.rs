@@ -27,7 +27,11 @@ impl ReferencePlan {
     /// when `curve`.
     pub fn for_run(modes: &[Mode], radius: &Radius, curve: bool) -> ReferencePlan {
         let best = modes.contains(&Mode::Best);
-        if modes.iter().any(|&m| m.needs_reference() && m != Mode::Best) || (best && curve) {
+        if modes
+            .iter()
+            .any(|&m| m.needs_reference() && m != Mode::Best)
+            || (best && curve)
+        {
             ReferencePlan::Every
         } else if best {
             ReferencePlan::Undecided(vec![radius.clone()])

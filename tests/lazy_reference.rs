@@ -1,0 +1,219 @@
+//! Lazy float64 reference (issue 13, item 3): when `best` is the only mode reading the reference,
+//! the float64 pass runs only where the standard certificate neither certifies nor refutes, and
+//! every verdict and refusal reason is the one the full pass gives; the refutation is checked in
+//! exact rationals.
+
+use std::path::{Path, PathBuf};
+
+use lipfp::certify::modes::refuted;
+use lipfp::certify::quantities::final_pair_bounds;
+use lipfp::certify::{predicted_class, Mode};
+use lipfp::format::Format;
+use lipfp::policy::Radius;
+use lipfp::progress::Progress;
+use lipfp::run::{self, ReferencePlan, Subject, SubjectSpec};
+use lipfp::sound::mul_up;
+use npyz::WriterBuilder;
+use rug::Rational;
+
+fn example(name: &str, file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name)
+        .join(file)
+}
+
+fn shared_mnist() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/benchmarks/mnist")
+}
+
+/// `model` on `inputs` in `format` (with `accumulate`), the reference run as `plan` says.
+fn subject(
+    (model, inputs, labels): (PathBuf, PathBuf, PathBuf),
+    (format, accumulate): (Format, Option<Format>),
+    plan: ReferencePlan,
+) -> Subject {
+    let spec = SubjectSpec {
+        model,
+        format: Some(format),
+        accumulate,
+        ftz: false,
+        inputs,
+        labels: Some(labels),
+        gram_iterations: 12,
+        reference: plan,
+        shard: None,
+    };
+    run::prepare(&spec, &Progress::silent()).unwrap()
+}
+
+fn files(dir: &str) -> (PathBuf, PathBuf, PathBuf) {
+    (
+        example(dir, "model.onnx"),
+        example(dir, "x_test.npy"),
+        example(dir, "y_test.npy"),
+    )
+}
+
+/// How the lazy run's points split: reference run, certified without it, refuted without it.
+#[derive(Debug, Default, PartialEq)]
+struct Split {
+    reference: usize,
+    certified: usize,
+    refuted: usize,
+}
+
+/// `best` at `radius` with the lazy plan equals `best` with the reference everywhere: the same
+/// verdicts and refusal reasons at every point, bit-equal slacks wherever the reference ran (NaN
+/// elsewhere), and a conservatism ratio only from the full pass.
+fn lazy_equals_full(
+    files: (PathBuf, PathBuf, PathBuf),
+    format: (Format, Option<Format>),
+    radius: &Radius,
+) -> Split {
+    let lazy_plan = ReferencePlan::for_run(&[Mode::Best], radius, false);
+    assert!(matches!(lazy_plan, ReferencePlan::Undecided(_)));
+    let lazy = subject(files.clone(), format, lazy_plan);
+    let full = subject(files, format, ReferencePlan::Every);
+    let l = run::certify(&lazy, radius, &[Mode::Best]).unwrap();
+    let f = run::certify(&full, radius, &[Mode::Best]).unwrap();
+    let (lb, fb) = (l.mode(Mode::Best).unwrap(), f.mode(Mode::Best).unwrap());
+    assert_eq!(lb.verdicts, fb.verdicts, "verdicts at {radius:?}");
+    assert_eq!(lb.refusal_of, fb.refusal_of, "refusals at {radius:?}");
+    assert_eq!(lb.by_class, fb.by_class);
+    let mut split = Split::default();
+    for i in 0..lazy.n() {
+        let (ls, fs) = (lb.slacks[i], fb.slacks[i]);
+        if lazy.centre(i).hi.is_some() {
+            split.reference += 1;
+            assert!(
+                ls.to_bits() == fs.to_bits(),
+                "slack at point {i}: {ls} vs {fs}"
+            );
+        } else {
+            assert!(ls.is_nan(), "point {i} has a slack without the reference");
+            if lb.verdicts[i] {
+                split.certified += 1;
+            } else {
+                split.refuted += 1;
+            }
+        }
+    }
+    if split.reference < lazy.n() {
+        assert_eq!(lb.conservatism, None, "a ratio over part of the points");
+    }
+    assert_eq!(full.reference.as_ref().unwrap().points(), full.n());
+    split
+}
+
+#[test]
+fn lazy_best_gives_the_full_verdicts_on_the_examples() {
+    let mut totals = Split::default();
+    for (dir, format) in [
+        ("digits", (Format::Float32, None)),
+        ("digits", (Format::Float16, Some(Format::Float32))),
+        ("breast-cancer", (Format::Float32, None)),
+    ] {
+        for eps in ["0.05", "0.2", "0.3", "0.6"] {
+            let radius = Radius::parse_decimal(eps).unwrap();
+            let s = lazy_equals_full(files(dir), format, &radius);
+            eprintln!("{dir} {format:?} eps {eps}: {s:?}");
+            totals.reference += s.reference;
+            totals.certified += s.certified;
+            totals.refuted += s.refuted;
+        }
+    }
+    // every branch of the selection is exercised
+    assert!(
+        totals.reference > 0 && totals.certified > 0 && totals.refuted > 0,
+        "{totals:?}"
+    );
+}
+
+/// Writes float64 radii `[n]` to `path`.
+fn write_radii(path: &Path, radii: &[f64]) {
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&[radii.len() as u64])
+        .writer(std::fs::File::create(path).unwrap())
+        .begin_nd()
+        .unwrap();
+    w.extend(radii.iter().copied()).unwrap();
+    w.finish().unwrap();
+}
+
+#[test]
+fn lazy_best_gives_the_full_verdicts_with_per_instance_radii() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("radii.npy");
+    let radii: Vec<f64> = (0..450)
+        .map(|k| 0.02 + 0.9 * ((k * 37) % 101) as f64 / 100.0)
+        .collect();
+    write_radii(&path, &radii);
+    let radius = Radius::PerInstance(path);
+    let s = lazy_equals_full(files("digits"), (Format::Float32, None), &radius);
+    eprintln!("digits per-instance radii: {s:?}");
+    assert!(s.reference > 0 && s.certified > 0 && s.refuted > 0, "{s:?}");
+}
+
+/// Wherever `refuted` holds, some competing class has, in exact rationals,
+/// `m_hat_ij + E_ctr_j - mul_up(L_ij, eps) - g <= 0`: the bound every certificate's slack is under.
+#[test]
+fn refutation_is_sound_in_exact_rationals() {
+    let s = subject(
+        files("digits"),
+        (Format::Float16, Some(Format::Float32)),
+        ReferencePlan::None,
+    );
+    let fmt = s.bounds.as_ref().unwrap();
+    let q = |v: f64| Rational::from_f64(v).unwrap();
+    let mut checked = 0;
+    for eps in [0.0, 0.1, 0.3, 0.45, 0.6, 1.0] {
+        for k in 0..s.n() {
+            let c = s.centre(k);
+            let Some(i) = predicted_class(c.logits) else {
+                continue;
+            };
+            let Ok((r, d)) = fmt.hidden_chain(c.x_norm) else {
+                continue;
+            };
+            if !refuted(fmt, c.logits, i, eps, (d, r)) {
+                continue;
+            }
+            let below = (0..fmt.classes).filter(|&j| j != i).any(|j| {
+                let p = fmt.pair(i, j);
+                let e = final_pair_bounds(p.alpha, d, p.kappa_abs, r, p.beta_const);
+                let upper = q(c.logits[i]) - q(c.logits[j]) + q(e)
+                    - q(mul_up(p.lip, eps))
+                    - q(fmt.head_margin);
+                upper <= 0
+            });
+            assert!(
+                below,
+                "point {k} refuted at eps {eps} without an exact witness"
+            );
+            checked += 1;
+        }
+    }
+    eprintln!("refutations checked exactly: {checked}");
+    assert!(checked > 0);
+}
+
+#[test]
+#[cfg_attr(
+    not(lipfp_shared),
+    ignore = "../shared/benchmarks not found: the benchmark data is not part of the repository"
+)]
+fn lazy_best_gives_the_full_verdicts_on_mnist() {
+    let m = shared_mnist();
+    let files = (
+        m.join("model.onnx"),
+        m.join("x_test.npy"),
+        m.join("y_test.npy"),
+    );
+    let radius = Radius::parse_decimal("0.3").unwrap();
+    let s = lazy_equals_full(files, (Format::Float32, None), &radius);
+    eprintln!("mnist eps 0.3: {s:?}");
+    assert_eq!(s.certified, 9550, "the points standard certifies");
+    assert!(s.reference < 100, "{s:?}");
+}
