@@ -116,7 +116,8 @@ pub(super) enum PointRadii {
 pub(super) enum Selection<'a> {
     /// Every point.
     Every,
-    /// No point (the model-level bounds failed: every mode refuses every point).
+    /// No point (none asked for, or the model-level bounds failed: every mode refuses every
+    /// point).
     Nothing,
     /// The points where `best` needs the reference at one of the radii.
     Undecided(Certifier<'a>, Vec<PointRadii>),
@@ -132,7 +133,8 @@ impl<'a> Selection<'a> {
         (first, n, total): (usize, usize, usize),
     ) -> Selection<'a> {
         let radii = match plan {
-            ReferencePlan::None | ReferencePlan::Every => return Selection::Every,
+            ReferencePlan::None => return Selection::Nothing,
+            ReferencePlan::Every => return Selection::Every,
             ReferencePlan::Undecided(radii) => radii,
         };
         let Some(fmt) = bounds else {
