@@ -16,7 +16,7 @@ use crate::certify::Mode;
 use crate::error::LipfpError;
 use crate::policy::{Gate, Policy, Target};
 use crate::progress::Progress;
-use crate::run::{self, Subject, SubjectSpec};
+use crate::run::{self, ReferencePlan, Subject, SubjectSpec};
 
 /// Check `merged` against `policy` and re-certify `verify` points of every certificate file;
 /// on success the gates carry the policy's thresholds and recomputed accuracy and VRA.
@@ -30,7 +30,10 @@ pub fn audit(
     let mut subjects: Vec<(Target, Subject)> = Vec::new();
     for g in &policy.gates {
         if !subjects.iter().any(|(t, _)| *t == g.target) {
-            subjects.push((g.target.clone(), prepare(policy, &g.target, progress)?));
+            subjects.push((
+                g.target.clone(),
+                prepare(policy, &g.target, merged, progress)?,
+            ));
         }
         let subject = &subjects
             .iter()
@@ -85,12 +88,27 @@ fn check_gate_names(policy: &Policy, merged: &[MergedGate]) -> Result<(), LipfpE
     Ok(())
 }
 
-/// Load the target's model and data (every point) as `lipfp check` does.
-fn prepare(policy: &Policy, t: &Target, progress: &Progress) -> Result<Subject, LipfpError> {
-    run::prepare(
-        &SubjectSpec::for_target(t, crate::check::reference_plan(policy, t), None),
-        progress,
-    )
+/// Load the target's model and data (every point) as `lipfp check` does, with the float64
+/// reference wherever the policy's gates on it or the modes their files hold need it (every
+/// mode in a file is re-certified).
+fn prepare(
+    policy: &Policy,
+    t: &Target,
+    merged: &[MergedGate],
+    progress: &Progress,
+) -> Result<Subject, LipfpError> {
+    let in_files = policy
+        .gates
+        .iter()
+        .filter(|g| g.target == *t)
+        .filter_map(|g| {
+            let m = merged.iter().find(|m| m.name == g.name)?;
+            let modes: Vec<Mode> = m.outcome.modes.iter().map(|mo| mo.mode).collect();
+            Some(ReferencePlan::for_run(&modes, &g.radius, false))
+        })
+        .fold(ReferencePlan::None, ReferencePlan::union);
+    let plan = crate::check::reference_plan(policy, t).union(in_files);
+    run::prepare(&SubjectSpec::for_target(t, plan, None), progress)
 }
 
 /// The files must describe the run the policy asks for, on this model and data.

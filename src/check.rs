@@ -65,8 +65,8 @@ pub fn reference_plan(policy: &Policy, t: &Target) -> ReferencePlan {
         .fold(ReferencePlan::None, ReferencePlan::union)
 }
 
-/// Load `t` as every gate naming it needs (the float64 reference when any of them asks for a
-/// pre-deployment mode).
+/// Load `t` as every gate naming it needs (the float64 reference where [`reference_plan`]
+/// says).
 fn prepare(
     policy: &Policy,
     t: &Target,

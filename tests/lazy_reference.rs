@@ -11,7 +11,7 @@ use lipfp::certify::{predicted_class, Mode};
 use lipfp::format::Format;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, ReferencePlan, Subject, SubjectSpec};
+use lipfp::run::{self, ReferencePlan, Shard, Subject, SubjectSpec, STREAM_ROWS};
 use lipfp::sound::mul_up;
 use npyz::WriterBuilder;
 use rug::Rational;
@@ -29,9 +29,19 @@ fn shared_mnist() -> PathBuf {
 
 /// `model` on `inputs` in `format` (with `accumulate`), the reference run as `plan` says.
 fn subject(
+    files: (PathBuf, PathBuf, PathBuf),
+    format: (Format, Option<Format>),
+    plan: ReferencePlan,
+) -> Subject {
+    shard_subject(files, format, plan, None)
+}
+
+/// [`subject`] on shard `shard` of the test set.
+fn shard_subject(
     (model, inputs, labels): (PathBuf, PathBuf, PathBuf),
     (format, accumulate): (Format, Option<Format>),
     plan: ReferencePlan,
+    shard: Option<Shard>,
 ) -> Subject {
     let spec = SubjectSpec {
         model,
@@ -42,7 +52,7 @@ fn subject(
         labels: Some(labels),
         gram_iterations: 12,
         reference: plan,
-        shard: None,
+        shard,
     };
     run::prepare(&spec, &Progress::silent()).unwrap()
 }
@@ -71,10 +81,20 @@ fn lazy_equals_full(
     format: (Format, Option<Format>),
     radius: &Radius,
 ) -> Split {
+    lazy_equals_full_on(files, format, radius, None)
+}
+
+/// [`lazy_equals_full`] on shard `shard` of the test set.
+fn lazy_equals_full_on(
+    files: (PathBuf, PathBuf, PathBuf),
+    format: (Format, Option<Format>),
+    radius: &Radius,
+    shard: Option<Shard>,
+) -> Split {
     let lazy_plan = ReferencePlan::for_run(&[Mode::Best], radius, false);
     assert!(matches!(lazy_plan, ReferencePlan::Undecided(_)));
-    let lazy = subject(files.clone(), format, lazy_plan);
-    let full = subject(files, format, ReferencePlan::Every);
+    let lazy = shard_subject(files.clone(), format, lazy_plan, shard);
+    let full = shard_subject(files, format, ReferencePlan::Every, shard);
     let l = run::certify(&lazy, radius, &[Mode::Best]).unwrap();
     let f = run::certify(&full, radius, &[Mode::Best]).unwrap();
     let (lb, fb) = (l.mode(Mode::Best).unwrap(), f.mode(Mode::Best).unwrap());
@@ -132,14 +152,7 @@ fn lazy_best_gives_the_full_verdicts_on_the_examples() {
 
 /// Writes float64 radii `[n]` to `path`.
 fn write_radii(path: &Path, radii: &[f64]) {
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(&[radii.len() as u64])
-        .writer(std::fs::File::create(path).unwrap())
-        .begin_nd()
-        .unwrap();
-    w.extend(radii.iter().copied()).unwrap();
-    w.finish().unwrap();
+    write_npy(path, &[radii.len() as u64], radii);
 }
 
 #[test]
@@ -153,6 +166,62 @@ fn lazy_best_gives_the_full_verdicts_with_per_instance_radii() {
     let radius = Radius::PerInstance(path);
     let s = lazy_equals_full(files("digits"), (Format::Float32, None), &radius);
     eprintln!("digits per-instance radii: {s:?}");
+    assert!(s.reference > 0 && s.certified > 0 && s.refuted > 0, "{s:?}");
+}
+
+/// Reads a `.npy` file's values and shape.
+fn read_npy<T: npyz::Deserialize>(path: &Path) -> (Vec<T>, Vec<u64>) {
+    let npy = npyz::NpyFile::new(std::fs::File::open(path).unwrap()).unwrap();
+    let shape = npy.shape().to_vec();
+    (npy.into_vec().unwrap(), shape)
+}
+
+/// Writes `data` with `shape` to `path`.
+fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) {
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(std::fs::File::create(path).unwrap())
+        .begin_nd()
+        .unwrap();
+    w.extend(data.iter().copied()).unwrap();
+    w.finish().unwrap();
+}
+
+/// A test set larger than two read blocks (the digits points repeated), sharded so that the
+/// shard starts mid-file and spans a block boundary, with per-instance radii: the selection's
+/// and the slots' offsets must line up with the radii and the points.
+#[test]
+fn lazy_best_gives_the_full_verdicts_on_a_streamed_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let (x, x_shape) = read_npy::<f32>(&example("digits", "x_test.npy"));
+    let (y, _) = read_npy::<i64>(&example("digits", "y_test.npy"));
+    let total = 2 * STREAM_ROWS + 2000;
+    let dim = x.len() / y.len();
+    let xs: Vec<f32> = x.iter().copied().cycle().take(total * dim).collect();
+    let ys: Vec<i64> = y.iter().copied().cycle().take(total).collect();
+    let mut shape = x_shape.clone();
+    shape[0] = total as u64;
+    let files = (
+        example("digits", "model.onnx"),
+        dir.path().join("x.npy"),
+        dir.path().join("y.npy"),
+    );
+    write_npy(&files.1, &shape, &xs);
+    write_npy(&files.2, &[total as u64], &ys);
+    let radii: Vec<f64> = (0..total)
+        .map(|k| 0.02 + ((k * 37) % 101) as f64 / 100.0)
+        .collect();
+    let radii_path = dir.path().join("radii.npy");
+    write_radii(&radii_path, &radii);
+    let shard = Shard::parse("2/2").unwrap();
+    assert!(
+        shard.range(total).1 > STREAM_ROWS,
+        "the shard spans two read blocks"
+    );
+    let radius = Radius::PerInstance(radii_path);
+    let s = lazy_equals_full_on(files, (Format::Float32, None), &radius, Some(shard));
+    eprintln!("digits x{total} shard 2/2, per-instance radii: {s:?}");
     assert!(s.reference > 0 && s.certified > 0 && s.refuted > 0, "{s:?}");
 }
 

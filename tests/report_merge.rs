@@ -40,15 +40,13 @@ struct Shards {
 
 impl Shards {
     fn new() -> Shards {
+        Shards::with_modes("best,standard")
+    }
+
+    /// Shards 1/2 and 2/2 of the digits gate in `modes`, with its policy as `lipfp.toml`.
+    fn with_modes(modes: &str) -> Shards {
         let dir = tempfile::tempdir().unwrap();
-        let policy = format!(
-            "[model]\npath = \"{m}\"\n[data]\ninputs = \"{x}\"\nlabels = \"{y}\"\n\
-             [[gate]]\nname = \"digits\"\nepsilon = \"0.3\"\nmode = \"best,standard\"\nmin_vra_pct = 75.0\n",
-            m = root().join("examples/digits/model.onnx").display(),
-            x = root().join("examples/digits/x_test.npy").display(),
-            y = root().join("examples/digits/y_test.npy").display(),
-        );
-        std::fs::write(dir.path().join("lipfp.toml"), policy).unwrap();
+        std::fs::write(dir.path().join("lipfp.toml"), digits_policy(modes)).unwrap();
         let s = Shards { dir };
         for k in 1..=2 {
             let out = lipfp(&[
@@ -91,6 +89,17 @@ impl Shards {
         args.extend_from_slice(extra);
         lipfp(&args)
     }
+}
+
+/// A policy with one gate on the digits example in `modes`.
+fn digits_policy(modes: &str) -> String {
+    format!(
+        "[model]\npath = \"{m}\"\n[data]\ninputs = \"{x}\"\nlabels = \"{y}\"\n\
+         [[gate]]\nname = \"digits\"\nepsilon = \"0.3\"\nmode = \"{modes}\"\nmin_vra_pct = 75.0\n",
+        m = root().join("examples/digits/model.onnx").display(),
+        x = root().join("examples/digits/x_test.npy").display(),
+        y = root().join("examples/digits/y_test.npy").display(),
+    )
 }
 
 #[test]
@@ -246,4 +255,25 @@ fn the_policy_decides_the_thresholds_and_the_gate_set() {
     let out = s.report(&[&a, &b], &["--config", &s.s("more.toml")]);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("`other`"), "{}", stderr(&out));
+}
+
+/// Files holding more modes than the policy asks for are re-certified in all of them: a policy
+/// asking for `best` alone (whose float64 reference would run only where standard does not
+/// decide) still verifies every point of files that also hold `hybrid` and `measured`.
+#[test]
+fn every_mode_of_the_files_is_verified_whatever_the_policy_asks() {
+    let s = Shards::with_modes("best,hybrid,measured");
+    let best_only = s.p("best-only.toml");
+    std::fs::write(&best_only, digits_policy("best")).unwrap();
+    let (a, b) = (s.s("shard1.pb"), s.s("shard2.pb"));
+    let out = s.report(
+        &[&a, &b],
+        &[
+            "--config",
+            &best_only.display().to_string(),
+            "--verify",
+            "450",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
 }

@@ -138,8 +138,8 @@ pub enum Refusal {
     /// A model-level reason applies to every instance (vacuous layer, norm failure).
     Model,
     /// The float64 reference execution was not run at this point, which a pre-deployment
-    /// mode needed (the points were chosen at other radii: a per-instance radii file that
-    /// changed between the passes and the certificates).
+    /// mode needed: the points were chosen for other modes or radii (a per-instance radii file
+    /// that changed between the forward passes and the certificates).
     NoReference,
 }
 

@@ -410,10 +410,11 @@ fn compute(
     let predictions = predictions(&net, &passes.out.logits, &mut notes);
     let (forward_s, reference_s) = passes.split_seconds();
     let reference = selection.map(|_| passes.take_reference(&net, &norms, reference_s));
-    let lazy = matches!(spec.reference, ReferencePlan::Undecided(_)) && bounds.is_ok();
+    let lazy = matches!(spec.reference, ReferencePlan::Undecided(_))
+        && bounds.as_ref().is_ok_and(|b| b.vacuous.is_none());
     if let Some(r) = reference.as_ref().filter(|r| lazy && r.points() < info.n) {
         notes.push(format!(
-            "float64 reference pass: {} of {} points; the standard certificate decides best at the others, so best's slack and fp degradation are not computed there (docs/soundness.md \"Lazy float64 reference\")",
+            "float64 reference pass: {} of {} points; best is decided without it at the others (certified or refuted by the standard certificate, or non-finite logits), so best's slack and fp degradation are not computed there (docs/soundness.md \"Lazy float64 reference\")",
             r.points(),
             info.n
         ));

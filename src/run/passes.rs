@@ -19,9 +19,15 @@ use crate::norms::NetworkNorms;
 use crate::progress::{Progress, Task};
 use crate::sound::l2_norm_up;
 
-/// The float64 reference executor, the absolute weights its componentwise products use, and
-/// the points it runs on.
-type HiPass<'a> = (Executor, AbsWeights, &'a Selection<'a>);
+/// The float64 reference pass.
+struct HiPass<'a> {
+    /// The float64 reference executor.
+    exec: Executor,
+    /// The absolute weights its componentwise products use.
+    abs: AbsWeights,
+    /// The points it runs on.
+    selection: &'a Selection<'a>,
+}
 
 /// Per-point results of the forward passes over a block of rows.
 #[derive(Default)]
@@ -122,7 +128,7 @@ pub(super) fn forward_passes(
     progress.stage(&format!(
         "forward pass{}: {} points in {}",
         if reference.is_some() {
-            "es (and float64 reference)"
+            "es (and float64 reference where needed)"
         } else {
             ""
         },
@@ -131,12 +137,10 @@ pub(super) fn forward_passes(
     ));
     let t = Instant::now();
     let exec = Executor::new(net, execution);
-    let hi_exec = reference.map(|selection| {
-        (
-            Executor::new(net, &ExecutionModel::float64_reference()),
-            AbsWeights::new(net),
-            selection,
-        )
+    let hi_exec = reference.map(|selection| HiPass {
+        exec: Executor::new(net, &ExecutionModel::float64_reference()),
+        abs: AbsWeights::new(net),
+        selection,
     });
     let task = progress.task("forward passes", info.n as u64);
     let mut out = PassOut::default();
@@ -174,14 +178,14 @@ pub(super) fn forward_passes(
     })
 }
 
-/// The forward passes of one block of rows, the first of which is point `first` of the
+/// The forward passes of one block of rows, the first of which is point `row0` of the
 /// subject: deployment logits and `||x||`, and with a float64 executor its measurements at the
 /// rows it selects ([`reference_rows`]).
 fn pass_block(
     exec: &Executor,
     hi_exec: Option<&HiPass>,
     view: ArrayView2<f64>,
-    first: usize,
+    row0: usize,
 ) -> PassOut {
     let t = Instant::now();
     let (logits, dep_hidden) = exec.forward_block(view, hi_exec.is_some());
@@ -199,11 +203,11 @@ fn pass_block(
             let rows: Vec<usize> = (0..view.nrows())
                 .filter(|&r| {
                     let row = &logits[r * classes..(r + 1) * classes];
-                    hi.2.needs(first + r, row, x_norms[r])
+                    hi.selection.needs(row0 + r, row, x_norms[r])
                 })
                 .collect();
             let mut out = reference_rows(hi, view, dep_hidden.last(), &rows);
-            out.hi_points = rows.iter().map(|r| first + r).collect();
+            out.hi_points = rows.iter().map(|r| row0 + r).collect();
             out.seconds.1 = t.elapsed().as_secs_f64();
             out
         }
@@ -219,7 +223,7 @@ fn pass_block(
 /// norms and componentwise products, and the gap between the deployment penultimate
 /// activations `dep_last` (the block's) and its own (from the same executions as the logits).
 fn reference_rows(
-    (hi_exec, abs, _): &HiPass,
+    hi: &HiPass,
     view: ArrayView2<f64>,
     dep_last: Option<&Array2<f64>>,
     rows: &[usize],
@@ -229,8 +233,8 @@ fn reference_rows(
         return out;
     }
     let points = view.select(Axis(0), rows);
-    let (hi_logits, hi_hidden) = hi_exec.forward_block(points.view(), true);
-    let products = abs.measure(points.view(), &hi_hidden);
+    let (hi_logits, hi_hidden) = hi.exec.forward_block(points.view(), true);
+    let products = hi.abs.measure(points.view(), &hi_hidden);
     out.abs_norms = products.norms;
     out.abs_last = products.last;
     for (k, &r) in rows.iter().enumerate() {
@@ -254,17 +258,17 @@ fn reference_rows(
     out
 }
 
-/// Run the passes over `values` (`[rows, dim]`, the first row point `first` of the subject) in
+/// Run the passes over `values` (`[rows, dim]`, the first row point `row0` of the subject) in
 /// parallel blocks, in order.
 fn pass_rows(
     exec: &Executor,
     hi_exec: Option<&HiPass>,
-    (values, first): (&[f64], usize),
+    (values, row0): (&[f64], usize),
     dim: usize,
     task: &Task,
 ) -> PassOut {
     let blocks = map_blocks(values, dim, |at, view| {
-        let out = pass_block(exec, hi_exec, view, first + at);
+        let out = pass_block(exec, hi_exec, view, row0 + at);
         task.add(view.nrows() as u64);
         out
     });
