@@ -37,7 +37,7 @@ fn subject(format: Format, dir: &Path) -> Subject {
         inputs: dir.join("x_test.npy"),
         labels: Some(dir.join("y_test.npy")),
         gram_iterations: 12,
-        reference: ReferencePlan::Every,
+        reference: ReferencePlan::Every { products: true },
         shard: None,
     };
     run::prepare(&spec, &Progress::silent()).unwrap()

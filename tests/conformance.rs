@@ -96,7 +96,7 @@ fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         inputs: x.clone(),
         labels: None,
         gram_iterations: 12,
-        reference: ReferencePlan::Every,
+        reference: ReferencePlan::Every { products: true },
         shard: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"));

@@ -31,7 +31,7 @@ fn spec(model: &Path, x: &Path, y: &Path, reference: bool) -> SubjectSpec {
         labels: Some(y.to_path_buf()),
         gram_iterations: 12,
         reference: if reference {
-            ReferencePlan::Every
+            ReferencePlan::Every { products: true }
         } else {
             ReferencePlan::None
         },

@@ -194,7 +194,7 @@ fn streamed_inputs_match_inputs_in_memory() {
         inputs: x.clone(),
         labels: None,
         gram_iterations: 12,
-        reference: ReferencePlan::Every,
+        reference: ReferencePlan::Every { products: true },
         shard: Some(Shard { index: 1, count: 2 }),
     };
     let streamed = run::prepare(&spec, &Progress::silent()).unwrap();

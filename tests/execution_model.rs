@@ -140,7 +140,7 @@ fn an_unfused_bias_add_is_covered_under_declared_float32_accumulation() {
         inputs: x,
         labels: None,
         gram_iterations: 12,
-        reference: ReferencePlan::Every,
+        reference: ReferencePlan::Every { products: true },
         shard: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();

@@ -74,7 +74,7 @@ fn prepare(model: &Path, x: &[f64], dim: usize, reference: bool) -> Subject {
         labels: None,
         gram_iterations: 12,
         reference: if reference {
-            ReferencePlan::Every
+            ReferencePlan::Every { products: true }
         } else {
             ReferencePlan::None
         },

@@ -1,13 +1,14 @@
-//! Lazy float64 reference (issue 13, item 3): when `best` is the only mode reading the reference,
-//! the float64 pass runs only where the standard certificate neither certifies nor refutes, and
-//! every verdict and refusal reason is the one the full pass gives; the refutation is checked in
-//! exact rationals.
+//! The float64 reference plan (issue 13, item 3): when `best` is the only mode reading the
+//! reference, the float64 pass runs only where the standard certificate neither certifies nor
+//! refutes, and every verdict and refusal reason is the one the full pass gives (the refutation
+//! checked in exact rationals); without `best`, the pass skips the componentwise products and
+//! the other modes' figures do not change.
 
 use std::path::{Path, PathBuf};
 
 use lipfp::certify::modes::refuted;
 use lipfp::certify::quantities::final_pair_bounds;
-use lipfp::certify::{predicted_class, Mode};
+use lipfp::certify::{predicted_class, Mode, Refusal};
 use lipfp::format::Format;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
@@ -94,7 +95,12 @@ fn lazy_equals_full_on(
     let lazy_plan = ReferencePlan::for_run(&[Mode::Best], radius, false);
     assert!(matches!(lazy_plan, ReferencePlan::Undecided(_)));
     let lazy = shard_subject(files.clone(), format, lazy_plan, shard);
-    let full = shard_subject(files, format, ReferencePlan::Every, shard);
+    let full = shard_subject(
+        files,
+        format,
+        ReferencePlan::Every { products: true },
+        shard,
+    );
     let l = run::certify(&lazy, radius, &[Mode::Best]).unwrap();
     let f = run::certify(&full, radius, &[Mode::Best]).unwrap();
     let (lb, fb) = (l.mode(Mode::Best).unwrap(), f.mode(Mode::Best).unwrap());
@@ -285,4 +291,74 @@ fn lazy_best_gives_the_full_verdicts_on_mnist() {
     eprintln!("mnist eps 0.3: {s:?}");
     assert_eq!(s.certified, 9550, "the points standard certifies");
     assert!(s.reference < 100, "{s:?}");
+}
+
+/// Without `best`, the reference pass skips the componentwise products: the other
+/// pre-deployment modes give the same verdicts and slacks, and `best` on such a pass refuses
+/// every point it would need them for instead of certifying without them.
+#[test]
+fn componentwise_products_are_measured_only_for_best() {
+    let radius = Radius::parse_decimal("0.3").unwrap();
+    let format = (Format::Float16, Some(Format::Float32));
+    let modes = [Mode::Hybrid, Mode::Measured, Mode::Float64Centre];
+    let plan = ReferencePlan::for_run(&modes, &radius, false);
+    assert_eq!(plan, ReferencePlan::Every { products: false });
+    let without = subject(files("digits"), format, plan);
+    let with = subject(
+        files("digits"),
+        format,
+        ReferencePlan::Every { products: true },
+    );
+    assert!(!without.reference.as_ref().unwrap().has_products());
+    let a = run::certify(&without, &radius, &modes).unwrap();
+    let b = run::certify(&with, &radius, &modes).unwrap();
+    for m in modes {
+        let (x, y) = (a.mode(m).unwrap(), b.mode(m).unwrap());
+        assert_eq!(x.verdicts, y.verdicts, "{m}");
+        assert_eq!(x.refusal_of, y.refusal_of, "{m}");
+        let bits = |v: &[f64]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&x.slacks), bits(&y.slacks), "{m}");
+    }
+    let best = run::certify(&without, &radius, &[Mode::Best]).unwrap();
+    let best = best.mode(Mode::Best).unwrap();
+    let full = run::certify(&with, &radius, &[Mode::Best]).unwrap();
+    let full = full.mode(Mode::Best).unwrap();
+    for i in 0..without.n() {
+        if best.verdicts[i] {
+            assert!(
+                full.verdicts[i],
+                "point {i} certified without the products only"
+            );
+        } else if full.verdicts[i] {
+            assert_eq!(best.refusal_of[i], Some(Refusal::NoReference), "point {i}");
+        }
+    }
+    assert!(best.refusal_of.contains(&Some(Refusal::NoReference)));
+}
+
+#[test]
+fn plans_combine_as_the_modes_need() {
+    let r = Radius::parse_decimal("0.1").unwrap();
+    let s = Radius::parse_decimal("0.2").unwrap();
+    let best = |r: &Radius| ReferencePlan::for_run(&[Mode::Best], r, false);
+    let hybrid = ReferencePlan::for_run(&[Mode::Standard, Mode::Hybrid], &r, false);
+    assert_eq!(
+        ReferencePlan::for_run(&[Mode::Standard], &r, true),
+        ReferencePlan::None
+    );
+    assert_eq!(best(&r), ReferencePlan::Undecided(vec![r.clone()]));
+    assert_eq!(
+        ReferencePlan::for_run(&[Mode::Best], &r, true),
+        ReferencePlan::Every { products: true }
+    );
+    assert_eq!(hybrid, ReferencePlan::Every { products: false });
+    assert_eq!(
+        best(&r).union(best(&s)).union(best(&r)),
+        ReferencePlan::Undecided(vec![r.clone(), s.clone()])
+    );
+    assert_eq!(
+        best(&r).union(hybrid.clone()),
+        ReferencePlan::Every { products: true }
+    );
+    assert_eq!(hybrid.clone().union(ReferencePlan::None), hybrid);
 }

@@ -30,7 +30,7 @@ fn run_set(
         inputs: inputs.to_path_buf(),
         labels: Some(labels.to_path_buf()),
         gram_iterations: iterations,
-        reference: ReferencePlan::Every,
+        reference: ReferencePlan::Every { products: true },
         shard: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).expect("benchmark loads");

@@ -231,7 +231,7 @@ fn certify_loaded(net: DenseNet, ftz: bool) {
             &progress,
         )
     };
-    let Ok(subject) = prepare(run::ReferencePlan::Every) else {
+    let Ok(subject) = prepare(run::ReferencePlan::Every { products: true }) else {
         return;
     };
     let Ok(outcome) = run::certify(&subject, &radius, &Mode::ALL) else {

@@ -204,6 +204,10 @@ impl Certifier<'_> {
         // float64 reference: deviation profile D^hi_l(x, 0) with float64 constants
         let reference = if mode.needs_reference() {
             match (self.hi, c.hi) {
+                // `best` reads the componentwise products, measured only where it is asked for
+                (Some(_), Some(h)) if mode == Mode::Best && h.abs_last.is_empty() => {
+                    return PointResult::refused(Refusal::NoReference)
+                }
                 (Some(hb), Some(h)) => Some((hb, h, hb.deviation_profile(c.x_norm))),
                 (None, _) => return PointResult::refused(Refusal::Model),
                 (Some(_), None) => return PointResult::refused(Refusal::NoReference),

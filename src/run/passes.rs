@@ -23,8 +23,8 @@ use crate::sound::l2_norm_up;
 struct HiPass<'a> {
     /// The float64 reference executor.
     exec: Executor,
-    /// The absolute weights its componentwise products use.
-    abs: AbsWeights,
+    /// The absolute weights its componentwise products use, when they are measured.
+    abs: Option<AbsWeights>,
     /// The points it runs on.
     selection: &'a Selection<'a>,
 }
@@ -139,7 +139,7 @@ pub(super) fn forward_passes(
     let exec = Executor::new(net, execution);
     let hi_exec = reference.map(|selection| HiPass {
         exec: Executor::new(net, &ExecutionModel::float64_reference()),
-        abs: AbsWeights::new(net),
+        abs: selection.products().then(|| AbsWeights::new(net)),
         selection,
     });
     let task = progress.task("forward passes", info.n as u64);
@@ -234,9 +234,11 @@ fn reference_rows(
     }
     let points = view.select(Axis(0), rows);
     let (hi_logits, hi_hidden) = hi.exec.forward_block(points.view(), true);
-    let products = hi.abs.measure(points.view(), &hi_hidden);
-    out.abs_norms = products.norms;
-    out.abs_last = products.last;
+    if let Some(abs) = &hi.abs {
+        let products = abs.measure(points.view(), &hi_hidden);
+        out.abs_norms = products.norms;
+        out.abs_last = products.last;
+    }
     for (k, &r) in rows.iter().enumerate() {
         for h in &hi_hidden {
             out.hi_norms.push(l2_norm_up(h.row(k).iter().copied()));

@@ -15,8 +15,11 @@ use crate::policy::Radius;
 pub enum ReferencePlan {
     /// None: no mode asked for reads it.
     None,
-    /// Every point.
-    Every,
+    /// Every point; `products`: with the componentwise products only `best` reads.
+    Every {
+        /// Measure the componentwise products `|| |W_l| |c_{l-1}| ||` and `|W_L| |c_{L-1}|`.
+        products: bool,
+    },
     /// The points `best` cannot decide from the standard certificate at one of these radii
     /// (the only mode asked for that reads the reference is `best`, at fixed radii).
     Undecided(Vec<Radius>),
@@ -32,7 +35,7 @@ impl ReferencePlan {
             .any(|&m| m.needs_reference() && m != Mode::Best)
             || (best && curve)
         {
-            ReferencePlan::Every
+            ReferencePlan::Every { products: best }
         } else if best {
             ReferencePlan::Undecided(vec![radius.clone()])
         } else {
@@ -45,7 +48,9 @@ impl ReferencePlan {
         use ReferencePlan::{Every, Undecided};
         match (self, other) {
             (ReferencePlan::None, p) | (p, ReferencePlan::None) => p,
-            (Every, _) | (_, Every) => Every,
+            (Every { products: a }, Every { products: b }) => Every { products: a || b },
+            // `Undecided` is `best`'s plan: the products are needed
+            (Every { .. }, Undecided(_)) | (Undecided(_), Every { .. }) => Every { products: true },
             (Undecided(mut a), Undecided(b)) => {
                 for r in b {
                     if !a.contains(&r) {
@@ -86,6 +91,11 @@ pub struct ReferenceData {
 }
 
 impl ReferenceData {
+    /// Whether the componentwise products were measured (`best` reads them).
+    pub fn has_products(&self) -> bool {
+        self.abs_last.len() == self.logits.len()
+    }
+
     /// Points the reference ran on.
     pub fn points(&self) -> usize {
         self.gaps.len()
@@ -95,12 +105,20 @@ impl ReferenceData {
     pub fn at(&self, i: usize, classes: usize, depth: usize) -> Option<HiCentre<'_>> {
         let k = (*self.slot.get(i)?)?;
         let hidden = depth - 1;
+        let (abs_norms, abs_last): (&[f64], &[f64]) = if self.has_products() {
+            (
+                &self.abs_norms[k * depth..(k + 1) * depth],
+                &self.abs_last[k * classes..(k + 1) * classes],
+            )
+        } else {
+            (&[], &[])
+        };
         Some(HiCentre {
             logits: &self.logits[k * classes..(k + 1) * classes],
             gap: self.gaps[k],
             norms: &self.norms[k * hidden..(k + 1) * hidden],
-            abs_norms: &self.abs_norms[k * depth..(k + 1) * depth],
-            abs_last: &self.abs_last[k * classes..(k + 1) * classes],
+            abs_norms,
+            abs_last,
         })
     }
 }
@@ -114,8 +132,8 @@ pub(super) enum PointRadii {
 /// Which points of a subject the reference pass runs on, decided per point from its
 /// deployment logits and `||x||` as the forward passes produce them.
 pub(super) enum Selection<'a> {
-    /// Every point.
-    Every,
+    /// Every point (`true`: with the componentwise products).
+    Every(bool),
     /// No point (none asked for, or the model-level bounds failed: every mode refuses every
     /// point).
     Nothing,
@@ -134,7 +152,7 @@ impl<'a> Selection<'a> {
     ) -> Selection<'a> {
         let radii = match plan {
             ReferencePlan::None => return Selection::Nothing,
-            ReferencePlan::Every => return Selection::Every,
+            ReferencePlan::Every { products } => return Selection::Every(*products),
             ReferencePlan::Undecided(radii) => radii,
         };
         let Some(fmt) = bounds else {
@@ -146,18 +164,23 @@ impl<'a> Selection<'a> {
                 Radius::Uniform { up, .. } => PointRadii::Uniform(*up),
                 Radius::PerInstance(p) => match point_radii(p, first, n, total) {
                     Ok(v) => PointRadii::PerPoint(v),
-                    Err(_) => return Selection::Every,
+                    Err(_) => return Selection::Every(true),
                 },
             });
         }
         Selection::Undecided(Certifier { fmt, hi: None }, per_run)
     }
 
+    /// Whether the componentwise products are measured at the selected points.
+    pub(super) fn products(&self) -> bool {
+        !matches!(self, Selection::Every(false))
+    }
+
     /// Whether point `i` of the subject, with deployment `logits` and `x_norm >= ||x||`, needs
     /// the reference.
     pub(super) fn needs(&self, i: usize, logits: &[f64], x_norm: f64) -> bool {
         match self {
-            Selection::Every => true,
+            Selection::Every(_) => true,
             Selection::Nothing => false,
             Selection::Undecided(certifier, radii) => {
                 let c = Centre {
