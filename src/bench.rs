@@ -30,8 +30,10 @@ pub struct Phase {
     pub suite: String,
     /// What was measured (`norms (cold)`, a mode name, ...).
     pub phase: String,
-    /// Wall-clock seconds.
+    /// Wall-clock seconds (the median of `runs` runs).
     pub wall_s: f64,
+    /// Runs the wall time is the median of.
+    pub runs: usize,
     /// Points processed (none for the norms).
     pub points: Option<usize>,
     /// Microseconds per point.
@@ -44,6 +46,17 @@ pub struct Phase {
     pub speedup_vs_paper_python: Option<f64>,
 }
 
+/// The ratio of two phases' wall times.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    /// The suite both phases belong to.
+    pub suite: String,
+    /// `<phase> / <phase>`.
+    pub what: String,
+    /// The ratio of their wall times.
+    pub ratio: f64,
+}
+
 /// Everything `bench` measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
@@ -53,6 +66,8 @@ pub struct BenchReport {
     pub threads: usize,
     /// The phases, in order.
     pub phases: Vec<Phase>,
+    /// Wall-time ratios of phases (e.g. `best / standard`).
+    pub comparisons: Vec<Comparison>,
     /// Suites that were skipped, and why.
     pub skipped: Vec<String>,
 }
@@ -167,119 +182,143 @@ fn spec(model: &Path, reference: ReferencePlan) -> SubjectSpec {
     }
 }
 
-/// Time the norms, then each mode end to end (forward passes included, norms excluded: every
-/// run computes them once, timed in the first phase).
+/// A test set to time, on a network, with how many times each phase runs.
+struct Suite<'a> {
+    /// Suite name (`mnist`, `higgs-scale`).
+    name: &'a str,
+    net: &'a DenseNet,
+    inputs: &'a Inputs,
+    labels: &'a [usize],
+    /// Runs per phase (the phase's wall time is their median).
+    runs: usize,
+}
+
+/// MNIST phases take a tenth of a second, where scheduling noise is large: the median of this
+/// many runs is reported.
+const MNIST_RUNS: usize = 5;
+
+impl Suite<'_> {
+    /// The median wall time of [`Suite::runs`] end-to-end runs in `modes` at `radius` (with the
+    /// curve over `grid` when given; forward passes included, norms excluded: every run
+    /// computes them once, timed in their own phase), and the first mode's certified count.
+    fn median_run(
+        &self,
+        modes: &[Mode],
+        radius: &Radius,
+        grid: Option<&CurveGrid>,
+    ) -> Result<(f64, Option<usize>), LipfpError> {
+        let mut walls = Vec::with_capacity(self.runs);
+        let mut certified = None;
+        for _ in 0..self.runs.max(1) {
+            let t = Instant::now();
+            let plan = ReferencePlan::for_run(modes, radius, grid.is_some());
+            let subject = run::prepare_loaded(
+                &spec(&self.net.path, plan),
+                self.net.clone(),
+                self.inputs,
+                Some(self.labels.to_vec()),
+                Vec::new(),
+                (0, self.inputs.n),
+                &Progress::silent(),
+            )?;
+            let outcome = run::certify(&subject, radius, modes)?;
+            if let Some(grid) = grid {
+                run::certify_curve(&subject, grid, modes)?;
+            }
+            walls.push(t.elapsed().as_secs_f64() - subject.norms_s);
+            certified = outcome.mode(modes[0]).map(|m| m.certified);
+        }
+        walls.sort_by(f64::total_cmp);
+        Ok((walls[walls.len() / 2], certified))
+    }
+
+    /// A phase of `wall` seconds over every point.
+    fn phase(&self, phase: String, wall: f64, certified: Option<usize>) -> Phase {
+        Phase {
+            suite: self.name.into(),
+            phase,
+            wall_s: wall,
+            runs: self.runs.max(1),
+            points: Some(self.inputs.n),
+            per_instance_us: Some(wall / self.inputs.n as f64 * 1e6),
+            certified,
+            peak_rss_mib: peak_rss_mib(),
+            speedup_vs_paper_python: None,
+        }
+    }
+}
+
+/// Time the norms, then each mode end to end.
 fn bench_suite(
-    suite: &str,
-    net: &DenseNet,
-    inputs: &Inputs,
-    labels: &[usize],
+    suite: &Suite<'_>,
     eps: &str,
     modes: &[Mode],
     progress: &Progress,
 ) -> Result<Vec<Phase>, LipfpError> {
     let mut phases = Vec::new();
-    progress.stage(&format!("{suite}: norms"));
+    progress.stage(&format!("{}: norms", suite.name));
     let t = Instant::now();
-    norms::network_norms(net, DEFAULT_GRAM_ITERATIONS)
-        .map_err(|e| LipfpError::model(&net.path, format!("norms: {e}")))?;
+    norms::network_norms(suite.net, DEFAULT_GRAM_ITERATIONS)
+        .map_err(|e| LipfpError::model(&suite.net.path, format!("norms: {e}")))?;
     phases.push(Phase {
-        suite: suite.into(),
-        phase: "norms".into(),
-        wall_s: t.elapsed().as_secs_f64(),
         points: None,
         per_instance_us: None,
-        certified: None,
-        peak_rss_mib: peak_rss_mib(),
-        speedup_vs_paper_python: None,
+        runs: 1,
+        ..suite.phase("norms".into(), t.elapsed().as_secs_f64(), None)
     });
     let radius = Radius::parse_decimal(eps).map_err(LipfpError::Usage)?;
     for &mode in modes {
-        progress.stage(&format!("{suite}: {} points in {mode} mode", inputs.n));
-        let t = Instant::now();
-        let subject = run::prepare_loaded(
-            &spec(&net.path, ReferencePlan::for_run(&[mode], &radius, false)),
-            net.clone(),
-            inputs,
-            Some(labels.to_vec()),
-            Vec::new(),
-            (0, inputs.n),
-            &Progress::silent(),
-        )?;
-        let outcome = run::certify(&subject, &radius, &[mode])?;
-        let wall = t.elapsed().as_secs_f64() - subject.norms_s;
-        let us = wall / inputs.n as f64 * 1e6;
-        phases.push(Phase {
-            suite: suite.into(),
-            phase: mode.name().into(),
-            wall_s: wall,
-            points: Some(inputs.n),
-            per_instance_us: Some(us),
-            certified: outcome.mode(mode).map(|m| m.certified),
-            peak_rss_mib: peak_rss_mib(),
-            speedup_vs_paper_python: (suite == "mnist")
-                .then(|| {
-                    PAPER_PYTHON_MS
-                        .iter()
-                        .find(|(m, _)| *m == mode)
-                        .map(|(_, ms)| ms * 1e3 / us)
-                })
-                .flatten(),
-        });
+        progress.stage(&format!(
+            "{}: {} points in {mode} mode",
+            suite.name, suite.inputs.n
+        ));
+        let (wall, certified) = suite.median_run(&[mode], &radius, None)?;
+        let mut phase = suite.phase(mode.name().into(), wall, certified);
+        phase.speedup_vs_paper_python = (suite.name == "mnist")
+            .then(|| {
+                let us = phase.per_instance_us?;
+                PAPER_PYTHON_MS
+                    .iter()
+                    .find(|(m, _)| *m == mode)
+                    .map(|(_, ms)| ms * 1e3 / us)
+            })
+            .flatten();
+        phases.push(phase);
     }
     Ok(phases)
 }
 
-/// Time a run in `modes` at `eps` with and without the robustness curve at `radii` (forward
-/// passes included, norms excluded), the curve's phase named `<modes> +curve(<number of radii>)`.
+/// Time a run in `modes` at `eps` with and without the robustness curve at `radii`, the curve's
+/// phase named `<modes> +curve(<number of radii>)`.
 fn bench_curve(
-    suite: &str,
-    net: &DenseNet,
-    inputs: &Inputs,
-    labels: &[usize],
+    suite: &Suite<'_>,
     (eps, radii): (&str, &[&str]),
     modes: &[Mode],
 ) -> Result<Vec<Phase>, LipfpError> {
     let radius = Radius::parse_decimal(eps).map_err(LipfpError::Usage)?;
     let grid = CurveGrid::given(radii).map_err(LipfpError::Usage)?;
-    let names: Vec<&str> = modes.iter().map(|m| m.name()).collect();
-    let mut phases = Vec::new();
-    for with_curve in [false, true] {
-        let t = Instant::now();
-        let subject = run::prepare_loaded(
-            &spec(
-                &net.path,
-                ReferencePlan::for_run(modes, &radius, with_curve),
-            ),
-            net.clone(),
-            inputs,
-            Some(labels.to_vec()),
-            Vec::new(),
-            (0, inputs.n),
-            &Progress::silent(),
-        )?;
-        let outcome = run::certify(&subject, &radius, modes)?;
-        if with_curve {
-            run::certify_curve(&subject, &grid, modes)?;
-        }
-        let wall = t.elapsed().as_secs_f64() - subject.norms_s;
-        let phase = if with_curve {
-            format!("{} +curve({})", names.join("+"), radii.len())
-        } else {
-            names.join("+")
-        };
-        phases.push(Phase {
-            suite: suite.into(),
-            phase,
-            wall_s: wall,
-            points: Some(inputs.n),
-            per_instance_us: Some(wall / inputs.n as f64 * 1e6),
-            certified: outcome.mode(modes[0]).map(|m| m.certified),
-            peak_rss_mib: peak_rss_mib(),
-            speedup_vs_paper_python: None,
-        });
-    }
-    Ok(phases)
+    let names = modes.iter().map(|m| m.name()).collect::<Vec<_>>().join("+");
+    let (wall, certified) = suite.median_run(modes, &radius, None)?;
+    let plain = suite.phase(names.clone(), wall, certified);
+    let (wall, certified) = suite.median_run(modes, &radius, Some(&grid))?;
+    let curve = suite.phase(format!("{names} +curve({})", radii.len()), wall, certified);
+    Ok(vec![plain, curve])
+}
+
+/// `numerator / denominator` of the wall times of two phases of `suite`, when both ran.
+fn wall_ratio(phases: &[Phase], suite: &str, (num, den): (&str, &str)) -> Option<Comparison> {
+    let wall = |name: &str| {
+        phases
+            .iter()
+            .find(|p| p.suite == suite && p.phase == name)
+            .map(|p| p.wall_s)
+    };
+    let ratio = wall(num)? / wall(den)?;
+    ratio.is_finite().then(|| Comparison {
+        suite: suite.into(),
+        what: format!("{num} / {den}"),
+        ratio,
+    })
 }
 
 /// Run the benchmark.
@@ -291,22 +330,19 @@ pub fn run_bench(opts: &BenchOptions, progress: &Progress) -> Result<BenchReport
         let net = model::load(&mnist.join("model.onnx"), Format::Float32, false)?;
         let inputs = data::load_inputs(&mnist.join("x_test.npy"), &net, Format::Float32)?;
         let labels = data::load_labels(&mnist.join("y_test.npy"), inputs.n, net.classes())?;
-        phases.extend(bench_suite(
-            "mnist",
-            &net,
-            &inputs,
-            &labels,
-            "0.3",
-            &Mode::SOUND,
-            progress,
-        )?);
+        let suite = Suite {
+            name: "mnist",
+            net: &net,
+            inputs: &inputs,
+            labels: &labels,
+            runs: MNIST_RUNS,
+        };
+        phases.extend(bench_suite(&suite, "0.3", &Mode::SOUND, progress)?);
         progress.stage("mnist: robustness curve");
+        let radii = ["0.1", "0.2", "0.3", "0.4"];
         phases.extend(bench_curve(
-            "mnist",
-            &net,
-            &inputs,
-            &labels,
-            ("0.3", &["0.1", "0.2", "0.3", "0.4"]),
+            &suite,
+            ("0.3", &radii),
             &[Mode::Standard, Mode::Best],
         )?);
     } else {
@@ -315,15 +351,15 @@ pub fn run_bench(opts: &BenchOptions, progress: &Progress) -> Result<BenchReport
     if opts.higgs_points > 0 {
         let net = higgs_scale_net(1);
         let (inputs, labels) = higgs_scale_inputs(opts.higgs_points, 2);
-        phases.extend(bench_suite(
-            "higgs-scale",
-            &net,
-            &inputs,
-            &labels,
-            "0.1",
-            &[Mode::Standard, Mode::Measured],
-            progress,
-        )?);
+        let suite = Suite {
+            name: "higgs-scale",
+            net: &net,
+            inputs: &inputs,
+            labels: &labels,
+            runs: 1,
+        };
+        let modes = [Mode::Standard, Mode::Measured];
+        phases.extend(bench_suite(&suite, "0.1", &modes, progress)?);
     } else {
         skipped.push("higgs-scale: --higgs-points 0".into());
     }
@@ -333,10 +369,19 @@ pub fn run_bench(opts: &BenchOptions, progress: &Progress) -> Result<BenchReport
             skipped.join("; ")
         )));
     }
+    let comparisons = [
+        ("mnist", ("best", "standard")),
+        ("mnist", ("measured", "standard")),
+        ("higgs-scale", ("measured", "standard")),
+    ]
+    .into_iter()
+    .filter_map(|(suite, pair)| wall_ratio(&phases, suite, pair))
+    .collect();
     Ok(BenchReport {
         lipfp_version: env!("CARGO_PKG_VERSION").into(),
         threads: rayon::current_num_threads(),
         phases,
+        comparisons,
         skipped,
     })
 }
@@ -352,23 +397,35 @@ pub fn render(r: &BenchReport) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<12} {:<20} {:>10} {:>10} {:>12} {:>10} {:>11} {:>10}",
-        "suite", "phase", "wall s", "points", "us/point", "certified", "peak MiB", "vs paper"
+        "{:<12} {:<20} {:>10} {:>5} {:>10} {:>12} {:>10} {:>11} {:>10}",
+        "suite",
+        "phase",
+        "wall s",
+        "runs",
+        "points",
+        "us/point",
+        "certified",
+        "peak MiB",
+        "vs paper"
     );
     for p in &r.phases {
         let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         let _ = writeln!(
             out,
-            "{:<12} {:<20} {:>10.3} {:>10} {:>12} {:>10} {:>11} {:>10}",
+            "{:<12} {:<20} {:>10.3} {:>5} {:>10} {:>12} {:>10} {:>11} {:>10}",
             p.suite,
             p.phase,
             p.wall_s,
+            p.runs,
             opt(p.points.map(|n| n.to_string())),
             opt(p.per_instance_us.map(|u| format!("{u:.2}"))),
             opt(p.certified.map(|c| c.to_string())),
             opt(p.peak_rss_mib.map(|m| format!("{m:.0}"))),
             opt(p.speedup_vs_paper_python.map(|s| format!("{s:.0}x"))),
         );
+    }
+    for c in &r.comparisons {
+        let _ = writeln!(out, "{}: wall time {} = {:.2}x", c.suite, c.what, c.ratio);
     }
     for s in &r.skipped {
         let _ = writeln!(out, "skipped: {s}");

@@ -100,12 +100,12 @@ impl Executor {
     }
 
     /// Forward pass of a block of input rows `[rows, n_1]` (values of the storage format): the
-    /// logits `[rows, classes]` and, when `keep_hidden`, the outputs of the hidden layers
-    /// `1..L-1` (each `[rows, m_l]`), all from the same execution.
+    /// logits `[rows, classes]` and the outputs of the hidden layers `1..L-1` that `keep` asks
+    /// for (each `[rows, m_l]`), all from the same execution.
     pub fn forward_block(
         &self,
         x: ArrayView2<f64>,
-        keep_hidden: bool,
+        keep: Hidden,
     ) -> (Array2<f64>, Vec<Array2<f64>>) {
         let last = self.layers.len() - 1;
         let mut hidden = Vec::new();
@@ -140,7 +140,12 @@ impl Executor {
                     }
                 }
             }
-            if keep_hidden && k < last {
+            let kept = match keep {
+                Hidden::None => false,
+                Hidden::Penultimate => k + 1 == last,
+                Hidden::All => k < last,
+            };
+            if kept {
                 hidden.push(z64.clone());
             }
         }
@@ -155,13 +160,24 @@ impl Executor {
     /// Logits of every input row, computed in parallel blocks; row-major `[rows, classes]`.
     pub fn logits(&self, values: &[f64], dim: usize) -> Vec<f64> {
         map_blocks(values, dim, |_, view| {
-            self.forward_block(view, false)
+            self.forward_block(view, Hidden::None)
                 .0
                 .into_iter()
                 .collect::<Vec<f64>>()
         })
         .concat()
     }
+}
+
+/// Which hidden-layer outputs a forward pass keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hidden {
+    /// None: the logits only.
+    None,
+    /// The output of layer `L-1` (none for a single-layer network).
+    Penultimate,
+    /// The outputs of every hidden layer `1..L-1`.
+    All,
 }
 
 /// Apply `f` to consecutive blocks of [`CHUNK_ROWS`] rows of `values` (`[rows, dim]`, row-major)

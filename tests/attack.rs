@@ -10,7 +10,7 @@ use std::process::Command;
 use lipfp::attack::{self, AttackOutcome};
 use lipfp::certify::{predicted_class, Mode};
 use lipfp::data;
-use lipfp::exec::Executor;
+use lipfp::exec::{Executor, Hidden};
 use lipfp::policy::{parse_decimal_exact, Radius};
 use lipfp::progress::Progress;
 use lipfp::run::{self, CertifyOutcome, ReferencePlan, Subject, SubjectSpec};
@@ -94,7 +94,11 @@ fn check_witnesses(subject: &Subject, outcome: &CertifyOutcome, a: &AttackOutcom
             "point {i} outside the ball"
         );
         let view = ArrayView2::from_shape((1, w.input.len()), &w.input).unwrap();
-        let logits: Vec<f64> = exec.forward_block(view, false).0.into_iter().collect();
+        let logits: Vec<f64> = exec
+            .forward_block(view, Hidden::None)
+            .0
+            .into_iter()
+            .collect();
         let k = subject.net.classes();
         let centre = predicted_class(&subject.logits[i * k..(i + 1) * k]);
         let now = predicted_class(&logits);
@@ -429,7 +433,11 @@ fn the_witnesses_file_holds_the_falsified_inputs() {
         let row = &values[k * dim..(k + 1) * dim];
         assert!(exactly_within(row, inputs.row(i as usize)), "witness {k}");
         let view = ArrayView2::from_shape((1, dim), row).unwrap();
-        let logits: Vec<f64> = exec.forward_block(view, false).0.into_iter().collect();
+        let logits: Vec<f64> = exec
+            .forward_block(view, Hidden::None)
+            .0
+            .into_iter()
+            .collect();
         assert_ne!(predicted_class(&logits), subject.predictions[i as usize]);
     }
 }

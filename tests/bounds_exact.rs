@@ -929,6 +929,7 @@ fn certify(mb: &ModelBounds, mode: Mode, logits: &[f64], x_norm: f64, eps: f64) 
             logits,
             x_norm,
             hi: None,
+            decided: None,
         },
         eps,
     )

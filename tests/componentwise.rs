@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use lipfp::certify::componentwise::{chain, pair_error};
 use lipfp::certify::quantities::final_pair_bounds;
 use lipfp::certify::{predicted_class, HiCentre, Mode};
-use lipfp::exec::Executor;
+use lipfp::exec::{Executor, Hidden};
 use lipfp::format::Format;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
@@ -84,7 +84,10 @@ fn ball_point(x: &[f64], eps: f64, seed: u64, format: Format) -> Option<Vec<f64>
 /// The deployed logits of one input (lipfp's centre execution, one covered execution).
 fn deployed(exec: &Executor, x: &[f64]) -> Vec<f64> {
     let a = Array2::from_shape_vec((1, x.len()), x.to_vec()).unwrap();
-    exec.forward_block(a.view(), false).0.into_iter().collect()
+    exec.forward_block(a.view(), Hidden::None)
+        .0
+        .into_iter()
+        .collect()
 }
 
 fn margin_error(hat: &[f64], exact: &[Rational], i: usize, j: usize) -> Rational {

@@ -26,7 +26,7 @@ use common::onnx_builder::*;
 use common::runtime::{argmax, ort_logits, python, run_script, tract_logits, write_f64_npy};
 use lipfp::certify::{Mode, ModelBounds};
 use lipfp::data;
-use lipfp::exec::Executor;
+use lipfp::exec::{Executor, Hidden};
 use lipfp::execution::ExecutionModel;
 use lipfp::format::Format;
 use lipfp::model::DenseNet;
@@ -118,7 +118,7 @@ fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
 fn margin_gradient(net: &DenseNet, x: &[f64], i: usize, j: usize) -> Vec<f64> {
     let exec = Executor::new(net, &ExecutionModel::float64_reference());
     let view = ArrayView2::from_shape((1, x.len()), x).unwrap();
-    let (_, hidden) = exec.forward_block(view, true);
+    let (_, hidden) = exec.forward_block(view, Hidden::All);
     let last = &net.layers[net.layers.len() - 1];
     let mut v: Vec<f64> = (0..last.n())
         .map(|k| last.w[[i, k]] - last.w[[j, k]])
@@ -689,7 +689,13 @@ fn near_ties() {
     let dim = net.input_dim();
     let class_of = |p: &[f64]| {
         let view = ArrayView2::from_shape((1, dim), p).unwrap();
-        argmax(exec.forward_block(view, false).0.row(0).as_slice().unwrap())
+        argmax(
+            exec.forward_block(view, Hidden::None)
+                .0
+                .row(0)
+                .as_slice()
+                .unwrap(),
+        )
     };
     let point = |k: usize| -> Vec<f64> {
         x[k * dim..(k + 1) * dim]

@@ -362,3 +362,36 @@ fn plans_combine_as_the_modes_need() {
     );
     assert_eq!(hybrid.clone().union(ReferencePlan::None), hybrid);
 }
+
+/// One pass planned for two radii (two gates on one target): the reference runs where either
+/// radius needs it, and `best` at each radius gives the full pass's verdicts (re-deciding the
+/// skipped points, since no single decision was kept).
+#[test]
+fn lazy_best_planned_for_two_radii_gives_the_full_verdicts_at_both() {
+    let format = (Format::Float16, Some(Format::Float32));
+    let (r1, r2) = (
+        Radius::parse_decimal("0.2").unwrap(),
+        Radius::parse_decimal("0.45").unwrap(),
+    );
+    let plan = ReferencePlan::for_run(&[Mode::Best], &r1, false).union(ReferencePlan::for_run(
+        &[Mode::Best],
+        &r2,
+        false,
+    ));
+    let lazy = subject(files("digits"), format, plan);
+    let full = subject(
+        files("digits"),
+        format,
+        ReferencePlan::Every { products: true },
+    );
+    let run_points = lazy.reference.as_ref().unwrap().points();
+    assert!(0 < run_points && run_points < lazy.n(), "{run_points}");
+    assert!((0..lazy.n()).all(|i| lazy.centre(i).decided.is_none()));
+    for r in [&r1, &r2] {
+        let l = run::certify(&lazy, r, &[Mode::Best]).unwrap();
+        let f = run::certify(&full, r, &[Mode::Best]).unwrap();
+        let (l, f) = (l.mode(Mode::Best).unwrap(), f.mode(Mode::Best).unwrap());
+        assert_eq!(l.verdicts, f.verdicts, "{r:?}");
+        assert_eq!(l.refusal_of, f.refusal_of, "{r:?}");
+    }
+}

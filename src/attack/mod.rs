@@ -29,7 +29,7 @@ pub use gradient::{runner_up, GradNet};
 use crate::certify::{predicted_class, Mode};
 use crate::data::InputStream;
 use crate::error::LipfpError;
-use crate::exec::Executor;
+use crate::exec::{Executor, Hidden};
 use crate::format::Format;
 use crate::policy::{parse_decimal_exact, Radius};
 use crate::progress::Progress;
@@ -161,7 +161,12 @@ impl Search<'_> {
             return None;
         }
         let view = ArrayView2::from_shape((1, input.len()), &input).ok()?;
-        let logits: Vec<f64> = self.exec.forward_block(view, false).0.into_iter().collect();
+        let logits: Vec<f64> = self
+            .exec
+            .forward_block(view, Hidden::None)
+            .0
+            .into_iter()
+            .collect();
         match predicted_class(&logits) {
             Some(k) if k != c => Some(Witness {
                 index: 0,

@@ -55,6 +55,18 @@ pub struct Centre<'a> {
     pub x_norm: f64,
     /// Float64 reference measurements (pre-deployment modes).
     pub hi: Option<HiCentre<'a>>,
+    /// Where the forward passes skipped the reference, `best`'s verdict as they decided it.
+    pub decided: Option<Decided>,
+}
+
+/// `best`'s verdict at a point, decided at radius `eps` without the float64 reference
+/// ([`Certifier::best_without_reference`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decided {
+    /// The radius (upper bound) it was decided at.
+    pub eps: f64,
+    /// The verdict.
+    pub verdict: Verdict,
 }
 
 /// Outcome of one mode at one point, with the statistics the report needs.
@@ -183,23 +195,14 @@ impl Certifier<'_> {
         if fmt.vacuous.is_some() {
             return PointResult::refused(Refusal::Model);
         }
+        if mode == Mode::Best && c.hi.is_none() {
+            return self.best_skipped(c, i, eps);
+        }
         let deterministic = matches!(mode, Mode::Standard | Mode::Hybrid | Mode::Best);
 
         // deterministic chains (sec. 4-5): ball from ||x|| + eps, centre from ||x||
         let std_ball = deterministic.then(|| fmt.hidden_chain(add_up(c.x_norm, eps)));
         let std_ctr = deterministic.then(|| fmt.hidden_chain(c.x_norm));
-
-        // lazy reference: where it did not run, the standard certificate decided `best`
-        if mode == Mode::Best && c.hi.is_none() {
-            return match self.standard_decision(c, i, eps, std_ctr, std_ball) {
-                Some(verdict) => PointResult {
-                    verdict,
-                    slack: None,
-                    degradation: None,
-                },
-                None => PointResult::refused(Refusal::NoReference),
-            };
-        }
 
         // float64 reference: deviation profile D^hi_l(x, 0) with float64 constants
         let reference = if mode.needs_reference() {
@@ -229,21 +232,37 @@ impl Certifier<'_> {
         self.combine(c, i, eps, &sources.centres, &sources.balls)
     }
 
-    /// Whether `best` needs the float64 reference execution at centre `c` (whose `hi` is not
-    /// read) and radius `eps`: not when the standard certificate decides the point
-    /// ([`Certifier::standard_decision`]), nor when every mode refuses it before any bound
-    /// (non-finite logits, a vacuous model).
-    pub fn best_needs_reference(&self, c: &Centre<'_>, eps: f64) -> bool {
+    /// `best`'s verdict at centre `c` (whose `hi` and `decided` are not read) and radius `eps`
+    /// when it needs no float64 reference: where the standard certificate decides the point
+    /// ([`Certifier::standard_decision`]), or every mode refuses it before any bound
+    /// (non-finite logits, a vacuous model). `None`: the reference is needed.
+    pub fn best_without_reference(&self, c: &Centre<'_>, eps: f64) -> Option<Verdict> {
         let Some(i) = predicted_class(c.logits) else {
-            return false;
+            return Some(Err(Refusal::NonFiniteLogits));
         };
         if self.fmt.vacuous.is_some() {
-            return false;
+            return Some(Err(Refusal::Model));
         }
-        let std_ball = self.fmt.hidden_chain(add_up(c.x_norm, eps));
-        let std_ctr = self.fmt.hidden_chain(c.x_norm);
-        self.standard_decision(c, i, eps, Some(std_ctr), Some(std_ball))
-            .is_none()
+        self.standard_decision(c, i, eps)
+    }
+
+    /// `best` at a point (predicted class `i`) where the float64 reference did not run: the
+    /// verdict the forward passes decided at this radius, else the standard certificate's
+    /// decision, without a slack or degradation; refused (`no_reference`) where the point
+    /// needs the reference's sources: never certified without them.
+    fn best_skipped(&self, c: &Centre<'_>, i: usize, eps: f64) -> PointResult {
+        let verdict = match c.decided {
+            Some(d) if d.eps.to_bits() == eps.to_bits() => Some(d.verdict),
+            _ => self.standard_decision(c, i, eps),
+        };
+        match verdict {
+            Some(verdict) => PointResult {
+                verdict,
+                slack: None,
+                degradation: None,
+            },
+            None => PointResult::refused(Refusal::NoReference),
+        }
     }
 
     /// `best`'s verdict at a point the standard certificate decides (docs/soundness.md "Lazy
@@ -251,15 +270,10 @@ impl Certifier<'_> {
     /// every standard source, so it certifies too), refused for the margin when [`refuted`]
     /// shows that no sound centre bound can certify predicted class `i` at `eps`. `None` when
     /// the point needs the reference's sources, or when a standard chain overflowed.
-    fn standard_decision(
-        &self,
-        c: &Centre<'_>,
-        i: usize,
-        eps: f64,
-        std_ctr: Option<Result<(f64, f64), Refusal>>,
-        std_ball: Option<Result<(f64, f64), Refusal>>,
-    ) -> Option<Verdict> {
-        let (Some(Ok((r_ctr, d_ctr))), Some(Ok((r_ball, d_ball)))) = (std_ctr, std_ball) else {
+    fn standard_decision(&self, c: &Centre<'_>, i: usize, eps: f64) -> Option<Verdict> {
+        let std_ball = self.fmt.hidden_chain(add_up(c.x_norm, eps));
+        let std_ctr = self.fmt.hidden_chain(c.x_norm);
+        let (Ok((r_ctr, d_ctr)), Ok((r_ball, d_ball))) = (std_ctr, std_ball) else {
             return None;
         };
         let centre = CentreBound {

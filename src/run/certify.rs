@@ -146,6 +146,10 @@ pub(super) fn centre_of(subject: &Subject, i: usize) -> Centre<'_> {
             .reference
             .as_ref()
             .and_then(|r| r.at(i, classes, depth)),
+        decided: subject
+            .reference
+            .as_ref()
+            .and_then(|r| r.decided.get(i).copied().flatten()),
     }
 }
 

@@ -6,13 +6,14 @@ use std::time::Instant;
 
 use ndarray::{Array2, ArrayView2, Axis};
 
-use super::reference::{ReferenceData, Selection};
+use super::reference::{AtPoint, ReferenceData, Selection};
 use super::{InputsInfo, Rows, STREAM_ROWS};
 use crate::certify::componentwise::AbsWeights;
+use crate::certify::modes::Decided;
 use crate::certify::ModelBounds;
 use crate::digest::TestSetHasher;
 use crate::error::LipfpError;
-use crate::exec::{map_blocks, Executor};
+use crate::exec::{map_blocks, Executor, Hidden};
 use crate::execution::ExecutionModel;
 use crate::model::DenseNet;
 use crate::norms::NetworkNorms;
@@ -36,6 +37,8 @@ pub(super) struct PassOut {
     pub(super) x_norms: Vec<f64>,
     /// The points (indices into the subject) the float64 reference ran on, in order.
     hi_points: Vec<usize>,
+    /// Per point, `best`'s verdict where the reference was skipped (when decided then).
+    decided: Vec<Option<Decided>>,
     hi_logits: Vec<f64>,
     hi_norms: Vec<f64>,
     gaps: Vec<f64>,
@@ -50,6 +53,7 @@ impl PassOut {
         self.logits.extend(o.logits);
         self.x_norms.extend(o.x_norms);
         self.hi_points.extend(o.hi_points);
+        self.decided.extend(o.decided);
         self.hi_logits.extend(o.hi_logits);
         self.hi_norms.extend(o.hi_norms);
         self.gaps.extend(o.gaps);
@@ -98,6 +102,7 @@ impl Passes {
         }
         ReferenceData {
             slot,
+            decided: std::mem::take(&mut self.out.decided),
             logits: std::mem::take(&mut self.out.hi_logits),
             norms: std::mem::take(&mut self.out.hi_norms),
             gaps: std::mem::take(&mut self.out.gaps),
@@ -188,7 +193,13 @@ fn pass_block(
     row0: usize,
 ) -> PassOut {
     let t = Instant::now();
-    let (logits, dep_hidden) = exec.forward_block(view, hi_exec.is_some());
+    // the reference's gap reads the deployment's penultimate activations
+    let keep = if hi_exec.is_some() {
+        Hidden::Penultimate
+    } else {
+        Hidden::None
+    };
+    let (logits, dep_penultimate) = exec.forward_block(view, keep);
     let classes = logits.ncols();
     let logits: Vec<f64> = logits.into_iter().collect();
     let x_norms: Vec<f64> = view
@@ -200,14 +211,21 @@ fn pass_block(
     let mut out = match hi_exec {
         Some(hi) => {
             let t = Instant::now();
-            let rows: Vec<usize> = (0..view.nrows())
-                .filter(|&r| {
-                    let row = &logits[r * classes..(r + 1) * classes];
-                    hi.selection.needs(row0 + r, row, x_norms[r])
-                })
-                .collect();
-            let mut out = reference_rows(hi, view, dep_hidden.last(), &rows);
+            let mut rows = Vec::new();
+            let mut decided = Vec::with_capacity(view.nrows());
+            for r in 0..view.nrows() {
+                let row = &logits[r * classes..(r + 1) * classes];
+                match hi.selection.at(row0 + r, row, x_norms[r]) {
+                    AtPoint::Run => {
+                        rows.push(r);
+                        decided.push(None);
+                    }
+                    AtPoint::Skip(d) => decided.push(d),
+                }
+            }
+            let mut out = reference_rows(hi, view, dep_penultimate.first(), &rows);
             out.hi_points = rows.iter().map(|r| row0 + r).collect();
+            out.decided = decided;
             out.seconds.1 = t.elapsed().as_secs_f64();
             out
         }
@@ -233,7 +251,7 @@ fn reference_rows(
         return out;
     }
     let points = view.select(Axis(0), rows);
-    let (hi_logits, hi_hidden) = hi.exec.forward_block(points.view(), true);
+    let (hi_logits, hi_hidden) = hi.exec.forward_block(points.view(), Hidden::All);
     if let Some(abs) = &hi.abs {
         let products = abs.measure(points.view(), &hi_hidden);
         out.abs_norms = products.norms;

@@ -7,6 +7,7 @@
 //! the one the full pass gives.
 
 use super::certify::point_radii;
+use crate::certify::modes::Decided;
 use crate::certify::{Centre, Certifier, HiCentre, Mode, ModelBounds};
 use crate::policy::Radius;
 
@@ -73,6 +74,9 @@ impl ReferencePlan {
 pub struct ReferenceData {
     /// Per point of the subject, its row in the arrays below (`None`: not run there).
     pub slot: Vec<Option<usize>>,
+    /// Per point of the subject where it did not run, `best`'s verdict as decided then (when
+    /// decided at one radius).
+    pub decided: Vec<Option<Decided>>,
     /// Float64 logits, row-major `[rows, classes]`.
     pub logits: Vec<f64>,
     /// Upper bounds on `||z_hi_l||_2`, row-major `[rows, L-1]`.
@@ -129,6 +133,14 @@ pub(super) enum PointRadii {
     PerPoint(Vec<f64>),
 }
 
+/// Whether the reference pass runs at a point.
+pub(super) enum AtPoint {
+    /// It runs.
+    Run,
+    /// It does not; with `best`'s verdict when decided at the run's one radius.
+    Skip(Option<Decided>),
+}
+
 /// Which points of a subject the reference pass runs on, decided per point from its
 /// deployment logits and `||x||` as the forward passes produce them.
 pub(super) enum Selection<'a> {
@@ -176,25 +188,31 @@ impl<'a> Selection<'a> {
         !matches!(self, Selection::Every(false))
     }
 
-    /// Whether point `i` of the subject, with deployment `logits` and `x_norm >= ||x||`, needs
-    /// the reference.
-    pub(super) fn needs(&self, i: usize, logits: &[f64], x_norm: f64) -> bool {
+    /// Whether the reference runs at point `i` of the subject, with deployment `logits` and
+    /// `x_norm >= ||x||`.
+    pub(super) fn at(&self, i: usize, logits: &[f64], x_norm: f64) -> AtPoint {
         match self {
-            Selection::Every(_) => true,
-            Selection::Nothing => false,
+            Selection::Every(_) => AtPoint::Run,
+            Selection::Nothing => AtPoint::Skip(None),
             Selection::Undecided(certifier, radii) => {
                 let c = Centre {
                     logits,
                     x_norm,
                     hi: None,
+                    decided: None,
                 };
-                radii.iter().any(|r| {
+                let mut decided = None;
+                for r in radii {
                     let eps = match r {
                         PointRadii::Uniform(e) => *e,
                         PointRadii::PerPoint(v) => v.get(i).copied().unwrap_or(f64::INFINITY),
                     };
-                    certifier.best_needs_reference(&c, eps)
-                })
+                    let Some(verdict) = certifier.best_without_reference(&c, eps) else {
+                        return AtPoint::Run;
+                    };
+                    decided = (radii.len() == 1).then_some(Decided { eps, verdict });
+                }
+                AtPoint::Skip(decided)
             }
         }
     }

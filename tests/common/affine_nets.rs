@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use super::affine::{exact_step, q, ulp, Iv};
 use super::onnx_builder::*;
 use lipfp::certify::ModelBounds;
-use lipfp::exec::Executor;
+use lipfp::exec::{Executor, Hidden};
 use lipfp::execution::ExecutionModel;
 use lipfp::format::Format;
 use lipfp::model::{Activation, DenseNet};
@@ -220,7 +220,9 @@ pub fn prepare(kind: &str, f: Format, dir: &Path) -> (PathBuf, Prepared) {
     assert!(mb.vacuous.is_none(), "{kind}: {:?}", mb.vacuous);
     let x: Vec<f64> = net_inputs(n, 9).into_iter().map(|v| f.round(v)).collect();
     let view = ArrayView2::from_shape((x.len() / n, n), &x).unwrap();
-    let logits = Executor::new(&net, &exec).forward_block(view, false).0;
+    let logits = Executor::new(&net, &exec)
+        .forward_block(view, Hidden::None)
+        .0;
     let logits = logits.into_iter().collect();
     (
         model,
