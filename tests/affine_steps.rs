@@ -171,6 +171,47 @@ fn the_loader_reads_each_kind_as_written() {
     assert_eq!(sub.ops[0], ElementOp::Add(negated.to_vec()));
 }
 
+/// Constants broadcast over an image activation `[batch, C=2, H=3, W=2]` (per channel
+/// `[2, 1, 1]` and `[1, 2, 1, 1]`, per row `[3, 1]`, BatchNorm parameters `[2]` along axis 1)
+/// are spread over the features in `Flatten`'s order `(c * 3 + h) * 2 + w`.
+#[test]
+fn per_channel_constants_are_spread_in_flatten_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, n) = net_model("channels", dir.path());
+    let net = lipfp::model::load(&model, Format::Float32, false).unwrap();
+    let step = net.layers[0].affine.clone().expect("the image steps");
+    assert_eq!((step.width, n), (12, 12));
+    let at = |f: usize| (f / 6, (f / 2) % 3);
+    let spread = |by: &dyn Fn(usize, usize) -> f32| -> Vec<f64> {
+        (0..12)
+            .map(|f| {
+                let (c, h) = at(f);
+                f64::from(by(c, h))
+            })
+            .collect()
+    };
+    let mean = [0.4f32, -1.5];
+    let std = [0.25f32, 3.0];
+    let off = [0.5f32, -0.125, 2.0];
+    assert_eq!(step.ops[0], ElementOp::Add(spread(&|c, _| -mean[c])));
+    assert_eq!(step.ops[1], ElementOp::Div(spread(&|c, _| std[c])));
+    assert_eq!(step.ops[2], ElementOp::Add(spread(&|_, h| off[h])));
+    let ElementOp::BatchNorm {
+        scale,
+        bias,
+        mean: m,
+        var,
+        ..
+    } = &step.ops[3]
+    else {
+        panic!("a BatchNorm, got {:?}", step.ops[3]);
+    };
+    assert_eq!(*scale, spread(&|c, _| [1.5f32, -0.5][c]));
+    assert_eq!(*bias, spread(&|c, _| [0.1f32, 0.3][c]));
+    assert_eq!(*m, spread(&|c, _| [-0.2f32, 0.7][c]));
+    assert_eq!(*var, spread(&|c, _| [0.5f32, 2.0][c]));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Networks with steps: lipfp's centre against the exact network
 // ---------------------------------------------------------------------------------------------

@@ -394,31 +394,31 @@ fn a_step_that_is_not_affine_says_so() {
     assert!(!msg.contains("normalisation"), "{msg}");
 }
 
-/// On `x[N, 3, 4]` a constant is one value (tests/affine_models.rs), not one per feature.
+/// On `x[N, 3, 4]` a constant must broadcast to one value per feature without varying along
+/// the batch (`[3, 4]`, `[1, 3, 4]`, `[3, 1]`, `[4]` are read: tests/affine_steps.rs); a flat
+/// `[12]`, a transposed `[4, 3]` and a per-example `[2, 3, 4]` are refused.
 #[test]
-fn per_feature_constants_on_a_rank_3_activation_are_refused() {
+fn constants_that_do_not_broadcast_per_feature_are_refused() {
     let dir = tmp();
-    for shape in [&[3usize, 4][..], &[12], &[1, 3, 4]] {
+    for shape in [&[12usize][..], &[4, 3], &[2, 3, 4]] {
+        let count: usize = shape.iter().product();
         let mut b = ModelBuilder::new();
         b.input_f32("x", &[3, 4]);
-        b.init_f32("mean", shape, &[0.5; 12]);
+        b.init_f32("mean", shape, &vec![0.5; count]);
         b.node("Sub", "/norm/Sub", &["x", "mean"], &["xs"], vec![]);
         b.init_i64("shape", &[2], &[-1, 12]);
         b.node("Reshape", "/Reshape", &["xs", "shape"], &["f"], vec![]);
         classifier_from(&mut b, "f", 3);
         b.output_f32("logits", 3);
         let msg = load_err(&b.write(dir.path(), "m.onnx"));
-        let what =
-            format!("constant `mean` of shape {shape:?} is not one value or one per feature");
+        let what = format!(
+            "constant `mean` of shape {shape:?} does not broadcast to one value per feature"
+        );
         assert_step_refusal(
             &msg,
             "/norm/Sub",
             "Sub",
-            &[
-                &what,
-                "[batch, 3, 4]",
-                "lipfp reads elementwise steps on [batch, features]",
-            ],
+            &[&what, "[batch, 3, 4]", "not along the batch"],
         );
     }
 }

@@ -164,7 +164,7 @@ impl<'a> Builder<'a> {
             return Err(self.refuse(node, label));
         }
         let width = self.step_width(&a, label, op)?;
-        let c = self.per_feature(c, c_name, width, &a, label, op)?;
+        let c = self.per_feature(c, c_name, &a, (label, op), false)?;
         let mut ops = Vec::new();
         match op {
             "Sub" if !act_first => {
@@ -206,12 +206,12 @@ impl<'a> Builder<'a> {
             .map_err(|m| self.fail(label, op, m))?
             .unwrap_or(1e-5);
         let a = self.act(inputs[0], label, op)?;
-        if a.shape.len() != 2 {
+        if a.shape.len() < 2 {
             return Err(self.fail(
                 label,
                 op,
                 format!(
-                    "input {} is not [batch, features]: only BatchNorm1d over features is read",
+                    "input {} has no channel axis: BatchNormalization normalises axis 1",
                     show_shape(&a.shape)
                 ),
             ));
@@ -220,7 +220,7 @@ impl<'a> Builder<'a> {
         let mut parts = Vec::with_capacity(4);
         for name in &inputs[1..] {
             let w = self.weight(name, label, op, "parameter")?;
-            parts.push(self.per_feature(w, name, width, &a, label, op)?);
+            parts.push(self.per_feature(w, name, &a, (label, op), true)?);
         }
         let step = DraftOp::BatchNorm {
             parts,
@@ -250,7 +250,7 @@ impl<'a> Builder<'a> {
                 .map(|v| v.iter().map(|&x| f64::from(x)).collect::<Vec<f64>>())
                 .unwrap_or_else(|| vec![if name == "scale" { 1.0 } else { 0.0 }]);
             let w = Weight::values(vec![v.len()], v);
-            consts.push(self.per_feature(w, name, width, &a, label, op)?);
+            consts.push(self.per_feature(w, name, &a, (label, op), false)?);
         }
         let scale = consts.pop().expect("two attributes");
         let offset = consts.pop().expect("two attributes");
@@ -279,36 +279,50 @@ impl<'a> Builder<'a> {
         Ok(width)
     }
 
-    /// The constant `c` as one value per feature: a single value (any shape of ones), or — on a
-    /// `[batch, features]` activation — `[features]` or `[1, features]`.
+    /// The constant `c` as one value per feature: a single value (any shape of ones), or a
+    /// constant ONNX broadcasts over the activation's per-example dimensions without varying
+    /// along the batch (`[features]` or `[1, features]` on `[batch, features]`; per channel
+    /// `[C, 1, 1]` or `[1, C, 1, 1]` on `[batch, C, H, W]`; ...). `channel`: a `BatchNormalization`
+    /// parameter `[C]`, which applies along axis 1.
     fn per_feature(
         &self,
         c: Weight<'a>,
         name: &str,
-        width: usize,
         a: &Act,
-        label: &str,
-        op: &str,
+        (label, op): (&str, &str),
+        channel: bool,
     ) -> Result<Part<'a>, LipfpError> {
         let count: usize = c.shape.iter().product();
-        let leading_ones = c.shape.iter().rev().skip(1).all(|&d| d == 1);
-        let per_feature = a.shape.len() == 2
-            && c.shape.len() <= 2
-            && c.shape.last() == Some(&width)
-            && leading_ones;
-        if count != 1 && !per_feature {
+        let features = fixed_dims(&a.shape[1.min(a.shape.len())..]);
+        let mut shape = c.shape.clone();
+        if channel && shape.len() == 1 {
+            let extra = features.as_ref().map_or(0, |f| f.len().saturating_sub(1));
+            shape.extend(std::iter::repeat_n(1, extra));
+        }
+        let aligned = features
+            .as_ref()
+            .and_then(|f| aligned_shape(&shape, a.shape.len(), f));
+        let (Some(features), Some(aligned)) = (features, aligned) else {
+            if count == 1 && !channel {
+                return Ok(Part::new(c, name, label, op));
+            }
             return Err(self.fail(
                 label,
                 op,
                 format!(
-                    "constant `{name}` of shape {:?} is not one value or one per feature of the \
-                     activation {} (lipfp reads elementwise steps on [batch, features])",
+                    "constant `{name}` of shape {:?} does not broadcast to one value per feature \
+                     of the activation {} (one value, or a shape each of whose dimensions is 1 \
+                     or the activation's, not along the batch)",
                     c.shape,
                     show_shape(&a.shape)
                 ),
             ));
+        };
+        let mut part = Part::new(c, name, label, op);
+        if count != 1 && features.len() > 1 {
+            part.broadcast = Some((features, aligned));
         }
-        Ok(Part::new(c, name, label, op))
+        Ok(part)
     }
 
     /// Append `ops` to the chain: to the open affine step when the activation is its output
@@ -367,6 +381,41 @@ impl<'a> Builder<'a> {
             ..a
         }))
     }
+}
+
+/// The fixed dimensions `dims` (`None` when one is not fixed).
+fn fixed_dims(dims: &[Dim]) -> Option<Vec<usize>> {
+    dims.iter()
+        .map(|d| match d {
+            Dim::Fixed(k) => Some(*k),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A constant's `shape` aligned to the per-example dimensions `features` of an activation of
+/// rank `rank` (batch first), when ONNX broadcasting gives one value per feature that does not
+/// vary along the batch: rank at most the activation's, its batch dimension (if any) 1, every
+/// other dimension 1 or the activation's. `None` otherwise.
+fn aligned_shape(shape: &[usize], rank: usize, features: &[usize]) -> Option<Vec<usize>> {
+    if shape.len() > rank {
+        return None;
+    }
+    let own = if shape.len() == rank {
+        // the batch dimension must not vary
+        (shape.first() == Some(&1)).then(|| &shape[1..])?
+    } else {
+        shape
+    };
+    let pad = features.len().checked_sub(own.len())?;
+    let aligned: Vec<usize> = std::iter::repeat_n(1, pad)
+        .chain(own.iter().copied())
+        .collect();
+    aligned
+        .iter()
+        .zip(features)
+        .all(|(&c, &f)| c == 1 || c == f)
+        .then_some(aligned)
 }
 
 impl Builder<'_> {
@@ -463,5 +512,29 @@ impl Builder<'_> {
             var,
             epsilon,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::aligned_shape;
+
+    #[test]
+    fn constants_broadcast_per_feature_only_without_the_batch() {
+        let f = [3, 4, 5];
+        assert_eq!(aligned_shape(&[3, 1, 1], 4, &f), Some(vec![3, 1, 1]));
+        assert_eq!(aligned_shape(&[1, 3, 1, 1], 4, &f), Some(vec![3, 1, 1]));
+        assert_eq!(aligned_shape(&[5], 4, &f), Some(vec![1, 1, 5]));
+        assert_eq!(aligned_shape(&[4, 1], 4, &f), Some(vec![1, 4, 1]));
+        assert_eq!(aligned_shape(&[], 4, &f), Some(vec![1, 1, 1]));
+        // varies along the batch, a wrong size, a rank above the activation's
+        assert_eq!(aligned_shape(&[2, 3, 1, 1], 4, &f), None);
+        assert_eq!(aligned_shape(&[3, 2, 1], 4, &f), None);
+        assert_eq!(aligned_shape(&[1, 1, 3, 1, 1], 4, &f), None);
+        assert_eq!(aligned_shape(&[3], 4, &f), None);
+        // [batch, features]
+        assert_eq!(aligned_shape(&[1, 7], 2, &[7]), Some(vec![7]));
+        assert_eq!(aligned_shape(&[7], 2, &[7]), Some(vec![7]));
+        assert_eq!(aligned_shape(&[2, 7], 2, &[7]), None);
     }
 }

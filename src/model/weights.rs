@@ -90,6 +90,9 @@ pub(super) struct Part<'a> {
     /// The node reading it and that node's op type.
     pub label: String,
     pub op: String,
+    /// For a constant broadcast over an activation of more than one per-example dimension:
+    /// those dimensions and the constant's shape aligned to them ([`broadcast_index`]).
+    pub broadcast: Option<(Vec<usize>, Vec<usize>)>,
 }
 
 impl<'a> Part<'a> {
@@ -100,8 +103,26 @@ impl<'a> Part<'a> {
             name: name.to_string(),
             label: label.to_string(),
             op: op.to_string(),
+            broadcast: None,
         }
     }
+}
+
+/// The entry of a constant of shape `aligned` (one entry per dimension of `features`, each 1 or
+/// equal to it: ONNX multidirectional broadcasting, the constant's shape padded with leading
+/// ones) that feature `f` reads, features numbered row-major over `features` as `Flatten`
+/// orders them.
+pub(super) fn broadcast_index(f: usize, features: &[usize], aligned: &[usize]) -> usize {
+    let (mut rem, mut index, mut stride) = (f, 0, 1);
+    for (&dim, &c) in features.iter().zip(aligned).rev() {
+        let at = rem % dim.max(1);
+        rem /= dim.max(1);
+        if c != 1 {
+            index += at * stride;
+        }
+        stride *= c;
+    }
+    index
 }
 
 /// A layer whose shapes are checked and whose values are read by [`Builder::finish`].
@@ -239,7 +260,13 @@ impl Builder<'_> {
     ) -> Result<Vec<f64>, LipfpError> {
         let count = p.weight.shape.iter().product::<usize>();
         let v = self.read(p, count)?;
-        let v = if count == 1 { vec![v[0]; width] } else { v };
+        let v = match &p.broadcast {
+            _ if count == 1 => vec![v[0]; width],
+            Some((features, aligned)) => (0..width)
+                .map(|f| v[broadcast_index(f, features, aligned)])
+                .collect(),
+            None => v,
+        };
         let mut out = Vec::with_capacity(width);
         for (k, x) in v.into_iter().enumerate() {
             out.push(self.convert(x, p, k)?);
@@ -280,5 +307,42 @@ impl Builder<'_> {
             self.changed += 1;
         }
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::broadcast_index;
+
+    #[test]
+    fn broadcast_index_reads_numpy_broadcasting() {
+        // [C=2, H=3, W=2] features; independent expansion with explicit loops
+        let features = [2, 3, 2];
+        let cases: [(&[usize], fn(usize, usize, usize) -> usize); 4] = [
+            (&[2, 1, 1], |c, _, _| c),
+            (&[1, 3, 1], |_, h, _| h),
+            (&[1, 1, 2], |_, _, w| w),
+            (&[2, 3, 2], |c, h, w| (c * 3 + h) * 2 + w),
+        ];
+        for (aligned, expect) in cases {
+            let mut f = 0;
+            for c in 0..2 {
+                for h in 0..3 {
+                    for w in 0..2 {
+                        assert_eq!(
+                            broadcast_index(f, &features, aligned),
+                            expect(c, h, w),
+                            "{aligned:?} feature {f}"
+                        );
+                        f += 1;
+                    }
+                }
+            }
+        }
+        // a constant varying along two axes: [2, 1, 2]
+        let got: Vec<usize> = (0..12)
+            .map(|f| broadcast_index(f, &features, &[2, 1, 2]))
+            .collect();
+        assert_eq!(got, [0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3]);
     }
 }

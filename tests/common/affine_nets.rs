@@ -25,12 +25,16 @@ pub const N_IN: usize = 8;
 pub fn net_model(kind: &str, dir: &Path) -> (PathBuf, usize) {
     let mut rng = Lcg::new(41);
     let mut b = ModelBuilder::new();
-    let n = if kind.starts_with("scale_") {
-        300
-    } else {
-        N_IN
+    let n = match kind {
+        k if k.starts_with("scale_") => 300,
+        "channels" => 12,
+        _ => N_IN,
     };
-    b.input_f32("x", &[n]);
+    if kind == "channels" {
+        b.input_f32("x", &[2, 3, 2]);
+    } else {
+        b.input_f32("x", &[n]);
+    }
     let mean: Vec<f32> = rng.f32s(n, 5.0);
     let std: Vec<f32> = (0..n).map(|_| 0.05 + 3.0 * rng.sym_f32().abs()).collect();
     let recip: Vec<f32> = std.iter().map(|s| 1.0 / s).collect();
@@ -89,6 +93,32 @@ pub fn net_model(kind: &str, dir: &Path) -> (PathBuf, usize) {
             b.node("Add", "add1", &["p", "B1"], &["h"], vec![]);
             head(&mut b, "h");
         }
+        "channels" => {
+            // per-channel normalisation of a [C=2, H=3, W=2] image, as torchvision's Normalize
+            // baked into a model exports, a per-row offset and a BatchNorm2d, then Flatten
+            b.init_f32("c_mean", &[2, 1, 1], &[0.4, -1.5]);
+            b.init_f32("c_std", &[1, 2, 1, 1], &[0.25, 3.0]);
+            b.init_f32("h_off", &[3, 1], &[0.5, -0.125, 2.0]);
+            b.init_f32("bn_s", &[2], &[1.5, -0.5]);
+            b.init_f32("bn_b", &[2], &[0.1, 0.3]);
+            b.init_f32("bn_m", &[2], &[-0.2, 0.7]);
+            b.init_f32("bn_v", &[2], &[0.5, 2.0]);
+            b.node("Sub", "sub", &["x", "c_mean"], &["s1"], vec![]);
+            b.node("Div", "div", &["s1", "c_std"], &["s2"], vec![]);
+            b.node("Add", "add", &["s2", "h_off"], &["s3"], vec![]);
+            let ins = ["s3", "bn_s", "bn_b", "bn_m", "bn_v"];
+            b.node("BatchNormalization", "bn", &ins, &["s4"], vec![]);
+            b.node(
+                "Flatten",
+                "flat",
+                &["s4"],
+                &["f"],
+                vec![attr_int("axis", 1)],
+            );
+            b.init_f32("W1c", &[16, 12], &rng.f32s(16 * 12, 0.7));
+            b.node("Gemm", "fc1", &["f", "W1c", "B1"], &["h"], t());
+            head(&mut b, "h");
+        }
         "scale_mul" | "scale_div" => {
             b.init_f32("alpha", &[], &[0.3]);
             let op = if kind == "scale_mul" { "Mul" } else { "Div" };
@@ -102,13 +132,14 @@ pub fn net_model(kind: &str, dir: &Path) -> (PathBuf, usize) {
     (b.write(dir, &format!("net_{kind}.onnx")), n)
 }
 
-pub const NETS: [&str; 6] = [
+pub const NETS: [&str; 7] = [
     "normalise",
     "batchnorm",
     "scaler",
     "keras",
     "scale_mul",
     "scale_div",
+    "channels",
 ];
 
 /// The exact logits of `net` at `x` (square roots enclosed).
