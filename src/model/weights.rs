@@ -318,7 +318,9 @@ mod tests {
     fn broadcast_index_reads_numpy_broadcasting() {
         // [C=2, H=3, W=2] features; independent expansion with explicit loops
         let features = [2, 3, 2];
-        let cases: [(&[usize], fn(usize, usize, usize) -> usize); 4] = [
+        // the entry feature (c, h, w) reads
+        type Entry = fn(usize, usize, usize) -> usize;
+        let cases: [(&[usize], Entry); 4] = [
             (&[2, 1, 1], |c, _, _| c),
             (&[1, 3, 1], |_, h, _| h),
             (&[1, 1, 2], |_, _, w| w),
