@@ -4,8 +4,12 @@
 //! are forced into the search none is falsified; results repeat across runs and thread counts;
 //! the JSON, console, JUnit and step summary carry the bracket; the policy key is validated.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use common::runtime::write_npy;
 
 use lipfp::attack::{self, AttackOutcome};
 use lipfp::certify::{predicted_class, Mode};
@@ -15,7 +19,6 @@ use lipfp::policy::{parse_decimal_exact, Radius};
 use lipfp::progress::Progress;
 use lipfp::run::{self, CertifyOutcome, ReferencePlan, Subject, SubjectSpec};
 use ndarray::ArrayView2;
-use npyz::WriterBuilder;
 use rug::Rational;
 use serde_json::Value;
 
@@ -366,19 +369,6 @@ fn the_attack_key_and_flag_are_validated() {
         stderr.contains("--attack: the falsifier needs one radius"),
         "{stderr}"
     );
-}
-
-/// Write an `.npy` array of `shape` in C order with the type's default dtype.
-fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) {
-    let f = std::io::BufWriter::new(std::fs::File::create(path).expect("create .npy"));
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(shape)
-        .writer(f)
-        .begin_nd()
-        .expect("begin .npy");
-    w.extend(data.iter().copied()).expect("write .npy");
-    w.finish().expect("finish .npy");
 }
 
 #[test]

@@ -3,10 +3,13 @@
 //! thresholds that look like fractions flagged, dashboard-friendly JUnit and GitHub outputs,
 //! and the small usability fixes.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
-use npyz::WriterBuilder;
+use common::runtime::write_npy;
+
 use serde_json::Value;
 
 fn root() -> &'static Path {
@@ -76,18 +79,6 @@ fn line_of(text: &str, needle: &str) -> usize {
         .lines()
         .position(|l| l.contains(needle))
         .expect("needle in text")
-}
-
-fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) {
-    let f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(shape)
-        .writer(f)
-        .begin_nd()
-        .unwrap();
-    w.extend(data.iter().copied()).unwrap();
-    w.finish().unwrap();
 }
 
 /// `tests/corpus/torch_ts_softmax.onnx` with its `Softmax` head replaced by a `Hardmax`, written

@@ -4,7 +4,11 @@
 //! checked in exact rationals); without `best`, the pass skips the componentwise products and
 //! the other modes' figures do not change.
 
+mod common;
+
 use std::path::{Path, PathBuf};
+
+use common::runtime::{read_npy, write_npy};
 
 use lipfp::certify::modes::refuted;
 use lipfp::certify::quantities::final_pair_bounds;
@@ -14,7 +18,6 @@ use lipfp::policy::Radius;
 use lipfp::progress::Progress;
 use lipfp::run::{self, ReferencePlan, Shard, Subject, SubjectSpec, STREAM_ROWS};
 use lipfp::sound::mul_up;
-use npyz::WriterBuilder;
 use rug::Rational;
 
 fn example(name: &str, file: &str) -> PathBuf {
@@ -173,25 +176,6 @@ fn lazy_best_gives_the_full_verdicts_with_per_instance_radii() {
     let s = lazy_equals_full(files("digits"), (Format::Float32, None), &radius);
     eprintln!("digits per-instance radii: {s:?}");
     assert!(s.reference > 0 && s.certified > 0 && s.refuted > 0, "{s:?}");
-}
-
-/// Reads a `.npy` file's values and shape.
-fn read_npy<T: npyz::Deserialize>(path: &Path) -> (Vec<T>, Vec<u64>) {
-    let npy = npyz::NpyFile::new(std::fs::File::open(path).unwrap()).unwrap();
-    let shape = npy.shape().to_vec();
-    (npy.into_vec().unwrap(), shape)
-}
-
-/// Writes `data` with `shape` to `path`.
-fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) {
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(shape)
-        .writer(std::fs::File::create(path).unwrap())
-        .begin_nd()
-        .unwrap();
-    w.extend(data.iter().copied()).unwrap();
-    w.finish().unwrap();
 }
 
 /// A test set larger than two read blocks (the digits points repeated), sharded so that the

@@ -60,15 +60,28 @@ pub fn write_f64_npy(path: &Path, rows: usize, example: &[usize], values: &[f64]
     assert_eq!(rows * example.iter().product::<usize>(), values.len());
     let mut shape = vec![rows as u64];
     shape.extend(example.iter().map(|&d| d as u64));
+    write_npy(path, &shape, values);
+}
+
+/// Write `data` (row-major, of shape `shape`) as an `.npy` file of its element type.
+pub fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) {
     let f = std::io::BufWriter::new(std::fs::File::create(path).expect("create .npy"));
     let mut w = npyz::WriteOptions::new()
         .default_dtype()
-        .shape(&shape)
+        .shape(shape)
         .writer(f)
         .begin_nd()
         .expect("begin .npy");
-    w.extend(values.iter().copied()).expect("write .npy");
+    w.extend(data.iter().copied()).expect("write .npy");
     w.finish().expect("finish .npy");
+}
+
+/// The values and shape of an `.npy` file of element type `T`.
+pub fn read_npy<T: npyz::Deserialize>(path: &Path) -> (Vec<T>, Vec<u64>) {
+    let bytes = std::fs::read(path).expect("read .npy");
+    let npy = npyz::NpyFile::new(&bytes[..]).expect("an .npy file");
+    let shape = npy.shape().to_vec();
+    (npy.into_vec().expect("values of the element type"), shape)
 }
 
 /// Read a float64 `.npy` file written by `ort_logits.py`.
