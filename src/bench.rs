@@ -174,6 +174,7 @@ fn spec(model: &Path, reference: ReferencePlan) -> SubjectSpec {
         format: Some(Format::Float32),
         accumulate: None,
         ftz: false,
+        runtime: None,
         inputs: PathBuf::new(),
         labels: None,
         gram_iterations: DEFAULT_GRAM_ITERATIONS,

@@ -31,6 +31,7 @@ use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
 use crate::report::{self, GateReport, Report};
 use crate::run::{self, ReferencePlan, Shard, SubjectSpec};
+use crate::runtime::RuntimeFlags;
 
 /// Process exit status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,6 +158,9 @@ pub struct CertifyArgs {
     /// Flush-to-zero / denormals-are-zero execution.
     #[arg(long)]
     pub ftz: bool,
+    /// The runtime the model is served on and its settings.
+    #[command(flatten)]
+    pub runtime: RuntimeFlags,
     /// Mode(s), comma-separated: standard, hybrid, measured, float64-centre, best, real
     /// (default: every sound mode; real is always computed as the ceiling).
     #[arg(long)]
@@ -384,6 +388,11 @@ fn certify_request(a: &CertifyArgs) -> Result<(SubjectSpec, Radius, Vec<Mode>), 
         format,
         accumulate,
         ftz: a.ftz,
+        runtime: a
+            .runtime
+            .keys()
+            .choice()
+            .map_err(|m| LipfpError::Usage(format!("--{m}")))?,
         inputs: a.inputs.clone(),
         labels: a.labels.clone(),
         gram_iterations: a.gram_iterations,

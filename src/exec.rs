@@ -8,12 +8,16 @@
 //! is one of the covered positions), then one rounding to the storage format when that is
 //! narrower (float16 and bfloat16 layers run in float32: the products of two such values are
 //! exact in float32 and the sum is rounded once per output, as onnxruntime CPU and cuBLAS do),
-//! then one rounding per narrowing `Cast` of the graph, then the activation.
+//! then one rounding per narrowing `Cast` of the graph, then the activation. Under a runtime
+//! that converts operands (TF32, bfloat16), both factors of every product are converted first
+//! (truncation, or to nearest when that is declared): the float32 GEMM of the converted values
+//! is one of the IEEE executions on converted operands that such a certificate covers
+//! (docs/soundness.md "Runtimes beyond IEEE accumulation").
 
 use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
 
-use crate::execution::ExecutionModel;
+use crate::execution::{ExecutionModel, OperandConversion};
 use crate::format::Format;
 use crate::model::{Activation, AffineStep, DenseNet, ElementOp};
 
@@ -28,6 +32,9 @@ enum LayerWeights {
     F32 {
         wt: Array2<f32>,
         b: Vec<f32>,
+        /// The runtime's operand conversion, applied to every layer input (the weights are
+        /// stored converted).
+        convert: Option<OperandConversion>,
     },
     /// An elementwise affine step, executed op by op as the graph writes it.
     Affine {
@@ -75,8 +82,9 @@ impl Executor {
                         b: l.b.clone(),
                     },
                     _ => LayerWeights::F32 {
-                        wt: l.w.t().mapv(|x| x as f32),
+                        wt: l.w.t().mapv(|x| convert(exec.operand, x as f32)),
                         b: l.b.iter().map(|&x| x as f32).collect(),
+                        convert: exec.operand,
                     },
                 };
                 let mut roundings = Vec::new();
@@ -119,8 +127,11 @@ impl Executor {
                         l.roundings.iter().fold(v, |v, f| f.round(v))
                     });
                 }
-                LayerWeights::F32 { wt, b } => {
-                    let input = z32.take().unwrap_or_else(|| z64.mapv(|v| v as f32));
+                LayerWeights::F32 { wt, b, convert: c } => {
+                    let mut input = z32.take().unwrap_or_else(|| z64.mapv(|v| v as f32));
+                    if c.is_some() {
+                        input.mapv_inplace(|v| convert(*c, v));
+                    }
                     let mut z = input.dot(wt);
                     finish_layer(&mut z, b, l.relu, |v| {
                         l.roundings.iter().fold(v, |v, f| f.round_f32(v))
@@ -167,6 +178,11 @@ impl Executor {
         })
         .concat()
     }
+}
+
+/// An operand as the runtime's conversion leaves it (unchanged without one).
+fn convert(c: Option<OperandConversion>, x: f32) -> f32 {
+    c.map_or(x, |c| c.convert_f32(x))
 }
 
 /// Which hidden-layer outputs a forward pass keeps.

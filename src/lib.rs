@@ -29,6 +29,7 @@ pub mod policy;
 pub mod progress;
 pub mod report;
 pub mod run;
+pub mod runtime;
 pub mod sound;
 
 /// Types generated from `proto/lipfp.proto`.

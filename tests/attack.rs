@@ -40,6 +40,7 @@ fn prepare(model: &Path, x: &Path, y: &Path) -> Subject {
         format: None,
         accumulate: None,
         ftz: false,
+        runtime: None,
         inputs: x.to_path_buf(),
         labels: Some(y.to_path_buf()),
         gram_iterations: 12,

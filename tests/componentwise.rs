@@ -34,6 +34,7 @@ fn subject(format: Format, dir: &Path) -> Subject {
         format: Some(format),
         accumulate: None,
         ftz: false,
+        runtime: None,
         inputs: dir.join("x_test.npy"),
         labels: Some(dir.join("y_test.npy")),
         gram_iterations: 12,

@@ -93,6 +93,7 @@ fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         format: case.format,
         accumulate: case.accumulate,
         ftz: case.ftz,
+        runtime: None,
         inputs: x.clone(),
         labels: None,
         gram_iterations: 12,

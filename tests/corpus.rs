@@ -30,6 +30,7 @@ fn spec(model: &Path, x: &Path, y: &Path) -> SubjectSpec {
         format: None,
         accumulate: None,
         ftz: false,
+        runtime: None,
         inputs: x.to_path_buf(),
         labels: Some(y.to_path_buf()),
         gram_iterations: 12,

@@ -191,6 +191,7 @@ fn streamed_inputs_match_inputs_in_memory() {
         format: Some(Format::Float32),
         accumulate: None,
         ftz: false,
+        runtime: None,
         inputs: x.clone(),
         labels: None,
         gram_iterations: 12,

@@ -50,6 +50,7 @@ fn figures(example: &str, eps: &str) -> (f64, f64) {
         format: Some(Format::Float32),
         accumulate: None,
         ftz: false,
+        runtime: None,
         inputs: dir.join("x_test.npy"),
         labels: Some(dir.join("y_test.npy")),
         gram_iterations: 12,

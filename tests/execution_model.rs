@@ -137,6 +137,7 @@ fn an_unfused_bias_add_is_covered_under_declared_float32_accumulation() {
         format: None,
         accumulate: Some(Format::Float32),
         ftz: false,
+        runtime: None,
         inputs: x,
         labels: None,
         gram_iterations: 12,

@@ -70,6 +70,7 @@ fn prepare(model: &Path, x: &[f64], dim: usize, reference: bool) -> Subject {
         format: None,
         accumulate: None,
         ftz: false,
+        runtime: None,
         inputs,
         labels: None,
         gram_iterations: 12,

@@ -52,6 +52,7 @@ fn shard_subject(
         format: Some(format),
         accumulate,
         ftz: false,
+        runtime: None,
         inputs,
         labels: Some(labels),
         gram_iterations: 12,

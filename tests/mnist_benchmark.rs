@@ -27,6 +27,7 @@ fn run_set(
         format: Some(format),
         accumulate: None,
         ftz: false,
+        runtime: None,
         inputs: inputs.to_path_buf(),
         labels: Some(labels.to_path_buf()),
         gram_iterations: iterations,

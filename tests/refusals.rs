@@ -857,6 +857,7 @@ fn classes(path: &Path, inputs: &Path) -> Vec<i64> {
         format: None,
         accumulate: None,
         ftz: false,
+        runtime: None,
         inputs: inputs.to_path_buf(),
         labels: None,
         gram_iterations: 12,

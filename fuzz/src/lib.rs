@@ -213,6 +213,7 @@ fn certify_loaded(net: DenseNet, ftz: bool) {
             format: Some(net.format),
             accumulate: None,
             ftz,
+            runtime: None,
             inputs: inputs.path.clone(),
             labels: None,
             gram_iterations: 4,

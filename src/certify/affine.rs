@@ -180,6 +180,7 @@ pub fn step_bounds(step: &AffineStep, storage: Format) -> StepBounds {
             bias_inf: 1.0,
             product_f_max: f64::INFINITY,
             checks: Vec::new(),
+            input_f_max: f64::INFINITY,
         },
     };
     let mut peaks: Vec<(f64, f64)> = Vec::new();

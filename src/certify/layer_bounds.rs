@@ -2,7 +2,7 @@
 //! terms of every execution the model covers (docs/soundness.md "The execution model"), a dense
 //! layer's constants from its norms, an affine step's from [`super::affine`].
 
-use crate::execution::ExecutionModel;
+use crate::execution::{ExecutionModel, OperandConversion};
 use crate::format::Format;
 use crate::model::Dense;
 use crate::norms::LayerNorms;
@@ -11,7 +11,7 @@ use crate::sound::{add_up, l2_norm_up, mul_up, sqrt_up};
 use super::quantities::{
     accumulator_check, step_check, LayerError, OverflowCheck, OverflowConstants,
 };
-use super::{affine, LayerBounds, PairBounds};
+use super::{affine, tensor_core, LayerBounds, PairBounds};
 
 /// The executions of one layer in accumulation format `acc`, as error terms and the overflow
 /// checks along the way (docs/soundness.md "The execution model"):
@@ -74,7 +74,8 @@ fn rounded_terms(layer: &Dense, previous: Option<&Dense>) -> u64 {
 }
 
 /// The error terms of one layer maximised over every covered execution, all their overflow
-/// checks, and the vacuity reason if some `n * u >= 1`.
+/// checks, and the vacuity reason if some `n * u >= 1` or the layer's weights cannot be
+/// converted to the runtime's operand format without an unmodelled absolute error.
 pub(super) fn layer_terms(
     exec: &ExecutionModel,
     layer: &Dense,
@@ -87,9 +88,9 @@ pub(super) fn layer_terms(
     } else {
         &[]
     };
-    let mut err: Option<LayerError> = None;
-    let mut checks = Vec::new();
+    let mut variants = Vec::new();
     let mut vacuous = None;
+    let separate_bias = layer.ops.iter().any(|op| op == "Add");
     for acc in exec.accumulations() {
         let u = acc.unit_roundoff();
         if (n as f64) * u >= 1.0 && vacuous.is_none() {
@@ -100,17 +101,109 @@ pub(super) fn layer_terms(
                 n as f64 * u
             ));
         }
-        let separate_bias = layer.ops.iter().any(|op| op == "Add");
-        for (e, c) in accumulation_variants(acc, exec.storage, exec.ftz, n, separate_bias, casts) {
-            err = Some(match err {
-                Some(prev) => prev.max(e),
-                None => e,
-            });
-            checks.extend(c);
+        variants.extend(accumulation_variants(
+            acc,
+            exec.storage,
+            exec.ftz,
+            n,
+            separate_bias,
+            casts,
+        ));
+    }
+    variants.extend(beyond_ieee_variants(exec, n, casts));
+    if let Some(o) = exec.output_rounding {
+        let stored: Vec<_> = variants
+            .iter()
+            .map(|(e, c)| {
+                let mut c = c.clone();
+                c.push(step_check(e, o));
+                (e.then_rounded(o, exec.ftz), c)
+            })
+            .collect();
+        variants.extend(stored);
+    }
+    if let Some(conv) = exec.operand {
+        if let Some(why) = unconvertible_weight(layer, conv) {
+            vacuous.get_or_insert(format!("layer {}: {why}", index + 1));
         }
+        let eta = tensor_core::conversion_eta(conv);
+        let row_l1_max = layer
+            .w
+            .rows()
+            .into_iter()
+            .map(|r| r.iter().fold(0.0, |a, &x| add_up(a, x.abs())))
+            .fold(0.0, f64::max);
+        let conv_abs = tensor_core::conversion_abs(conv, row_l1_max);
+        let (eta_up, abs_up) = (
+            eta.to_f64_round(rug::float::Round::Up),
+            conv_abs.to_f64_round(rug::float::Round::Up),
+        );
+        for (e, c) in &mut variants {
+            *e = tensor_core::after_conversion(e, &eta, &conv_abs);
+            for k in c.iter_mut() {
+                *k = tensor_core::converted_check(*k, eta_up, abs_up);
+            }
+        }
+    }
+    let mut err: Option<LayerError> = None;
+    let mut checks = Vec::new();
+    for (e, c) in variants {
+        err = Some(match err {
+            Some(prev) => prev.max(e),
+            None => e,
+        });
+        checks.extend(c);
     }
     let err = err.expect("every execution model has an accumulation format");
     (err, checks, vacuous)
+}
+
+/// The tensor-core and split-K executions of a layer of `n` products (none for the IEEE model):
+/// float32 main loops (IEEE in any order, and every covered generation's block FMA), split into
+/// at most `n` partial sums when split-K is covered.
+fn beyond_ieee_variants(
+    exec: &ExecutionModel,
+    n: u64,
+    casts: &[Format],
+) -> Vec<(LayerError, Vec<OverflowCheck>)> {
+    if exec.tensor_cores.is_none() && exec.split_k.is_none() {
+        return Vec::new();
+    }
+    let splits = if exec.split_k.is_some() { n.max(1) } else { 1 };
+    let mut chains = vec![tensor_core::ieee_chain(exec.ftz, n)];
+    if let Some(tc) = exec.tensor_cores {
+        for (_, b) in tc.blocks() {
+            chains.push(tensor_core::block_chain(b, n, splits));
+        }
+    }
+    let split = exec.split_k.map(|r| (r, splits));
+    chains
+        .iter()
+        .flat_map(|c| tensor_core::reduced_variants(c, split, exec.storage, exec.ftz, casts))
+        .collect()
+}
+
+/// Why a weight of `layer` cannot be converted to the operand format with a relative error
+/// alone: nonzero and below its normal range, or rounding past its largest finite value.
+fn unconvertible_weight(layer: &Dense, conv: OperandConversion) -> Option<String> {
+    let lambda = crate::format::pow2(conv.format.emin());
+    let f_max = conv.format.f_max();
+    layer.w.iter().find_map(|&w| {
+        let a = w.abs();
+        if a != 0.0 && a < lambda {
+            Some(format!(
+                "weight {w:e} is subnormal in {}: its conversion error is not modelled",
+                conv.format.name()
+            ))
+        } else if a > f_max {
+            Some(format!(
+                "weight {w:e} exceeds the largest {} value",
+                conv.format.name()
+            ))
+        } else {
+            None
+        }
+    })
 }
 
 /// The ordered class pairs of the output layer (Lemma "Final-layer pairwise deviation"), with
@@ -182,6 +275,13 @@ pub(super) fn dense_layer_bounds(
         .into_iter()
         .map(Format::f_max)
         .fold(f64::INFINITY, f64::min);
+    // converted products are at most (1 + eta) |w| |z| plus a subnormal term: half the range
+    // leaves room for both (eta < 1); an input converted to nearest stays finite below the
+    // operand format's largest value (truncation covers nearest, so both modes check it)
+    let (product_f_max, input_f_max) = match exec.operand {
+        Some(c) => (product_f_max / 2.0, c.format.f_max()),
+        None => (product_f_max, f64::INFINITY),
+    };
     LayerBounds {
         spectral: nrm.spectral,
         alpha: add_up(nrm.spectral, kappa_abs),
@@ -194,6 +294,7 @@ pub(super) fn dense_layer_bounds(
             bias_inf: layer.b.iter().fold(0.0f64, |a, &x| a.max(x.abs())),
             product_f_max,
             checks,
+            input_f_max,
         },
         rel_w: Some(rel_w),
     }

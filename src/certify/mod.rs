@@ -11,6 +11,7 @@ pub mod head;
 mod layer_bounds;
 pub mod modes;
 pub mod quantities;
+pub mod tensor_core;
 
 use std::fmt;
 

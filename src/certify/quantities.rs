@@ -13,7 +13,7 @@ use crate::format::Format;
 use crate::sound::{add_up, mul_up};
 
 /// Working precision of the rug computations of format constants (bits).
-const PREC: u32 = 128;
+pub(super) const PREC: u32 = 128;
 
 /// `(1 + u)^n` rounded up, as a rug `Float`.
 fn one_plus_u_pow_up(format: Format, n: u64) -> Float {
@@ -37,7 +37,7 @@ pub fn gamma_n(format: Format, n: u64) -> f64 {
     gamma_n_float(format, n).to_f64_round(Round::Up)
 }
 
-fn gamma_n_float(format: Format, n: u64) -> Float {
+pub(super) fn gamma_n_float(format: Format, n: u64) -> Float {
     let mut g = one_plus_u_pow_up(format, n);
     g.sub_assign_round(1, Round::Up);
     g
@@ -45,7 +45,7 @@ fn gamma_n_float(format: Format, n: u64) -> Float {
 
 /// The absolute per-operation error constant as a rug `Float`: `a_mul = u * lambda`, or
 /// `lambda` under flush-to-zero (Appendix, Table "ftz").
-fn abs_unit(format: Format, ftz: bool) -> Float {
+pub(super) fn abs_unit(format: Format, ftz: bool) -> Float {
     let e = if ftz {
         format.emin()
     } else {
@@ -176,7 +176,14 @@ impl LayerError {
     /// most `unit`: `rel' = rel + u (1 + rel)`, `abs' = (1 + u) abs + unit` (`rel_b` stays 0 while
     /// the bias is not in the value).
     fn then_operation(&self, to: Format, unit: Float) -> LayerError {
-        let u = unit_roundoff(to);
+        self.then_relative(&unit_roundoff(to), &unit)
+    }
+
+    /// A further step whose result is within `rho` relative of its exact input plus `unit`
+    /// absolute (for one rounding, `rho = u`): `rel' = rel + rho (1 + rel)`,
+    /// `abs' = (1 + rho) abs + unit`.
+    pub(super) fn then_relative(&self, rho: &Float, unit: &Float) -> LayerError {
+        let u = rho.clone();
         let widen = |rel: &Float| {
             let mut t = rel.clone();
             t.add_assign_round(1, Round::Up);
@@ -186,7 +193,7 @@ impl LayerError {
         };
         let mut abs = self.abs.clone();
         abs.mul_assign_round(&one_plus(&u), Round::Up);
-        abs.add_assign_round(&unit, Round::Up);
+        abs.add_assign_round(unit, Round::Up);
         LayerError {
             rel_w: widen(&self.rel_w),
             rel_b: if self.bias_included {
@@ -299,6 +306,9 @@ pub struct OverflowConstants {
     pub product_f_max: f64,
     /// The sum bounds, for every covered accumulation format and every later rounding.
     pub checks: Vec<OverflowCheck>,
+    /// A bound every input value `|z_j| <= r + D` must stay below: the largest value an operand
+    /// conversion to nearest keeps finite (infinite without operand conversion).
+    pub input_f_max: f64,
 }
 
 /// The overflow conditions of Theorem "Layerwise overflow-freedom" at one layer, for an input
@@ -319,7 +329,7 @@ pub fn overflow_free(c: &OverflowConstants, r_prev: f64, d_prev: f64) -> bool {
         );
         lhs < k.f_max
     });
-    m < c.product_f_max && sums_ok
+    m < c.product_f_max && radius < c.input_f_max && sums_ok
 }
 
 /// Final-layer pairwise error (Lemma "Final-layer pairwise deviation"):
@@ -546,6 +556,7 @@ mod tests {
             bias_inf: 0.0,
             product_f_max: check.f_max,
             checks: vec![check],
+            input_f_max: f64::INFINITY,
         };
         assert!(overflow_free(&c, 100.0, 0.0));
         assert!(!overflow_free(&c, check.f_max, 0.0));
@@ -582,9 +593,16 @@ mod tests {
                     ..check
                 },
             ],
-            ..c
+            ..c.clone()
         };
         assert!(!overflow_free(&two, 20.0, 0.0));
         assert!(overflow_free(&two, 9.0, 0.0));
+        // a converted input that may round past the operand format's range refuses
+        let input = OverflowConstants {
+            input_f_max: 8.0,
+            ..c
+        };
+        assert!(overflow_free(&input, 7.0, 0.5));
+        assert!(!overflow_free(&input, 7.5, 0.5));
     }
 }

@@ -8,6 +8,7 @@ use super::{
 };
 use crate::certify::parse_mode_list;
 use crate::error::LipfpError;
+use crate::runtime::RuntimeKeys;
 
 /// What every gate of a policy shares: where errors point, where paths resolve, and the
 /// `[model]` and `[data]` defaults a gate's keys override.
@@ -185,6 +186,16 @@ impl Defaults<'_> {
             format: format_of(&g.format, &model.format, "format")?,
             accumulate: format_of(&g.accumulate, &model.accumulate, "accumulate")?,
             ftz: g.ftz.or(model.ftz).unwrap_or(false),
+            runtime: RuntimeKeys {
+                runtime: g.runtime.as_deref(),
+                gpu: g.gpu.as_deref(),
+                tf32: g.tf32,
+                reduced_precision_reduction: g.reduced_precision_reduction,
+                operand_rounding: g.operand_rounding.as_deref(),
+            }
+            .over(model.runtime_keys())
+            .choice()
+            .map_err(|m| self.err(format!("{at} {m}")))?,
             gram_iterations: self.gram_iterations,
             inputs: self.resolve(g.inputs.as_deref().or(data.inputs.as_deref()).ok_or_else(
                 || {

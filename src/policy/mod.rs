@@ -9,6 +9,7 @@ use crate::certify::Mode;
 use crate::error::LipfpError;
 use crate::format::Format;
 use crate::norms::DEFAULT_GRAM_ITERATIONS;
+use crate::runtime::{RuntimeChoice, RuntimeKeys};
 
 mod gate;
 mod radius;
@@ -51,6 +52,28 @@ struct RawModel {
     ftz: Option<bool>,
     #[serde(default)]
     gram_iterations: Option<u32>,
+    #[serde(default)]
+    runtime: Option<String>,
+    #[serde(default)]
+    gpu: Option<String>,
+    #[serde(default)]
+    tf32: Option<bool>,
+    #[serde(default)]
+    reduced_precision_reduction: Option<bool>,
+    #[serde(default)]
+    operand_rounding: Option<String>,
+}
+
+impl RawModel {
+    fn runtime_keys(&self) -> RuntimeKeys<'_> {
+        RuntimeKeys {
+            runtime: self.runtime.as_deref(),
+            gpu: self.gpu.as_deref(),
+            tf32: self.tf32,
+            reduced_precision_reduction: self.reduced_precision_reduction,
+            operand_rounding: self.operand_rounding.as_deref(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -77,6 +100,16 @@ struct RawGate {
     accumulate: Option<String>,
     #[serde(default)]
     ftz: Option<bool>,
+    #[serde(default)]
+    runtime: Option<String>,
+    #[serde(default)]
+    gpu: Option<String>,
+    #[serde(default)]
+    tf32: Option<bool>,
+    #[serde(default)]
+    reduced_precision_reduction: Option<bool>,
+    #[serde(default)]
+    operand_rounding: Option<String>,
     #[serde(default)]
     epsilon: Option<toml::Value>,
     #[serde(default)]
@@ -166,6 +199,8 @@ pub struct Target {
     pub accumulate: Option<Format>,
     /// Flush-to-zero execution.
     pub ftz: bool,
+    /// The declared runtime and its settings (`None`: the IEEE model alone).
+    pub runtime: Option<RuntimeChoice>,
     /// Gram iterations for the spectral norms.
     pub gram_iterations: u32,
     /// Test inputs.
@@ -278,6 +313,10 @@ fn check_model(path: &Path, model: &RawModel) -> Result<u32, LipfpError> {
     if let Some(f) = &model.accumulate {
         parse_format(path, f, "[model]", "accumulate")?;
     }
+    model
+        .runtime_keys()
+        .choice()
+        .map_err(|m| LipfpError::policy(path, format!("[model] {m}")))?;
     Ok(gram_iterations)
 }
 

@@ -21,6 +21,7 @@ use crate::model::{self, DenseNet};
 use crate::norms::{self, NetworkNorms};
 use crate::policy::Target;
 use crate::progress::Progress;
+use crate::runtime::{self as runtimes, RuntimeChoice};
 
 /// What to load for a run.
 #[derive(Clone, Debug)]
@@ -33,6 +34,8 @@ pub struct SubjectSpec {
     pub accumulate: Option<Format>,
     /// Flush-to-zero execution.
     pub ftz: bool,
+    /// The declared runtime (`None`: the IEEE model alone).
+    pub runtime: Option<RuntimeChoice>,
     /// Test inputs `.npy`.
     pub inputs: PathBuf,
     /// Labels `.npy`.
@@ -54,6 +57,7 @@ impl SubjectSpec {
             format: t.format,
             accumulate: t.accumulate,
             ftz: t.ftz,
+            runtime: t.runtime,
             inputs: t.inputs.clone(),
             labels: t.labels.clone(),
             gram_iterations: t.gram_iterations,
@@ -381,8 +385,7 @@ fn compute(
         mut notes,
         span: (first, total),
     } = loaded;
-    let execution = ExecutionModel::deployed(net.format, spec.accumulate, spec.ftz)
-        .map_err(|m| LipfpError::Usage(format!("accumulate: {m}")))?;
+    let execution = deployment(spec, net.format, &mut notes)?;
     notes.push(format!("execution model: {execution}"));
     let (norms, bounds, norms_s) = norms_and_bounds(spec, &net, &execution, &mut notes, progress);
     let selection = spec.reference.runs().then(|| {
@@ -495,4 +498,36 @@ fn predictions(net: &DenseNet, logits: &[f64], notes: &mut Vec<String>) -> Vec<O
         ));
     }
     predictions
+}
+
+/// The execution model of `spec`'s runtime (or the IEEE model) for storage `format`, with a note
+/// naming the runtime and each setting the certificate depends on, or what the IEEE model does
+/// not cover.
+fn deployment(
+    spec: &SubjectSpec,
+    format: Format,
+    notes: &mut Vec<String>,
+) -> Result<ExecutionModel, LipfpError> {
+    match spec.runtime {
+        None => {
+            notes.push(runtimes::default_coverage_note(format));
+            ExecutionModel::deployed(format, spec.accumulate, spec.ftz)
+                .map_err(|m| LipfpError::Usage(format!("accumulate: {m}")))
+        }
+        Some(choice) => {
+            let d = choice
+                .deployment(format, spec.accumulate, spec.ftz)
+                .map_err(|m| LipfpError::Usage(format!("runtime {}: {m}", choice.runtime)))?;
+            let settings = if d.depends_on.is_empty() {
+                "its defaults".to_string()
+            } else {
+                d.depends_on.join("; ")
+            };
+            notes.push(format!(
+                "runtime {} ({format}): the certificate covers this runtime with {settings}",
+                choice.runtime
+            ));
+            Ok(d.execution)
+        }
+    }
 }
