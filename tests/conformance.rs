@@ -21,9 +21,13 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::ball::{attack_sample, check_deviation, random_samples, Figures};
 use common::exact::ExactNet;
 use common::onnx_builder::*;
-use common::runtime::{argmax, ort_logits, python, run_script, tract_logits, write_f64_npy};
+use common::runtime::{
+    argmax, example, export_float16, ort_logits, python, read_inputs, run_script, tract_logits,
+    write_f64_npy,
+};
 use lipfp::certify::{Mode, ModelBounds};
 use lipfp::data;
 use lipfp::exec::{Executor, Hidden};
@@ -64,23 +68,6 @@ struct Case {
     ball_points: usize,
 }
 
-/// What a case measured.
-#[derive(Debug, Default)]
-struct Figures {
-    points: usize,
-    certified: usize,
-    ball_samples: usize,
-    /// Certified points or ball samples where a runtime returned another class.
-    mismatches: usize,
-    /// Largest `|m_runtime - m_exact| / E_ctr` over checked points and pairs.
-    max_ratio: f64,
-    /// Pairs where the ratio exceeded 1 (checked exactly).
-    violations: usize,
-    checked_pairs: usize,
-}
-
-/// lipfp's view of a case: the subject, per-point certification in any sound mode, and the
-/// converted inputs.
 fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
     let stored = lipfp::model::stored_format(&case.model).unwrap_or_else(|e| panic!("{e}"));
     let example = lipfp::model::load(&case.model, stored, false)
@@ -113,114 +100,6 @@ fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         .unwrap()
         .values;
     (subject, any, converted)
-}
-
-/// The gradient of the margin `y_i - y_j` at `x` in the linear region of the float64 execution.
-fn margin_gradient(net: &DenseNet, x: &[f64], i: usize, j: usize) -> Vec<f64> {
-    let exec = Executor::new(net, &ExecutionModel::float64_reference());
-    let view = ArrayView2::from_shape((1, x.len()), x).unwrap();
-    let (_, hidden) = exec.forward_block(view, Hidden::All);
-    let last = &net.layers[net.layers.len() - 1];
-    let mut v: Vec<f64> = (0..last.n())
-        .map(|k| last.w[[i, k]] - last.w[[j, k]])
-        .collect();
-    for l in (0..net.layers.len() - 1).rev() {
-        let layer = &net.layers[l];
-        let active: Vec<bool> = hidden[l].row(0).iter().map(|&z| z > 0.0).collect();
-        let mut g = vec![0.0; layer.n()];
-        for (r, row) in layer.w.rows().into_iter().enumerate() {
-            if active[r] && v[r] != 0.0 {
-                for (gk, &w) in g.iter_mut().zip(row.iter()) {
-                    *gk += w * v[r];
-                }
-            }
-        }
-        v = g;
-    }
-    v
-}
-
-/// `x + t eps d / ||d||` rounded to `format`, shrinking `t` until it provably lies in the ball.
-fn point_in_ball(x: &[f64], d: &[f64], eps: f64, format: Format) -> Option<Vec<f64>> {
-    let norm = d.iter().map(|v| v * v).sum::<f64>().sqrt();
-    if norm.is_nan() || norm <= 0.0 {
-        return None;
-    }
-    let mut t = 0.999;
-    for _ in 0..200 {
-        let p: Vec<f64> = x
-            .iter()
-            .zip(d)
-            .map(|(&a, &b)| format.round(a + t * eps * b / norm))
-            .collect();
-        let dist = l2_norm_up(p.iter().zip(x).map(|(&a, &b)| (a - b).abs().next_up()));
-        if dist <= eps.next_down() {
-            return Some(p);
-        }
-        t *= 0.98;
-    }
-    None
-}
-
-/// Three samples of the ball around `x` in random directions (deterministic per `seed`).
-fn random_samples(x: &[f64], eps: f64, format: Format, seed: u64) -> Vec<Vec<f64>> {
-    let mut rng = Lcg::new(seed);
-    (0..3)
-        .filter_map(|_| {
-            let d: Vec<f64> = (0..x.len()).map(|_| rng.sym_f64()).collect();
-            point_in_ball(x, &d, eps, format)
-        })
-        .collect()
-}
-
-/// The first-order attack sample towards the runner-up class of point `k`.
-fn attack_sample(subject: &Subject, k: usize, x: &[f64], eps: f64) -> Option<Vec<f64>> {
-    let classes = subject.net.classes();
-    let y = &subject.logits[k * classes..(k + 1) * classes];
-    let i = subject.predictions[k]?;
-    let j = (0..classes)
-        .filter(|&j| j != i)
-        .max_by(|&a, &b| y[a].total_cmp(&y[b]))?;
-    let g = margin_gradient(&subject.net, x, i, j);
-    let down: Vec<f64> = g.iter().map(|v| -v).collect();
-    point_in_ball(x, &down, eps, subject.net.format)
-}
-
-/// Check (b) for one runtime's logits at point `k`; updates the figures.
-fn check_deviation(
-    bounds: &ModelBounds,
-    x_norm: f64,
-    exact: &[Rational],
-    runtime: &[f64],
-    fig: &mut Figures,
-) {
-    let classes = exact.len();
-    for i in 0..classes {
-        for j in (0..classes).filter(|&j| j != i) {
-            let Ok(e) = bounds.margin_deviation(x_norm, i, j) else {
-                continue; // overflow not excluded: lipfp claims nothing here
-            };
-            let (Some(a), Some(b)) = (
-                Rational::from_f64(runtime[i]),
-                Rational::from_f64(runtime[j]),
-            ) else {
-                // a non-finite logit where lipfp bounds the deviation
-                fig.violations += 1;
-                continue;
-            };
-            let got = a - b;
-            let exact_m = Rational::from(&exact[i] - &exact[j]);
-            let dev = (got - exact_m).abs();
-            let bound = Rational::from_f64(e).unwrap();
-            fig.checked_pairs += 1;
-            if dev > bound {
-                fig.violations += 1;
-            }
-            if e > 0.0 {
-                fig.max_ratio = fig.max_ratio.max(dev.to_f64() / e);
-            }
-        }
-    }
 }
 
 /// Run every check of `case` against onnxruntime (both optimisation levels) and tract.
@@ -341,36 +220,6 @@ fn check_case(python: &Path, case: Case) -> Figures {
     fig
 }
 
-/// Read an `.npy` of inputs as `f64` rows (any float dtype).
-fn read_inputs(path: &Path) -> (Vec<f64>, usize) {
-    let bytes = std::fs::read(path).unwrap();
-    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
-    let rows = npy.shape()[0] as usize;
-    let values = match npy.dtype() {
-        npyz::DType::Plain(t) if t.size_field() == 4 => npy
-            .into_vec::<f32>()
-            .unwrap()
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-        _ => npyz::NpyFile::new(&bytes[..])
-            .unwrap()
-            .into_vec::<f64>()
-            .unwrap(),
-    };
-    (values, rows)
-}
-
-/// Export `src` with float16 weights and input (`model.half()`), into `dir`.
-fn export_float16(python: &Path, src: &Path, dir: &Path) -> PathBuf {
-    let dst = dir.join(format!(
-        "{}-float16.onnx",
-        src.parent().unwrap().file_name().unwrap().to_string_lossy()
-    ));
-    run_script(python, "export_float16.py", &[src, &dst], &[]);
-    dst
-}
-
 fn case(name: &str, model: PathBuf, inputs: Vec<f64>, rows: usize, epsilon: &'static str) -> Case {
     Case {
         name: name.into(),
@@ -450,12 +299,6 @@ fn mnist_float16_export() {
 }
 
 /// The embedded examples' test sets.
-fn example(name: &str) -> (PathBuf, Vec<f64>, usize) {
-    let dir = root().join("examples").join(name);
-    let (x, rows) = read_inputs(&dir.join("x_test.npy"));
-    (dir.join("model.onnx"), x, rows)
-}
-
 #[test]
 #[cfg_attr(
     not(lipfp_onnxruntime),

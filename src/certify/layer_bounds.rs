@@ -139,7 +139,7 @@ pub(super) fn layer_terms(
             conv_abs.to_f64_round(rug::float::Round::Up),
         );
         for (e, c) in &mut variants {
-            *e = tensor_core::after_conversion(e, &eta, &conv_abs);
+            *e = tensor_core::after_conversion(e, conv, &eta, &conv_abs);
             for k in c.iter_mut() {
                 *k = tensor_core::converted_check(*k, eta_up, abs_up);
             }
@@ -183,21 +183,21 @@ fn beyond_ieee_variants(
         .collect()
 }
 
-/// Why a weight of `layer` cannot be converted to the operand format with a relative error
+/// Why a weight or bias of `layer` cannot be converted to the operand format with a relative error
 /// alone: nonzero and below its normal range, or rounding past its largest finite value.
 fn unconvertible_weight(layer: &Dense, conv: OperandConversion) -> Option<String> {
     let lambda = crate::format::pow2(conv.format.emin());
     let f_max = conv.format.f_max();
-    layer.w.iter().find_map(|&w| {
+    layer.w.iter().chain(layer.b.iter()).find_map(|&w| {
         let a = w.abs();
         if a != 0.0 && a < lambda {
             Some(format!(
-                "weight {w:e} is subnormal in {}: its conversion error is not modelled",
+                "parameter {w:e} is subnormal in {}: its conversion error is not modelled",
                 conv.format.name()
             ))
         } else if a > f_max {
             Some(format!(
-                "weight {w:e} exceeds the largest {} value",
+                "parameter {w:e} exceeds the largest {} value",
                 conv.format.name()
             ))
         } else {

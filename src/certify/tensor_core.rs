@@ -75,11 +75,18 @@ pub fn conversion_abs(c: OperandConversion, row_l1_max: f64) -> Float {
     t
 }
 
-/// An error bound relative to the converted products `|w'| . |z'|`, restated against the
-/// original ones: `sum |w' z'| <= (1 + eta) sum |w z| + conv_abs` and
+/// An error bound relative to the converted products `|w'| . |z'|` and bias `b'`, restated
+/// against the original ones: `sum |w' z'| <= (1 + eta) sum |w z| + conv_abs` and
 /// `|sum w' z' - sum w z| <= eta sum |w z| + conv_abs` give
-/// `rel_w' = (1 + eta)(1 + rel_w) - 1`, `rel_b' = rel_b`, `abs' = abs + (1 + rel_w) conv_abs`.
-pub fn after_conversion(err: &LayerError, eta: &Float, conv_abs: &Float) -> LayerError {
+/// `rel_w' = (1 + eta)(1 + rel_w) - 1`, `abs' = abs + (1 + rel_w) conv_abs`; the bias may be
+/// converted too (a runtime that copies it into the output with a GEMM): `|b'| <= (1 + u_c)|b|`
+/// gives `rel_b' = (1 + u_c)(1 + rel_b) - 1`.
+pub fn after_conversion(
+    err: &LayerError,
+    c: OperandConversion,
+    eta: &Float,
+    conv_abs: &Float,
+) -> LayerError {
     let mut rel_w = err.rel_w.clone();
     rel_w.add_assign_round(1, Round::Up);
     let mut f = eta.clone();
@@ -91,9 +98,20 @@ pub fn after_conversion(err: &LayerError, eta: &Float, conv_abs: &Float) -> Laye
     carry.mul_assign_round(conv_abs, Round::Up);
     let mut abs = err.abs.clone();
     abs.add_assign_round(&carry, Round::Up);
+    let rel_b = if err.bias_included {
+        let mut b = err.rel_b.clone();
+        b.add_assign_round(1, Round::Up);
+        let mut f = pow2(c.relative_error_exponent());
+        f.add_assign_round(1, Round::Up);
+        b.mul_assign_round(&f, Round::Up);
+        b.sub_assign_round(1, Round::Up);
+        b
+    } else {
+        err.rel_b.clone()
+    };
     LayerError {
         rel_w,
-        rel_b: err.rel_b.clone(),
+        rel_b,
         abs,
         bias_included: err.bias_included,
     }
@@ -323,10 +341,11 @@ mod tests {
         // restating an error: rel_w' = (1+eta)(1+rel_w) - 1, abs' = abs + (1+rel_w) conv_abs
         let err = LayerError::accumulation(Format::Float32, false, 10);
         let eta = conversion_eta(trunc);
-        let out = after_conversion(&err, &eta, &a);
+        let out = after_conversion(&err, trunc, &eta, &a);
         let want = (&one + q(&eta)) * (&one + q(&err.rel_w)) - &one;
         tight("rel_w'", &out.rel_w, &want);
-        assert_eq!(out.rel_b, err.rel_b);
+        let want_b = (&one + p2(-10)) * (&one + q(&err.rel_b)) - &one;
+        tight("rel_b'", &out.rel_b, &want_b);
         let want_abs = q(&err.abs) + (&one + q(&err.rel_w)) * q(&a);
         tight("abs'", &out.abs, &want_abs);
     }

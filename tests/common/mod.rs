@@ -2,6 +2,7 @@
 
 pub mod affine;
 pub mod affine_nets;
+pub mod ball;
 pub mod classifiers;
 pub mod exact;
 pub mod mermaid;

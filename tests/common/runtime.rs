@@ -130,3 +130,42 @@ pub fn argmax(v: &[f64]) -> usize {
     }
     best
 }
+
+/// Read an `.npy` of inputs as `f64` rows (any float dtype).
+pub fn read_inputs(path: &Path) -> (Vec<f64>, usize) {
+    let bytes = std::fs::read(path).unwrap();
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    let rows = npy.shape()[0] as usize;
+    let values = match npy.dtype() {
+        npyz::DType::Plain(t) if t.size_field() == 4 => npy
+            .into_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        _ => npyz::NpyFile::new(&bytes[..])
+            .unwrap()
+            .into_vec::<f64>()
+            .unwrap(),
+    };
+    (values, rows)
+}
+
+/// Export `src` with float16 weights and input (`model.half()`), into `dir`.
+pub fn export_float16(python: &Path, src: &Path, dir: &Path) -> PathBuf {
+    let dst = dir.join(format!(
+        "{}-float16.onnx",
+        src.parent().unwrap().file_name().unwrap().to_string_lossy()
+    ));
+    run_script(python, "export_float16.py", &[src, &dst], &[]);
+    dst
+}
+
+/// An embedded example: its model, inputs as `f64` and row count.
+pub fn example(name: &str) -> (PathBuf, Vec<f64>, usize) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
+    let (x, rows) = read_inputs(&dir.join("x_test.npy"));
+    (dir.join("model.onnx"), x, rows)
+}

@@ -20,8 +20,11 @@ The block FMA (one tensor-core step, ``d = BFMA(c, a_1*b_1 .. a_b*b_b)``), as th
 5. ``S = u * sum(q)`` (exact), normalised, then rounded ONCE to the output: fp32 output is truncated
    (RZ) to ``24 + min(e, 0)`` significant bits with gradual underflow (subnormal results truncated
    to multiples of 2^(-126-23-min(e,0))); fp16 output (fp16 A/B with fp16 C/D) is rounded to nearest
-   even to binary16 (subnormals included).  An exactly-zero S gives +0.  A result whose exponent
-   reaches emax+1 (after rounding) is +/-Inf (the models do not saturate, also under RZ).
+   even to binary16 (subnormals included).  An exactly-zero S gives +0; a negative S that rounds
+   to zero gives -0.  A result whose exponent reaches emax+1 (after rounding) is +/-Inf (the
+   models do not saturate, also under RZ; they test only for exponent == emax+1, we use >=).
+   B200 fp8 only: the step reduces the products with c = 0 and then adds c with one RNE fp32
+   addition (what the B200 fp8 outputs show; B200TC.m itself aligns c with the products).
 6. A K-long dot product is the chain of ceil(K/b) such steps over consecutive b-wide slices of K
    (the last one zero-padded), each step's output being the next step's c; the first c is the
    C/bias input (rounded RNE to the accumulator format first, as the models do with CPFloat).
@@ -38,7 +41,7 @@ nextafter) and then rounded once to the target format, which is exact for any ta
 import numpy as np
 
 __all__ = [
-    "DEVICES", "DEVICE_ALIASES", "FORMATS", "device_params", "convert", "round_to",
+    "DEVICES", "EXTRA_DEVICES", "DEVICE_ALIASES", "FORMATS", "device_params", "convert", "round_to",
     "block_fma_dot", "gemm", "forward", "arm_fp16_gemm", "openvino_bf16_gemm", "ieee_fma_round",
 ]
 
@@ -103,9 +106,12 @@ DEVICES = {
              # B200 outputs published with it match RN32(RZ32(sum of the 32 products) + c) instead
              # (10,000 of 10,000; B200TC.m: 3,557 mismatches), so c is added late, RNE.
              "e4m3": _p(32, 2, -133, late_c="nearest"), "e5m2": _p(32, 2, -133, late_c="nearest")},
+}
+# Other models of the MATLAB repository, used by validate_tensor_core.py.
+EXTRA_DEVICES = {
     # Ada Lovelace (AdaTC.m / L40STC.m): A100-like, fp8 in 16-term steps with e = -10.
     "ada": {"float16": _p(8, 1, -132, -20), "bfloat16": _p(8, 1, -132), "tf32": _p(4, 1, -132),
-            "e4m3": _p(16, -10, -132), "e5m2": _p(16, -10, -132)},
+            "e4m3": _p(16, -10, -132, -20), "e5m2": _p(16, -10, -132, -20)},
 }
 # Models that the MATLAB repository maps onto another one (H200TC.m calls H100TC, A2TC/A30TC call
 # A100TC, L40STC has Ada's parameters, RTXPRO6000TC calls B200TC).
@@ -114,19 +120,23 @@ DEVICE_ALIASES = {"h200": "h100", "gh200": "h100", "a2": "a100", "a30": "a100", 
 
 
 def device_params(device, fmt, out="float32"):
-    """Return dict(b, e, final, align_floor, late_c, in_fmt, out_p, out_emin, out_emax) for one device,
-    operand format and output format ("float32" or "float16")."""
+    """Return dict(b, e, final, align_floor, late_c, in_fmt, out_p, out_emin, out_emax) for one
+    device (DEVICES, EXTRA_DEVICES or DEVICE_ALIASES), operand format and output format
+    ("float32" or "float16")."""
     dev = DEVICE_ALIASES.get(device.lower(), device.lower())
     fmt = _fmt(fmt)
-    if dev not in DEVICES or fmt not in DEVICES[dev]:
+    table = DEVICES.get(dev) or EXTRA_DEVICES.get(dev) or {}
+    if fmt not in table:
         raise ValueError("no tensor-core model for %s with %s operands" % (device, fmt))
-    prm = dict(DEVICES[dev][fmt])
+    prm = dict(table[fmt])
     out = _fmt(out)
     if out == "float16":
         if "fp16_out" not in prm:
             raise ValueError("%s %s: fp16 output is not modelled" % (device, fmt))
         prm.update(prm["fp16_out"])
         p, emin, emax = FORMATS["float16"]
+        # fp16 results keep all 11 bits even where e < 0 (Ada fp8 -> fp16: the MATLAB models'
+        # 10 + e fraction bits would be 0; 11 bits match the Ada outputs, 10,000 of 10,000).
         prm.update(out_p=p, out_emin=emin, out_emax=emax)
     elif out == "float32":
         prm.update(out_p=24 + min(prm["e"], 0), out_emin=-126, out_emax=127)
@@ -249,7 +259,8 @@ def ieee_fma_round(acc, prod, fmt="float32", ftz=False):
 # Tensor-core block FMA
 # ----------------------------------------------------------------------------------------------
 def _final_round(S, p, emin, emax, final):
-    """Round exact float64 sums S to the tensor-core output (overflow -> Inf, zero -> +0)."""
+    """Round exact float64 sums S to the tensor-core output (overflow -> Inf).  An exactly zero S
+    is +0; a negative S that rounds to zero is -0 (as in the models, which negate the magnitude)."""
     S = S + 0.0  # -0 -> +0
     if final == "trunc":
         # RZ to p bits for results in the normal range: clear the low (53 - p) float64 bits.
@@ -263,7 +274,7 @@ def _final_round(S, p, emin, emax, final):
         if big.any():
             r = np.where(big, np.copysign(np.inf, S), r)
         return r
-    return _round_generic(S, p, emin, emax, "nearest", overflow="inf") + 0.0
+    return _round_generic(S, p, emin, emax, "nearest", overflow="inf")
 
 
 def _bfma_chain(a, w, c, b, e, in_emin, align_floor, out_p, out_emin, out_emax, final,
@@ -309,7 +320,7 @@ def _bfma_chain(a, w, c, b, e, in_emin, align_floor, out_p, out_emin, out_emax, 
             with np.errstate(all="ignore"):
                 s = _round_to_odd_sum(d, acc)
                 s = np.where(np.isfinite(s), s, d + acc)
-            d = _round_generic(s, out_p, out_emin, out_emax, "nearest", overflow="ieee") + 0.0
+            d = _round_generic(s, out_p, out_emin, out_emax, "nearest", overflow="ieee")
         acc = d
     return acc
 

@@ -124,7 +124,7 @@ def torch_dtype(torch, name):
 
 
 def to_f64(t):
-    return t.detach().to("cpu", dtype=__import__("torch").float64).numpy()
+    return t.detach().double().cpu().numpy()  # widening to float64 is exact for all three formats
 
 
 def read_flags(torch):
@@ -228,7 +228,7 @@ def crafted_pairs():
     """(a, b) dot products of length 32 whose fp32 result shows alignment, rounding and block size."""
     e = lambda k: 2.0 ** k  # noqa: E731
     cases = [
-        ([1, 1 - e(-11)], [1, -(1 + e(-11))]),                       # 1 - (1 - 2^-22): cancellation
+        ([1 + e(-10), -1], [1 - e(-11), 1]),                         # (1+2^-11-2^-21) - 1: cancellation
         ([1] + [e(-12)] * 15, [1] + [e(-12)] * 15),                  # 1 + 15 * 2^-24
         ([1, e(-12), e(-13)], [1, e(-12), e(-12)]),                  # 1 + 2^-24 + 2^-25
         ([0] * 13 + [e(-13), e(-12), 1], [0] * 13 + [e(-12), e(-12), 1]),  # same, big term last
@@ -253,25 +253,27 @@ def crafted_pairs():
     return x, W, len(cases)
 
 
-def gemm_paths(torch, on_cuda, fp16_f32_ok):
-    """name -> (input storage, flags, output kind, emulator base kwargs, variant axes)."""
+def gemm_paths():
+    """name -> (input storage, flags, output kind, emulator base kwargs, variant axes).
+    Operands are generated in (rounded to) the input storage; "tf32" keeps full float32 operands
+    so that the emulator's operand conversion (trunc / nearest) is exercised."""
     acc = ("tensor_core", "ieee")
     pos = ("first", "epilogue")
     paths = {
         "tf32": ("float32", dict(tf32=True), "native", dict(operand="tf32", out="float32"),
                  [("operand_rounding", ("trunc", "nearest")), ("accumulation", acc), ("bias_position", pos)]),
-        "fp32": ("float32", dict(tf32=False), "native", dict(out="float32"),
-                 [("accumulation", ("ieee", "tensor_core")), ("bias_position", pos)]),
-        "fp16": ("float16", dict(fp16_rpr=False), "native", dict(out="float16"),
+        "fp32": ("float32", dict(tf32=False), "native", dict(out="float32", accumulation="ieee"),
+                 [("bias_position", pos)]),
+        "fp16": ("float16", dict(fp16_rpr=False), "native", dict(operand="float16", out="float16"),
                  [("accumulation", acc), ("bias_position", pos)]),
-        "fp16_rpr": ("float16", dict(fp16_rpr=True), "native", dict(out="float16"),
+        "fp16_rpr": ("float16", dict(fp16_rpr=True), "native", dict(operand="float16", out="float16"),
                      [("accumulation", acc), ("bias_position", pos),
                       ("split", (None, (2, "float16"), (4, "float16"), (8, "float16")))]),
-        "bf16": ("bfloat16", dict(bf16_rpr=False), "native", dict(out="bfloat16"),
+        "bf16": ("bfloat16", dict(bf16_rpr=False), "native", dict(operand="bfloat16", out="bfloat16"),
                  [("accumulation", acc), ("bias_position", pos)]),
-        "fp16_to_f32": ("float16", dict(fp16_rpr=False), "f32out", dict(out="float32"),
+        "fp16_to_f32": ("float16", dict(fp16_rpr=False), "f32out", dict(operand="float16", out="float32"),
                         [("accumulation", acc), ("bias_position", pos)]),
-        "bf16_to_f32": ("bfloat16", dict(bf16_rpr=False), "f32out", dict(out="float32"),
+        "bf16_to_f32": ("bfloat16", dict(bf16_rpr=False), "f32out", dict(operand="bfloat16", out="float32"),
                         [("accumulation", acc), ("bias_position", pos)]),
     }
     return paths
@@ -331,7 +333,7 @@ def random_gemm(rng, K, kind, M=64, N=64):
 def probe_gemms(torch, dev, args, deadline, on_cuda):
     res = {"paths": {}, "crafted_device_values": {}, "notes": []}
     emu, why = load_emulator()
-    paths = gemm_paths(torch, on_cuda, True)
+    paths = gemm_paths()
     wanted = [p for p in args.probe_paths.split(",") if p]
     paths = {k: v for k, v in paths.items() if k in wanted}
     variants = {k: expand_variants(v[3], v[4], args.emu_device) for k, v in paths.items()}
@@ -360,13 +362,17 @@ def probe_gemms(torch, dev, args, deadline, on_cuda):
                  "device_minus_exact": float(out[i, i] - exact[i])} for i in range(ncases)]
         except Exception as e:  # noqa: BLE001
             res["crafted_device_values"][pname] = f"error: {short_exc(e)}"
+        cv = res["crafted_device_values"][pname]
+        log(f"  crafted {pname:<11} device-exact: " + (cv if isinstance(cv, str) else
+            " ".join("0" if c["device_minus_exact"] == 0 else f"{c['device_minus_exact']:.2g}" for c in cv)))
     if emu is None:
         res["emulator"] = f"unavailable ({why})"
         log(f"  emulator unavailable ({why}); crafted device values recorded only")
         return res
     res["emulator"] = "available"
 
-    pool, nproc = None, max(1, min(args.emu_workers, (os.cpu_count() or 2) - 1))
+    nproc = args.emu_workers if args.emu_workers > 0 else max(1, min(15, (os.cpu_count() or 2) - 1))
+    pool = None
     if nproc > 1:
         try:
             for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -432,6 +438,8 @@ def probe_gemms(torch, dev, args, deadline, on_cuda):
             while len(pending) >= 2 * nproc and time.time() < deadline:
                 time.sleep(0.005)
                 collect()
+    if submitted < len(plan) and not res["notes"]:
+        res["notes"].append(f"time budget: {submitted} of {len(plan)} planned GEMMs run")
     if pool is not None:
         collect(wait_until=deadline + 5)
         if pending:
@@ -541,6 +549,10 @@ def load_bundle(d):
     settings = meta.get("torch_settings") or []
     if not settings:
         raise BundleError("no torch_settings")
+    r = np.arange(N)
+    odd = int(((margin[r, cls] != 0) | (bound[r, cls] != 0)).sum()) if N else 0
+    if odd:
+        log(f"  WARNING {d}: margin/bound at the certified class's column not 0 in {odd} rows")
     return {"dir": d, "name": meta.get("name", os.path.basename(os.path.normpath(d))), "storage": storage,
             "runtime": meta.get("runtime"), "settings": settings, "W": Ws, "b": bs, "x": X, "cls": cls,
             "margin": margin, "bound": bound}
@@ -580,11 +592,12 @@ def check_rows(logits, cls, margin, bound):
     other[r, cls] = False
     cls_bad = ~np.all((lc[:, None] > logits) | ~other, axis=1)  # ties and NaN count as changes
     dev = np.abs((lc[:, None] - logits) - margin)
+    claimed = other & ~(bound < 0)  # the Rust writer puts -1 where lipfp claims no bound
     tol = bound * (1 + 1e-12) + 2.0 ** -50 * np.abs(margin)
-    viol = other & ~(dev <= tol)
+    viol = claimed & ~(dev <= tol)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(bound > 0, dev / bound, np.where(dev == 0, 0.0, np.inf))
-    ratio = np.where(other, ratio, 0.0)
+    ratio = np.where(claimed, ratio, 0.0)
     ratio = np.where(np.isnan(ratio), np.inf, ratio)
     worst = None
     if viol.any():
@@ -592,6 +605,7 @@ def check_rows(logits, cls, margin, bound):
         worst = {"row": int(i), "j": int(j), "deviation": float(dev[i, j]), "bound": float(bound[i, j])}
     return {"rows": int(N), "class_changes": int(cls_bad.sum()), "violations": int(viol.any(axis=1).sum()),
             "violating_margins": int(viol.sum()), "max_ratio": float(ratio.max()) if N else 0.0,
+            "unclaimed_pairs": int((other & ~claimed).sum()),
             "first_violation": worst, "first_class_change": int(np.argmax(cls_bad)) if cls_bad.any() else None}
 
 
@@ -634,6 +648,7 @@ def check_bundle(torch, dev, bundle, args):
                 f"bound violations {rec['batched']['violations']}, max ratio {rec['batched']['max_ratio']:.4g}"
                 + (f"; batch-1 rows {b1['rows']}: {b1['class_changes']} changes, {b1['violations']} violations, "
                    f"max ratio {b1['max_ratio']:.4g}" if b1 else "")
+                + (f"; {rec['batched']['unclaimed_pairs']} pairs without a bound (bound < 0)" if rec['batched']['unclaimed_pairs'] else "")
                 + (f"; first violation {rec['batched']['first_violation']}" if rec['batched']['first_violation'] else "")
                 + (f"; WARNING {nonrep} bundle values not representable in {bundle['storage']}" if nonrep else ""))
     return out
@@ -708,8 +723,9 @@ def main(argv=None):
     ap.add_argument("--probe-ks", default="8,16,64,784")
     ap.add_argument("--probe-paths", default="tf32,fp32,fp16,fp16_rpr,bf16,fp16_to_f32,bf16_to_f32")
     ap.add_argument("--emu-device", default="h100")
-    ap.add_argument("--emu-workers", type=int, default=14)
-    ap.add_argument("--time-limit", type=float, default=200.0, help="seconds for the whole run (default 200); part 1b gets what is left")
+    ap.add_argument("--show-variants", type=int, default=3, help="emulator variants printed per path, best first (default 3)")
+    ap.add_argument("--emu-workers", type=int, default=0, help="emulator processes (default: CPUs - 1, at most 15; 1 = serial)")
+    ap.add_argument("--time-limit", type=float, default=180.0, help="seconds for the whole run (default 180); part 1b gets what is left")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
 
@@ -761,9 +777,11 @@ def main(argv=None):
         try:
             tf32_mode, details = probe_tf32(torch, dev)
             report["tf32_probe"] = details
-            for r in details:
-                log(f"  {r['op']:>13} operand {r['operand']} shape {r['shape']}: {r['mode']}"
-                    + (f" ({r['error']})" if "error" in r else ""))
+            for shape in sorted({tuple(r["shape"]) for r in details}):
+                for side in ("x", "W"):
+                    rs = [r for r in details if tuple(r["shape"]) == shape and r["operand"] == side]
+                    log(f"  shape {list(shape)} probe in {side}: " + ", ".join(
+                        f"{r['op']}={r['mode']}" + (f" ({r['error']})" if "error" in r else "") for r in rs))
         except Exception as e:  # noqa: BLE001
             tf32_mode = "unknown"
             report["tf32_probe_error"] = traceback.format_exc()
@@ -800,12 +818,17 @@ def main(argv=None):
             for pname, st in p1b.get("paths", {}).items():
                 log(f"  {pname} via {st['how']}: {st['gemms']} GEMMs compared {st.get('by_k', {})}"
                     + (f", device errors {st['device_errors']} ({st.get('device_error')})" if st["device_errors"] else ""))
-                for vn, v in sorted(st["variants"].items(), key=lambda kv: (kv[1]["errors"] > 0, kv[1]["mismatch"])):
+                ranked = sorted(st["variants"].items(), key=lambda kv: (kv[1]["errors"] > 0, kv[1]["mismatch"]))
+                for i, (vn, v) in enumerate(ranked[:args.show_variants]):
                     if v["errors"]:
-                        log(f"    {vn:<34} emulator error: {v['error']}")
+                        log(f"    {vn:<28} emulator error: {v['error']}")
                     else:
-                        log(f"    {vn:<34} {v['mismatch']:>8} / {v['n']:<9} mismatches (crafted {v.get('crafted_mismatch', 0)})"
-                            + (f"  first: K={v['first_k']} {v['first']}" if v["first"] else ""))
+                        f = v["first"]
+                        log(f"    {vn:<28} {v['mismatch']:>8} / {v['n']:<8} mismatches (crafted {v.get('crafted_mismatch', 0)})"
+                            + (f"  e.g. K={v['first_k']} [{f['row']},{f['col']}] device {f['device']} emulator {f['emulator']}"
+                               if f and i == 0 else ""))
+                if len(ranked) > args.show_variants:
+                    log(f"    ... {len(ranked) - args.show_variants} more variants in the JSON (--out)")
             for n in p1b.get("notes", []):
                 log(f"  note: {n}")
             report["gemm_probe"] = p1b
