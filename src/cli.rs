@@ -230,6 +230,9 @@ pub struct InspectArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// One runtime's error terms (default: every runtime at its defaults).
+    #[command(flatten)]
+    pub runtime: RuntimeFlags,
 }
 
 /// Run a parsed command line; errors are printed here and mapped to exit codes.
@@ -581,7 +584,14 @@ fn inspect_model(a: &InspectArgs, progress: &Progress) -> Result<Exit, LipfpErro
             "--gram-iterations must be between 1 and 64".into(),
         ));
     }
-    let info = inspect::inspect(&a.model, format, a.gram_iterations, progress)?;
+    let runtimes: Vec<_> = a
+        .runtime
+        .keys()
+        .choice()
+        .map_err(|m| LipfpError::Usage(format!("--{m}")))?
+        .into_iter()
+        .collect();
+    let info = inspect::inspect(&a.model, format, a.gram_iterations, &runtimes, progress)?;
     if a.json {
         println!(
             "{}",

@@ -10,9 +10,11 @@ use serde::Serialize;
 use crate::error::LipfpError;
 use crate::execution::ExecutionModel;
 use crate::format::Format;
+use crate::inspect_runtimes::{render_runtimes, runtime_terms, RuntimeTerms};
 use crate::model::{self, Activation, Dense};
 use crate::norms::{self, LayerNorms};
 use crate::progress::Progress;
+use crate::runtime::RuntimeChoice;
 
 /// One layer as read.
 #[derive(Clone, Debug, Serialize)]
@@ -70,6 +72,8 @@ pub struct Inspection {
     pub head: Vec<&'static str>,
     /// Formats in which some layer has `n*u >= 1` (certificates there are vacuous).
     pub vacuous_formats: Vec<Format>,
+    /// Each deployment target's error terms for the model.
+    pub runtimes: Vec<RuntimeTerms>,
 }
 
 /// What `inspect` shows of layer `k` (0-based) with norms `n`.
@@ -115,6 +119,7 @@ pub fn inspect(
     path: &Path,
     format: Option<Format>,
     iterations: u32,
+    runtimes: &[RuntimeChoice],
     progress: &Progress,
 ) -> Result<Inspection, LipfpError> {
     let stored_format = model::stored_format(path)?;
@@ -165,6 +170,7 @@ pub fn inspect(
         layers,
         head: net.head.iter().map(|h| h.name()).collect(),
         vacuous_formats,
+        runtimes: runtime_terms(&net, &norms.layers, format, runtimes),
     })
 }
 
@@ -264,5 +270,6 @@ pub fn render(i: &Inspection) -> String {
         );
     }
     render_n_u(&mut out, i);
+    render_runtimes(&mut out, &i.runtimes);
     out
 }

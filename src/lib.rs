@@ -21,6 +21,7 @@ pub mod files;
 pub mod format;
 pub mod gate;
 pub mod inspect;
+pub mod inspect_runtimes;
 pub mod model;
 pub mod norms;
 pub mod onnx;

@@ -25,10 +25,9 @@ use common::ball::{attack_sample, check_deviation, random_samples, Figures};
 use common::exact::ExactNet;
 use common::onnx_builder::*;
 use common::runtime::{
-    argmax, example, export_float16, ort_logits, python, read_inputs, run_script, tract_logits,
-    write_f64_npy,
+    argmax, example, export_float16, ort_logits, python, read_inputs, tract_logits, write_f64_npy,
 };
-use lipfp::certify::{Mode, ModelBounds};
+use lipfp::certify::Mode;
 use lipfp::data;
 use lipfp::exec::{Executor, Hidden};
 use lipfp::execution::ExecutionModel;
@@ -38,7 +37,6 @@ use lipfp::onnx::proto::tensor_proto::DataType;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
 use lipfp::run::{self, ReferencePlan, Subject, SubjectSpec};
-use lipfp::sound::l2_norm_up;
 use ndarray::ArrayView2;
 use rug::Rational;
 

@@ -110,7 +110,22 @@ pub(super) fn layer_terms(
             casts,
         ));
     }
-    variants.extend(beyond_ieee_variants(exec, n, casts));
+    let row_l1_max = layer
+        .w
+        .rows()
+        .into_iter()
+        .map(|r| r.iter().fold(0.0, |a, &x| add_up(a, x.abs())))
+        .fold(0.0, f64::max);
+    if let Some(lambda_exp) = tensor_input_emin(exec) {
+        let lambda = crate::format::pow2(lambda_exp);
+        if let Some(w) = layer.w.iter().find(|w| **w != 0.0 && w.abs() < lambda) {
+            vacuous.get_or_insert(format!(
+                "layer {}: weight {w:e} is subnormal on the tensor cores' inputs: its alignment is not modelled",
+                index + 1
+            ));
+        }
+    }
+    variants.extend(beyond_ieee_variants(exec, n, casts, row_l1_max));
     if let Some(o) = exec.output_rounding {
         let stored: Vec<_> = variants
             .iter()
@@ -127,12 +142,6 @@ pub(super) fn layer_terms(
             vacuous.get_or_insert(format!("layer {}: {why}", index + 1));
         }
         let eta = tensor_core::conversion_eta(conv);
-        let row_l1_max = layer
-            .w
-            .rows()
-            .into_iter()
-            .map(|r| r.iter().fold(0.0, |a, &x| add_up(a, x.abs())))
-            .fold(0.0, f64::max);
         let conv_abs = tensor_core::conversion_abs(conv, row_l1_max);
         let (eta_up, abs_up) = (
             eta.to_f64_round(rug::float::Round::Up),
@@ -165,6 +174,7 @@ fn beyond_ieee_variants(
     exec: &ExecutionModel,
     n: u64,
     casts: &[Format],
+    row_l1_max: f64,
 ) -> Vec<(LayerError, Vec<OverflowCheck>)> {
     if exec.tensor_cores.is_none() && exec.split_k.is_none() {
         return Vec::new();
@@ -172,8 +182,11 @@ fn beyond_ieee_variants(
     let splits = if exec.split_k.is_some() { n.max(1) } else { 1 };
     let mut chains = vec![tensor_core::ieee_chain(exec.ftz, n)];
     if let Some(tc) = exec.tensor_cores {
+        let lambda_exp = tensor_input_emin(exec).unwrap_or(-126);
         for (_, b) in tc.blocks() {
-            chains.push(tensor_core::block_chain(b, n, splits));
+            chains.push(tensor_core::block_chain(
+                b, n, splits, lambda_exp, row_l1_max,
+            ));
         }
     }
     let split = exec.split_k.map(|r| (r, splits));
@@ -181,6 +194,16 @@ fn beyond_ieee_variants(
         .iter()
         .flat_map(|c| tensor_core::reduced_variants(c, split, exec.storage, exec.ftz, casts))
         .collect()
+}
+
+/// The smallest-normal exponent of the tensor cores' input format (the operand format, or the
+/// storage format without conversion), `None` without tensor cores.
+fn tensor_input_emin(exec: &ExecutionModel) -> Option<i32> {
+    exec.tensor_cores?;
+    Some(
+        exec.operand
+            .map_or(exec.storage.emin(), |c| c.format.emin()),
+    )
 }
 
 /// Why a weight or bias of `layer` cannot be converted to the operand format with a relative error

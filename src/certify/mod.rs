@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::execution::ExecutionModel;
 use crate::format::Format;
-use crate::model::DenseNet;
+use crate::model::{DenseNet, HeadOp};
 use crate::norms::LayerNorms;
 use crate::sound::{mul_up, sqrt_up, sub_down};
 
@@ -292,6 +292,17 @@ impl ModelBounds {
                 exec.storage,
                 last.m()
             ));
+        }
+        if let Some(o) = exec.output_rounding {
+            let elementwise = net.layers.iter().any(|l| l.affine.is_some())
+                || net.head.iter().any(|h| *h != HeadOp::ArgMax);
+            if elementwise && vacuous.is_none() {
+                vacuous = Some(format!(
+                    "elementwise steps and Softmax/LogSoftmax heads computed in the runtime's {o} \
+                     inference precision are not modelled; cut them from the graph or certify for \
+                     another runtime"
+                ));
+            }
         }
         let d0 = if exec.ftz {
             mul_up(exec.largest_lambda(), sqrt_up(net.input_dim() as f64))

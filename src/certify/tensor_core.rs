@@ -154,13 +154,22 @@ pub fn ieee_chain(ftz: bool, n: u64) -> Chain {
 /// (1 without split-K): each chain of `t <= ceil(n / b)` steps has relative error
 /// `rho = (1 + theta)^T - 1` on `|c_0| + sum |p|`, and all chains together at most
 /// `(T + splits) (1 + theta)^T 2^-126` absolute (docs/soundness.md "Tensor cores").
-pub fn block_chain(b: BlockFma, n: u64, splits: u64) -> Chain {
+///
+/// A product with a subnormal input (below `2^lambda_exp`, the operand format's smallest normal)
+/// is aligned by its operand's nominal exponent, not its size: the alignment argument holds with
+/// `|p_j|` replaced by at most `|p_j| + 2 lambda |w_j|`, so the chain gains
+/// `rho 2 lambda row_l1_max` absolute (weights below the normal range are refused).
+pub fn block_chain(b: BlockFma, n: u64, splits: u64, lambda_exp: i32, row_l1_max: f64) -> Chain {
     let theta = block_theta(b);
     let t = n.div_ceil(u64::from(b.block)).max(1);
     let rho = compound(&theta, t);
     let mut abs = one_plus_pow(&theta, t);
     abs.mul_assign_round(&count(t + splits), Round::Up);
     abs.mul_assign_round(&pow2(-126), Round::Up);
+    let mut nominal = rho.clone();
+    nominal.mul_assign_round(&pow2(lambda_exp + 1), Round::Up);
+    nominal.mul_assign_round(row_l1_max, Round::Up);
+    abs.add_assign_round(&nominal, Round::Up);
     let with_bias = LayerError {
         rel_w: rho.clone(),
         rel_b: rho.clone(),
@@ -296,7 +305,7 @@ mod tests {
             extra_bits: 2,
         };
         // 784 products: 49 blocks
-        let c = block_chain(b, 784, 1);
+        let c = block_chain(b, 784, 1, -14, 0.0);
         let theta = q(&block_theta(b));
         let one = Rational::from(1);
         let base = Rational::from(&one + &theta);
@@ -306,8 +315,12 @@ mod tests {
         assert_eq!(c.products.0.rel_b, 0);
         let abs = pow(&base, 49) * Rational::from(50) * p2(-126);
         tight("abs", &c.with_bias.0.abs, &abs);
+        // a subnormal input adds rho 2 lambda ||w||_1
+        let e = block_chain(b, 784, 1, -14, 3.0);
+        let extra = (pow(&base, 49) - &one) * p2(-13) * Rational::from(3);
+        tight("abs nominal", &e.with_bias.0.abs, &(abs.clone() + extra));
         // a partial block still counts: 785 products take 50 blocks
-        let d = block_chain(b, 785, 1);
+        let d = block_chain(b, 785, 1, -14, 0.0);
         tight("rho 785", &d.products.0.rel_w, &(pow(&base, 50) - &one));
     }
 
@@ -375,7 +388,7 @@ mod tests {
             block: 8,
             extra_bits: 1,
         };
-        let chain = block_chain(b, 100, 100);
+        let chain = block_chain(b, 100, 100, -14, 0.0);
         let v = reduced_variants(
             &chain,
             Some((Format::Float16, 100)),

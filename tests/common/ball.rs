@@ -3,6 +3,8 @@
 //! input format and checked to lie in the ball), and a runtime's margin deviation against
 //! lipfp's per-point bound, checked exactly.
 
+#![allow(dead_code)]
+
 use lipfp::certify::ModelBounds;
 use lipfp::exec::{Executor, Hidden};
 use lipfp::execution::ExecutionModel;
