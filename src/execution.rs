@@ -294,6 +294,16 @@ impl ExecutionModel {
         })
     }
 
+    /// The smallest-normal exponent of the tensor cores' input format (the operand format, or
+    /// the storage format without conversion); `None` without tensor cores.
+    pub fn tensor_input_emin(&self) -> Option<i32> {
+        self.tensor_cores?;
+        Some(
+            self.operand
+                .map_or(self.storage.emin(), |c| c.format.emin()),
+        )
+    }
+
     /// The largest smallest-normal `lambda` of the formats involved: the flush-to-zero base case
     /// `D_0 = lambda sqrt(n_1)` must cover a flushed input in any of them.
     pub fn largest_lambda(&self) -> f64 {

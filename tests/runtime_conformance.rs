@@ -451,10 +451,10 @@ fn mnist_float16_on_tensor_cores_with_split_k() {
             half_executions(Gpu::H100, Format::Float16, Format::Float32),
         ),
     );
-    // the float16 export has weights below float16's normal range: the tensor cores align their
-    // products by the nominal exponent, which the block bound does not model, so every layer
-    // with one is refused (docs/soundness.md "Runtimes beyond IEEE accumulation")
-    assert_eq!(fig.certified, 0, "{fig:?}");
+    // the float16 export has weights below float16's normal range, aligned by their nominal
+    // exponent (docs/soundness.md "Subnormal tensor-core inputs"): certified, and every
+    // emulated execution (which aligns them so) stays inside the bound
+    assert!(fig.certified * 10 >= fig.points * 8, "{fig:?}");
     // reduced-precision reduction: float16 partial sums (few points certify; none may flip)
     check_target(
         &py,

@@ -13,11 +13,13 @@
 
 use ndarray::{Array2, ArrayView2};
 
+use crate::execution::ExecutionModel;
 use crate::format::Format;
 use crate::model::DenseNet;
 use crate::sound::{add_up, div_up, l2_norm_up, mul_up, sub_down};
 
 use super::quantities::gamma_n;
+use super::tensor_core;
 use super::{HiCentre, ModelBounds, PairBounds};
 
 /// `|W_l|^T` of every dense layer (`None` for an affine step) with the factor that turns a
@@ -37,8 +39,10 @@ pub struct AbsProducts {
 }
 
 impl AbsWeights {
-    /// Prepare `net`'s absolute weights.
-    pub fn new(net: &DenseNet) -> AbsWeights {
+    /// Prepare `net`'s absolute weights for the execution model `exec` (weights below the
+    /// tensor cores' normal range count with [`tensor_core::alignment_weight`]).
+    pub fn new(net: &DenseNet, exec: &ExecutionModel) -> AbsWeights {
+        let lambda = exec.tensor_input_emin().map(crate::format::pow2);
         let layers = net
             .layers
             .iter()
@@ -48,7 +52,11 @@ impl AbsWeights {
                     // s <= s_hat / (1 - gamma_n), rounded up
                     let factor = div_up(1.0, sub_down(1.0, gamma_n(Format::Float64, n)));
                     let tiny = mul_up(n as f64, f64::from_bits(1));
-                    (l.w.t().mapv(f64::abs), factor, tiny)
+                    (
+                        l.w.t().mapv(|w| tensor_core::alignment_weight(w, lambda)),
+                        factor,
+                        tiny,
+                    )
                 })
             })
             .collect();
@@ -169,7 +177,8 @@ mod tests {
     fn products_are_upper_bounds_of_the_exact_ones() {
         let w = array![[0.1, -0.7, 1e-300], [1.0 / 3.0, 2.0, -5e-324]];
         let x = array![[0.3, -1.0 / 7.0, 1e-10]];
-        let p = AbsWeights::new(&net(w.clone())).measure(x.view(), &[]);
+        let p = AbsWeights::new(&net(w.clone()), &ExecutionModel::float64_reference())
+            .measure(x.view(), &[]);
         let mut norm_sq = Rational::new();
         for i in 0..2 {
             let mut s = Rational::new();

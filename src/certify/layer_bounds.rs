@@ -116,16 +116,7 @@ pub(super) fn layer_terms(
         .into_iter()
         .map(|r| r.iter().fold(0.0, |a, &x| add_up(a, x.abs())))
         .fold(0.0, f64::max);
-    if let Some(lambda_exp) = tensor_input_emin(exec) {
-        let lambda = crate::format::pow2(lambda_exp);
-        if let Some(w) = layer.w.iter().find(|w| **w != 0.0 && w.abs() < lambda) {
-            vacuous.get_or_insert(format!(
-                "layer {}: weight {w:e} is subnormal on the tensor cores' inputs: its alignment is not modelled",
-                index + 1
-            ));
-        }
-    }
-    variants.extend(beyond_ieee_variants(exec, n, casts, row_l1_max));
+    variants.extend(beyond_ieee_variants(exec, layer, n, casts));
     if let Some(o) = exec.output_rounding {
         let stored: Vec<_> = variants
             .iter()
@@ -172,21 +163,19 @@ pub(super) fn layer_terms(
 /// at most `n` partial sums when split-K is covered.
 fn beyond_ieee_variants(
     exec: &ExecutionModel,
+    layer: &Dense,
     n: u64,
     casts: &[Format],
-    row_l1_max: f64,
 ) -> Vec<(LayerError, Vec<OverflowCheck>)> {
     if exec.tensor_cores.is_none() && exec.split_k.is_none() {
         return Vec::new();
     }
     let splits = if exec.split_k.is_some() { n.max(1) } else { 1 };
     let mut chains = vec![tensor_core::ieee_chain(exec.ftz, n)];
-    if let Some(tc) = exec.tensor_cores {
-        let lambda_exp = tensor_input_emin(exec).unwrap_or(-126);
+    if let (Some(tc), Some(lambda_exp)) = (exec.tensor_cores, exec.tensor_input_emin()) {
+        let nominal = tensor_core::nominal_l1(layer.w.view(), crate::format::pow2(lambda_exp));
         for (_, b) in tc.blocks() {
-            chains.push(tensor_core::block_chain(
-                b, n, splits, lambda_exp, row_l1_max,
-            ));
+            chains.push(tensor_core::block_chain(b, n, splits, lambda_exp, nominal));
         }
     }
     let split = exec.split_k.map(|r| (r, splits));
@@ -194,16 +183,6 @@ fn beyond_ieee_variants(
         .iter()
         .flat_map(|c| tensor_core::reduced_variants(c, split, exec.storage, exec.ftz, casts))
         .collect()
-}
-
-/// The smallest-normal exponent of the tensor cores' input format (the operand format, or the
-/// storage format without conversion), `None` without tensor cores.
-fn tensor_input_emin(exec: &ExecutionModel) -> Option<i32> {
-    exec.tensor_cores?;
-    Some(
-        exec.operand
-            .map_or(exec.storage.emin(), |c| c.format.emin()),
-    )
 }
 
 /// Why a weight or bias of `layer` cannot be converted to the operand format with a relative error
@@ -232,7 +211,12 @@ fn unconvertible_weight(layer: &Dense, conv: OperandConversion) -> Option<String
 /// The ordered class pairs of the output layer (Lemma "Final-layer pairwise deviation"), with
 /// the output layer's error terms `err`: `alpha^{ij} = ||w_i - w_j|| + rel_w ||(|w_i| + |w_j|)||`,
 /// `beta_const^{ij} = rel_b (|b_i| + |b_j|) + 2 abs`, `L_{ij} = ||w_i - w_j|| prefix`.
-pub(super) fn pair_table(last: &Dense, err: &LayerError, prefix: f64) -> Vec<PairBounds> {
+pub(super) fn pair_table(
+    last: &Dense,
+    err: &LayerError,
+    prefix: f64,
+    lambda: Option<f64>,
+) -> Vec<PairBounds> {
     let up = |x: &rug::Float| x.to_f64_round(rug::float::Round::Up);
     let (rel_w, rel_b, abs) = (up(&err.rel_w), up(&err.rel_b), up(&err.abs));
     let pair_const = mul_up(2.0, abs);
@@ -250,11 +234,12 @@ pub(super) fn pair_table(last: &Dense, err: &LayerError, prefix: f64) -> Vec<Pai
                     .zip(wj.iter())
                     .map(|(a, b)| (a - b).abs().next_up()),
             );
-            let sum = l2_norm_up(
-                wi.iter()
-                    .zip(wj.iter())
-                    .map(|(a, b)| add_up(a.abs(), b.abs())),
-            );
+            let sum = l2_norm_up(wi.iter().zip(wj.iter()).map(|(&a, &b)| {
+                add_up(
+                    tensor_core::alignment_weight(a, lambda),
+                    tensor_core::alignment_weight(b, lambda),
+                )
+            }));
             let kappa_abs = mul_up(rel_w, sum);
             let bias = add_up(last.b[i].abs(), last.b[j].abs());
             pairs[i * classes + j] = PairBounds {
@@ -269,6 +254,30 @@ pub(super) fn pair_table(last: &Dense, err: &LayerError, prefix: f64) -> Vec<Pai
     pairs
 }
 
+/// What the weights below the tensor cores' normal range `lambda` add to `|W|` in the
+/// `rel_w |W| |z|` term ([`tensor_core::alignment_weight`]: `2 lambda` at each): at most
+/// `2 lambda sqrt(k)` to `|| |W| ||_2` (`k` such weights; the Frobenius norm of the added
+/// matrix) and `2 lambda sqrt(k_i)` to row `i`'s `l2` norm, rounded up. Zero without tensor cores.
+fn subnormal_bumps(layer: &Dense, lambda: Option<f64>) -> (f64, f64) {
+    let Some(lambda) = lambda else {
+        return (0.0, 0.0);
+    };
+    let is_sub = |w: &f64| *w != 0.0 && w.abs() < lambda;
+    let total = layer.w.iter().filter(|w| is_sub(w)).count();
+    let row_max = layer
+        .w
+        .rows()
+        .into_iter()
+        .map(|r| r.iter().filter(|w| is_sub(w)).count())
+        .max()
+        .unwrap_or(0);
+    let two_lambda = mul_up(2.0, lambda);
+    (
+        mul_up(two_lambda, sqrt_up(total as f64)),
+        mul_up(two_lambda, sqrt_up(row_max as f64)),
+    )
+}
+
 /// The constants of a dense layer from its norms and error terms.
 pub(super) fn dense_layer_bounds(
     layer: &Dense,
@@ -279,7 +288,9 @@ pub(super) fn dense_layer_bounds(
 ) -> LayerBounds {
     let up = |x: &rug::Float| x.to_f64_round(rug::float::Round::Up);
     let rel_w = up(&err.rel_w);
-    let kappa_abs = mul_up(rel_w, nrm.abs_spectral);
+    let lambda = exec.tensor_input_emin().map(crate::format::pow2);
+    let (abs_bump, row_bump) = subnormal_bumps(layer, lambda);
+    let kappa_abs = mul_up(rel_w, add_up(nrm.abs_spectral, abs_bump));
     let bias_l2 = l2_norm_up(layer.b.iter().copied());
     let sqrt_m = sqrt_up(layer.m() as f64);
     let beta_const = add_up(
@@ -292,6 +303,7 @@ pub(super) fn dense_layer_bounds(
         .into_iter()
         .map(|r| l2_norm_up(r.iter().copied()))
         .fold(0.0, f64::max);
+    let row_l2_max = add_up(row_l2_max, row_bump);
     let row_inf_max = layer.w.iter().fold(0.0f64, |a, &x| a.max(x.abs()));
     let product_f_max = exec
         .accumulations()

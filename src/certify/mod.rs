@@ -283,7 +283,12 @@ impl ModelBounds {
         for lb in &layers[..layers.len() - 1] {
             lip_prefix.push(mul_up(lip_prefix[lip_prefix.len() - 1], lb.spectral));
         }
-        let pairs = pair_table(last, &last_err, lip_prefix[lip_prefix.len() - 1]);
+        let pairs = pair_table(
+            last,
+            &last_err,
+            lip_prefix[lip_prefix.len() - 1],
+            exec.tensor_input_emin().map(crate::format::pow2),
+        );
         let head_margin = head::head_margin(&net.head, exec.storage, last.m() as u64);
         if head_margin.is_none() && vacuous.is_none() {
             vacuous = Some(format!(

@@ -3,6 +3,7 @@
 //! chains, split-K partial sums reduced in a stated format, and the bias in the first block or
 //! in a float32 epilogue. Every constant is a rug `Float` rounded up.
 
+use ndarray::ArrayView2;
 use rug::float::Round;
 use rug::ops::{AddAssignRound, MulAssignRound, PowAssignRound, SubAssignRound};
 use rug::Float;
@@ -155,11 +156,15 @@ pub fn ieee_chain(ftz: bool, n: u64) -> Chain {
 /// `rho = (1 + theta)^T - 1` on `|c_0| + sum |p|`, and all chains together at most
 /// `(T + splits) (1 + theta)^T 2^-126` absolute (docs/soundness.md "Tensor cores").
 ///
-/// A product with a subnormal input (below `2^lambda_exp`, the operand format's smallest normal)
-/// is aligned by its operand's nominal exponent, not its size: the alignment argument holds with
-/// `|p_j|` replaced by at most `|p_j| + 2 lambda |w_j|`, so the chain gains
-/// `rho 2 lambda row_l1_max` absolute (weights below the normal range are refused).
-pub fn block_chain(b: BlockFma, n: u64, splits: u64, lambda_exp: i32, row_l1_max: f64) -> Chain {
+/// A product with a subnormal factor (below `lambda = 2^lambda_exp`, the smallest normal of the
+/// tensor cores' input format) is aligned by its factors' nominal exponents, not its size: the
+/// alignment argument holds with `|p_j|` replaced by a nominal size `nu_j` at least `2^E_j`.
+/// For a subnormal activation `nu_j = |p_j| + 2 lambda |w_j|`; for a subnormal weight
+/// `nu_j = |p_j| + 2 lambda |z_j| + 2 lambda^2` (docs/soundness.md "Subnormal tensor-core
+/// inputs"). The chain gains `rho 2 lambda nominal_l1` absolute, `nominal_l1` from
+/// [`nominal_l1`]; the `2 lambda |z_j|` terms are carried by the layer's `rel_w |W| |z|` term
+/// with [`alignment_weight`] in place of `|w_j|`.
+pub fn block_chain(b: BlockFma, n: u64, splits: u64, lambda_exp: i32, nominal_l1: f64) -> Chain {
     let theta = block_theta(b);
     let t = n.div_ceil(u64::from(b.block)).max(1);
     let rho = compound(&theta, t);
@@ -168,7 +173,7 @@ pub fn block_chain(b: BlockFma, n: u64, splits: u64, lambda_exp: i32, row_l1_max
     abs.mul_assign_round(&pow2(-126), Round::Up);
     let mut nominal = rho.clone();
     nominal.mul_assign_round(&pow2(lambda_exp + 1), Round::Up);
-    nominal.mul_assign_round(row_l1_max, Round::Up);
+    nominal.mul_assign_round(nominal_l1, Round::Up);
     abs.add_assign_round(&nominal, Round::Up);
     let with_bias = LayerError {
         rel_w: rho.clone(),
@@ -190,6 +195,36 @@ pub fn block_chain(b: BlockFma, n: u64, splits: u64, lambda_exp: i32, row_l1_max
         with_bias: (with_bias, cw),
         products: (products, cp),
     }
+}
+
+/// The size a weight counts with in the tensor cores' `rel_w |W| |z|` term: `|w| + 2 lambda`
+/// (rounded up) for a nonzero weight below `lambda`, the smallest normal of the tensor cores'
+/// input format (its product's nominal size carries `2 lambda |z_j|`, see [`block_chain`]), `|w|`
+/// otherwise or without tensor cores (`lambda = None`).
+pub fn alignment_weight(w: f64, lambda: Option<f64>) -> f64 {
+    match lambda {
+        Some(l) if w != 0.0 && w.abs() < l => add_up(w.abs(), mul_up(2.0, l)),
+        _ => w.abs(),
+    }
+}
+
+/// `max_i sum_j max(|w_ij|, lambda [w_ij subnormal])`, rounded up: the chain's nominal-size
+/// coefficient of [`block_chain`] (`2 lambda |w_j|` for a subnormal activation, `2 lambda^2` for a
+/// subnormal weight), over the rows of `w`.
+pub fn nominal_l1(w: ArrayView2<'_, f64>, lambda: f64) -> f64 {
+    w.rows()
+        .into_iter()
+        .map(|r| {
+            r.iter().fold(0.0, |a, &w| {
+                let size = if w != 0.0 && w.abs() < lambda {
+                    lambda
+                } else {
+                    w.abs()
+                };
+                add_up(a, size)
+            })
+        })
+        .fold(0.0, f64::max)
 }
 
 /// The split-K reduction: `splits` float32 partials, each rounded to `red` (exact when `red` is
@@ -322,6 +357,36 @@ mod tests {
         // a partial block still counts: 785 products take 50 blocks
         let d = block_chain(b, 785, 1, -14, 0.0);
         tight("rho 785", &d.products.0.rel_w, &(pow(&base, 50) - &one));
+    }
+
+    #[test]
+    fn subnormal_weights_count_with_their_nominal_size() {
+        // `got` is the exact value rounded up by at most a few ulps
+        let safe = |got: f64, want: f64| {
+            let (g, w) = (
+                Rational::from_f64(got).unwrap(),
+                Rational::from_f64(want).unwrap(),
+            );
+            assert!(
+                g >= w && g <= w.clone() * (Rational::from(1) + p2(-50)),
+                "{got} vs {want}"
+            );
+        };
+        let lambda = 2f64.powi(-14);
+        // a float16 subnormal weight: |w| + 2 lambda (exact in f64)
+        let w = 3.0 * 2f64.powi(-24);
+        safe(alignment_weight(w, Some(lambda)), w + 2.0 * lambda);
+        safe(alignment_weight(-w, Some(lambda)), w + 2.0 * lambda);
+        // zero, normal weights and the IEEE model are unchanged
+        assert_eq!(alignment_weight(0.0, Some(lambda)), 0.0);
+        assert_eq!(alignment_weight(-lambda, Some(lambda)), lambda);
+        assert_eq!(alignment_weight(w, None), w);
+        // rows [0.5, -w, 0] and [w, w, 0.25]: max(0.5 + lambda, 2 lambda + 0.25)
+        let m = ndarray::arr2(&[[0.5, -w, 0.0], [w, w, 0.25]]);
+        safe(nominal_l1(m.view(), lambda), 0.5 + lambda);
+        // every entry below lambda: the row counts lambda per nonzero entry
+        let tiny = ndarray::arr2(&[[w, 0.0, -w]]);
+        safe(nominal_l1(tiny.view(), lambda), 2.0 * lambda);
     }
 
     #[test]

@@ -519,12 +519,12 @@ fn deployment(
                 .deployment(format, spec.accumulate, spec.ftz)
                 .map_err(|m| LipfpError::Usage(format!("runtime {}: {m}", choice.runtime)))?;
             let settings = if d.depends_on.is_empty() {
-                "its defaults".to_string()
+                "covers this runtime with its defaults".to_string()
             } else {
                 d.depends_on.join("; ")
             };
             notes.push(format!(
-                "runtime {} ({format}): the certificate covers this runtime with {settings}",
+                "runtime {} ({format}): the certificate {settings}",
                 choice.runtime
             ));
             Ok(d.execution)

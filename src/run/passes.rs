@@ -144,7 +144,9 @@ pub(super) fn forward_passes(
     let exec = Executor::new(net, execution);
     let hi_exec = reference.map(|selection| HiPass {
         exec: Executor::new(net, &ExecutionModel::float64_reference()),
-        abs: selection.products().then(|| AbsWeights::new(net)),
+        abs: selection
+            .products()
+            .then(|| AbsWeights::new(net, execution)),
         selection,
     });
     let task = progress.task("forward passes", info.n as u64);
