@@ -546,6 +546,29 @@ fn embedded_examples_on_gpu_runtimes() {
     }
 }
 
+/// The emulator itself: `tensor_core_selftest.py` checks the block FMA, the operand conversions
+/// and the roundings against an independent exact-rational implementation of the specification
+/// (every case must agree bit for bit). The check against published hardware outputs,
+/// `validate_tensor_core.py`, needs the Khattak-Mikaitis repository and is run by hand.
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "needs a Python with numpy (set LIPFP_PYTHON)"
+)]
+fn the_emulator_agrees_with_exact_rationals() {
+    let out = std::process::Command::new(python())
+        .arg(script("tensor_core_selftest.py"))
+        .output()
+        .expect("run tensor_core_selftest.py");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    assert!(
+        out.status.success() && text.contains(" 0 mismatches"),
+        "the emulator disagrees with exact rationals:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// One input, two classes: `w_0 = 1 + 2^-11 - 2^-23`, `w_1 = 1`, `b_1 = 2^-12`. The exact margin
 /// `(2^-11 - 2^-23) x - 2^-12` is positive near `x = 1`, but TF32 (truncating or rounding)
 /// turns `w_0` into 1, and class 1 wins everywhere.
