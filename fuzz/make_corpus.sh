@@ -6,7 +6,7 @@
 #                 fuzz/run.sh and tests/fuzz_smoke.rs also read the real exports of
 #                 tests/corpus/ (models and arrays) in place
 #   npy           the example arrays cut to a few rows, in every dtype, order and version
-#   policy        lipfp.toml, the README's policy reference and a few variants
+#   policy        lipfp.toml, the policy reference of docs/policy.md and a few variants
 #   certificates  files `lipfp certify` / `lipfp check` write for a few example points
 # (the last three, and the example models, by the ignored test `write_seed_corpus` of
 # tests/fuzz_smoke.rs). Seeds have a file extension; what libFuzzer adds has none and is not

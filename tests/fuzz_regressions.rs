@@ -1,4 +1,4 @@
-//! Inputs the fuzzers (`fuzz/`, README "Fuzzing") found to break a reader, minimised, each
+//! Inputs the fuzzers (`fuzz/`, docs/fuzzing.md) found to break a reader, minimised, each
 //! replayed through the fuzz target's entry point (`fuzz/src/lib.rs`) and checked against the
 //! library directly. Inputs too large to read inline live in `tests/fuzz/<target>/`.
 //!

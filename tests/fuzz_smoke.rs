@@ -10,7 +10,7 @@
 //! reproducible; `LIPFP_FUZZ_SMOKE_SEED` and `LIPFP_FUZZ_SMOKE_CASES` change the seed and the
 //! number of mutants per reader.
 //!
-//! The fuzzers themselves run on nightly with `fuzz/run.sh` (README, "Fuzzing").
+//! The fuzzers themselves run on nightly with `fuzz/run.sh` (docs/fuzzing.md).
 //! `write_seed_corpus` (ignored; `fuzz/make_corpus.sh` runs it) regenerates the seeds from the
 //! repository's own files.
 
@@ -471,17 +471,17 @@ fn write_seed_corpus() {
         &npy_file("<f8", false, &[], &0.5f64.to_le_bytes(), 1),
     );
 
-    // policy: the repository's policy, the README's reference, and variants of both
+    // policy: the repository's policy, the reference in docs/policy.md, and variants of both
     let policy = corpus.join("policy");
     let root_policy = std::fs::read_to_string(root().join("lipfp.toml")).unwrap();
     write(&policy, "lipfp.toml", root_policy.as_bytes());
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let reference = readme
-        .split("## Policy reference")
+    let policy_doc = std::fs::read_to_string(root().join("docs/policy.md")).unwrap();
+    let reference = policy_doc
+        .split("## Every key")
         .nth(1)
         .and_then(|s| s.split("```toml\n").nth(1))
         .and_then(|s| s.split("```").next())
-        .expect("the README's policy reference");
+        .expect("the policy reference in docs/policy.md");
     write(&policy, "readme-reference.toml", reference.as_bytes());
     let variants = [
         (

@@ -1,4 +1,4 @@
-//! The JSON report (names read by downstream tooling: see the README).
+//! The JSON report (names read by downstream tooling: see docs/formats.md).
 
 use std::path::Path;
 
