@@ -5,6 +5,8 @@ pub mod affine_nets;
 pub mod ball;
 pub mod classifiers;
 pub mod exact;
+pub mod exact_bounds;
+pub mod exact_points;
 pub mod mermaid;
 pub mod onnx_builder;
 pub mod runtime;
