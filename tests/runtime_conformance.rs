@@ -179,14 +179,23 @@ fn check_target(python: &Path, t: Target) -> Figures {
     let (subject, certified, x) = certify(&t, dir.path());
     let bounds = subject.bounds.as_ref().unwrap_or_else(|e| panic!("{e}"));
     let (dim, classes) = (subject.net.input_dim(), subject.net.classes());
-    let (rows, cls) = rows_to_check(&t, &subject, &certified, &x);
+    let (mut rows, cls) = rows_to_check(&t, &subject, &certified, &x);
+    // (b) also at uncertified centres (spread): the deviation bound holds at every point
+    let free: Vec<usize> = (0..t.rows).filter(|&k| !certified[k]).collect();
+    for &k in free
+        .iter()
+        .step_by((free.len() / t.exact_points.max(1)).max(1))
+    {
+        rows.extend_from_slice(&x[k * dim..(k + 1) * dim]);
+    }
+    let total = rows.len() / dim;
     let mut fig = Figures {
         points: t.rows,
         certified: certified.iter().filter(|&&c| c).count(),
         ball_samples: cls.len() - certified.iter().filter(|&&c| c).count(),
         ..Figures::default()
     };
-    if !cls.is_empty() {
+    if total > 0 {
         let runs = emulate(
             python,
             &dir.path().join("bundle"),
@@ -201,10 +210,10 @@ fn check_target(python: &Path, t: Target) -> Figures {
                 }
             }
         }
-        // (b) at spread rows (centres and ball samples alike), in exact rationals
+        // (b) at spread rows (centres, ball samples and uncertified centres), in exact rationals
         let exact = ExactNet::new(&subject.net);
-        let stride = (cls.len() / t.exact_points.max(1)).max(1);
-        for r in (0..cls.len()).step_by(stride) {
+        let stride = (total / t.exact_points.max(1)).max(1);
+        for r in (0..total).step_by(stride) {
             let p = &rows[r * dim..(r + 1) * dim];
             let norm = l2_norm_up(p.iter().copied());
             let ex = exact.logits(p);
@@ -224,8 +233,17 @@ fn check_target(python: &Path, t: Target) -> Figures {
                 t.runtime.runtime,
                 Runtime::OnnxruntimeCpu | Runtime::OpenvinoCpu
             );
-        if let Some(out) = std::env::var_os("LIPFP_GPU_BUNDLES").filter(|_| on_h100) {
-            gpu_bundle(&Path::new(&out).join(&t.name), &subject, &rows, &cls, &t);
+        if let Some(out) =
+            std::env::var_os("LIPFP_GPU_BUNDLES").filter(|_| on_h100 && !cls.is_empty())
+        {
+            let certified_rows = &rows[..cls.len() * dim];
+            gpu_bundle(
+                &Path::new(&out).join(&t.name),
+                &subject,
+                certified_rows,
+                &cls,
+                &t,
+            );
         }
     }
     println!(
@@ -468,6 +486,43 @@ fn mnist_float16_on_tensor_cores_with_split_k() {
     );
 }
 
+/// OpenVINO's bfloat16 dot products (both kernels, bias first or in the epilogue).
+fn openvino_executions() -> Vec<Value> {
+    ["avx512", "amx"]
+        .iter()
+        .flat_map(|k| {
+            ["first", "epilogue"].map(|b| {
+                json!({"name": format!("{k} bias {b}"), "kind": "openvino", "kernel": k, "bias_position": b})
+            })
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(
+    not(all(lipfp_shared, lipfp_onnxruntime)),
+    ignore = "needs ../shared/benchmarks and a Python with numpy (set LIPFP_PYTHON)"
+)]
+fn mnist_on_openvino_bfloat16() {
+    // nothing certifies (bfloat16 operands, best 0% even at eps 0.01); the deviation bound is
+    // still checked at spread points
+    let py = python();
+    let (model, data) = mnist(150);
+    check_target(
+        &py,
+        Target {
+            epsilon: "0.01",
+            ..target(
+                "mnist-openvino-cpu",
+                model,
+                data,
+                choice(Runtime::OpenvinoCpu, None),
+                openvino_executions(),
+            )
+        },
+    );
+}
+
 #[test]
 #[cfg_attr(
     not(lipfp_onnxruntime),
@@ -476,14 +531,7 @@ fn mnist_float16_on_tensor_cores_with_split_k() {
 fn examples_on_openvino_bfloat16() {
     // MNIST certifies nothing with bfloat16 operands (best 0% at eps 0.1): the examples do
     let py = python();
-    let executions: Vec<Value> = ["avx512", "amx"]
-        .iter()
-        .flat_map(|k| {
-            ["first", "epilogue"].map(|b| {
-                json!({"name": format!("{k} bias {b}"), "kind": "openvino", "kernel": k, "bias_position": b})
-            })
-        })
-        .collect();
+    let executions = openvino_executions();
     for (name, eps) in [("digits", "0.1"), ("breast-cancer", "0.05")] {
         let (model, x, rows) = example(name);
         let fig = check_target(
