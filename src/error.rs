@@ -69,7 +69,7 @@ impl LipfpError {
         LipfpError::Model {
             path: path.to_path_buf(),
             node: Some((node.to_string(), op.to_string())),
-            message: format!("{why}. Supported: {}", crate::model::SUPPORTED_OPS),
+            message: format!("{why}. Supported: {}", crate::onnx::model::SUPPORTED_OPS),
         }
     }
 

@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::certify::Mode;
+use crate::arith::format::Format;
+use crate::arith::runtime::{RuntimeChoice, RuntimeKeys};
+use crate::bounds::certify::Mode;
+use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
 use crate::error::LipfpError;
-use crate::format::Format;
-use crate::norms::DEFAULT_GRAM_ITERATIONS;
-use crate::runtime::{RuntimeChoice, RuntimeKeys};
 
 mod gate;
 mod radius;

@@ -4,9 +4,9 @@
 
 use serde::Serialize;
 
-use crate::attack::AttackOutcome;
-use crate::certify::Mode;
-use crate::gate::pct;
+use crate::bounds::certify::Mode;
+use crate::engine::attack::AttackOutcome;
+use crate::gate::verdict::pct;
 use crate::report::GateReport;
 
 /// A gate's falsifier figures: in JSON `"attack": {"attacked": N, "falsified": N,
@@ -45,8 +45,8 @@ impl AttackReport {
             }),
             seconds: a.seconds,
             mode: a.mode,
-            steps: crate::attack::STEPS,
-            restarts: crate::attack::RESTARTS,
+            steps: crate::engine::attack::STEPS,
+            restarts: crate::engine::attack::RESTARTS,
         }
     }
 }

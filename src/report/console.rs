@@ -6,8 +6,8 @@
 
 use std::fmt::Write;
 
-use crate::certify::Mode;
-use crate::report::curve::CurveReport;
+use crate::bounds::certify::Mode;
+use crate::gate::curve::CurveReport;
 use crate::report::{fmt_ratio, GateReport, GateStatus, Report};
 
 /// `s` on one line: control characters (newline, carriage return, escape, ...) written as
