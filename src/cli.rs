@@ -30,6 +30,7 @@ use crate::gate::verdict::{evaluate, GateVerdict};
 use crate::policy::{CurveGrid, Policy, Radius, Thresholds};
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
+use crate::report::attack::AttackReport;
 use crate::report::certificates::{self, GateMeta};
 use crate::report::{self, GateReport, Report};
 
@@ -456,9 +457,9 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     let mut artifacts = Vec::new();
     attach_curve(a, &subject, &modes, &mut gate, &mut artifacts, progress)?;
     if a.attack {
-        let found = crate::engine::attack::attach(
-            &subject, &radius, modes[0], &outcome, &mut gate, progress,
-        )?;
+        let found =
+            crate::engine::attack::falsify(&subject, &radius, modes[0], &outcome, progress)?;
+        gate.attack = Some(AttackReport::of_subject(&found, &subject));
         if let Some(p) = &a.attack_witnesses {
             artifacts.extend(crate::engine::attack::witnesses::artifacts(
                 p, &subject, &found,

@@ -14,6 +14,7 @@ use crate::gate::verdict::evaluate;
 use crate::policy::{Gate, Policy, Target};
 use crate::progress::Progress;
 use crate::proto_gen::GateCertificates;
+use crate::report::attack::AttackReport;
 use crate::report::certificates::{self, GateMeta};
 use crate::report::{ErroredGate, GateReport, Report, SubjectFacts};
 
@@ -217,8 +218,10 @@ fn evaluate_gate(
     }
     if g.attack {
         progress.stage(&format!("gate `{}`: falsifier", g.name));
-        crate::engine::attack::attach(subject, &g.radius, g.mode(), &outcome, &mut gate, progress)
-            .map_err(|e| e.to_string())?;
+        let found =
+            crate::engine::attack::falsify(subject, &g.radius, g.mode(), &outcome, progress)
+                .map_err(|e| e.to_string())?;
+        gate.attack = Some(AttackReport::of_subject(&found, subject));
     }
     if shard.is_some() && gate.passed.is_some() {
         // a shard's figures are partial: thresholds are judged on the merged report

@@ -74,7 +74,7 @@ impl Defaults<'_> {
         let modes = parse_mode_list(mode_text).map_err(|m| self.err(format!("{at} mode: {m}")))?;
         let attack = g.attack.unwrap_or(false);
         if attack {
-            crate::engine::attack::check_request(&radius, modes[0])
+            super::check_attack_request(&radius, modes[0])
                 .map_err(|m| self.err(format!("{at} attack: {m}")))?;
         }
         let thresholds = self.thresholds(&g, &at)?;

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::bounds::certify::Mode;
 use crate::engine::attack::AttackOutcome;
+use crate::engine::run::Subject;
 use crate::gate::verdict::pct;
 use crate::report::GateReport;
 
@@ -48,6 +49,12 @@ impl AttackReport {
             steps: crate::engine::attack::STEPS,
             restarts: crate::engine::attack::RESTARTS,
         }
+    }
+
+    /// The report of `a` on the points of `subject` (misclassified counted from its labels).
+    pub fn of_subject(a: &AttackOutcome, subject: &Subject) -> AttackReport {
+        let misclassified = subject.correct().map(|c| subject.n() - c);
+        AttackReport::new(a, subject.n(), misclassified)
     }
 }
 

@@ -33,7 +33,7 @@ use crate::engine::data::InputStream;
 use crate::engine::exec::{Executor, Hidden};
 use crate::engine::run::{CertifyOutcome, Subject, STREAM_ROWS};
 use crate::error::LipfpError;
-use crate::policy::{parse_decimal_exact, Radius};
+use crate::policy::{check_attack_request, parse_decimal_exact, Radius};
 use crate::progress::Progress;
 
 /// Gradient steps per start.
@@ -69,32 +69,14 @@ pub struct AttackOutcome {
     pub seconds: f64,
 }
 
-/// Whether the falsifier can run on a gate: one uniform radius and a sound first mode.
-pub fn check_request(radius: &Radius, mode: Mode) -> Result<(), String> {
-    if let Radius::PerInstance(p) = radius {
-        return Err(format!(
-            "the falsifier needs one radius (epsilon); per-instance radii ({}) are not supported",
-            p.display()
-        ));
-    }
-    if !mode.is_sound() {
-        return Err(
-            "the falsifier attacks the points a sound mode does not certify, but the first mode is \
-             `real` (unsound for floating-point execution); put a sound mode first"
-                .into(),
-        );
-    }
-    Ok(())
-}
-
-/// [`check_request`] for `lipfp certify --attack` (errors name the flag), and the witnesses'
+/// [`check_attack_request`] for `lipfp certify --attack` (errors name the flag), and the witnesses'
 /// destinations checked before any work.
 pub fn check_cli(
     radius: &Radius,
     mode: Mode,
     witnesses: Option<&std::path::Path>,
 ) -> Result<(), LipfpError> {
-    check_request(radius, mode).map_err(|m| LipfpError::Usage(format!("--attack: {m}")))?;
+    check_attack_request(radius, mode).map_err(|m| LipfpError::Usage(format!("--attack: {m}")))?;
     if let Some(p) = witnesses {
         crate::files::check_target(p, "witnesses file")?;
         crate::files::check_target(&witnesses::indices_path(p), "witness indices file")?;
@@ -274,7 +256,7 @@ pub fn attack(
     progress: &Progress,
 ) -> Result<AttackOutcome, LipfpError> {
     let start = Instant::now();
-    check_request(radius, mode).map_err(LipfpError::Usage)?;
+    check_attack_request(radius, mode).map_err(LipfpError::Usage)?;
     let Radius::Uniform { text, .. } = radius else {
         unreachable!("checked above");
     };
@@ -348,22 +330,15 @@ fn confirm_centres(
     Ok(())
 }
 
-/// Run the falsifier for a gate and put its figures on the gate's report.
-pub fn attach(
+/// Run the falsifier for a gate, announcing the stage. The outcome is the engine's; reporters
+/// take their figures from it.
+pub fn falsify(
     subject: &Subject,
     radius: &Radius,
     mode: Mode,
     outcome: &CertifyOutcome,
-    gate: &mut crate::report::GateReport,
     progress: &Progress,
 ) -> Result<AttackOutcome, LipfpError> {
     progress.stage("falsifier: searching the uncertified points for adversarial examples");
-    let a = attack(subject, radius, mode, outcome, progress)?;
-    let misclassified = subject.correct().map(|c| subject.n() - c);
-    gate.attack = Some(crate::report::attack::AttackReport::new(
-        &a,
-        subject.n(),
-        misclassified,
-    ));
-    Ok(a)
+    attack(subject, radius, mode, outcome, progress)
 }
