@@ -177,10 +177,11 @@ fn edges_of(src: &Path, file: &Path, out: &mut Vec<Edge>, climbs: &mut Vec<Strin
     };
     let text = fs::read_to_string(file).unwrap();
     let lines: Vec<&str> = text.lines().collect();
+    let shown = file.strip_prefix(src.parent().unwrap()).unwrap();
     for (n, raw) in lines.iter().enumerate() {
         let code = code_of(raw);
         if code.contains("super::super::") {
-            climbs.push(format!("{}:{}: {}", file.display(), n + 1, raw.trim()));
+            climbs.push(format!("{}:{}: {}", shown.display(), n + 1, raw.trim()));
         }
         let mut rest = code;
         while let Some(i) = rest.find("crate::") {
@@ -197,7 +198,7 @@ fn edges_of(src: &Path, file: &Path, out: &mut Vec<Edge>, climbs: &mut Vec<Strin
             for to in targets {
                 if !to.is_empty() && to != from && to != "self" {
                     out.push(Edge {
-                        file: file.to_path_buf(),
+                        file: shown.to_path_buf(),
                         line: n + 1,
                         text: raw.trim().to_string(),
                         from: from.clone(),
