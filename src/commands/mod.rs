@@ -1,6 +1,6 @@
 //! The subcommands behind [`crate::cli`]: `lipfp check` ([`check`]), `lipfp report --config`
 //! ([`audit`]), `lipfp inspect` ([`inspect`], [`inspect_runtimes`]) and `lipfp bench`
-//! ([`bench`]). They wire the layers together: load, run, judge, report.
+//! ([`bench`](mod@bench)). They wire the layers together: load, run, judge, report.
 //!
 //! Imports: every folder except [`crate::cli`].
 
