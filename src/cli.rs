@@ -16,22 +16,23 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::baseline::Baseline;
-use crate::certificates::{self, GateMeta};
-use crate::certify::{parse_mode_list, Mode};
-use crate::check::facts;
+use crate::arith::format::Format;
+use crate::arith::runtime::RuntimeFlags;
+use crate::bounds::certify::{parse_mode_list, Mode};
+use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
+use crate::commands::check::facts;
+use crate::commands::inspect;
+use crate::engine::run::{self, ReferencePlan, Shard, SubjectSpec};
 use crate::error::LipfpError;
 use crate::files;
-use crate::format::Format;
-use crate::gate::{evaluate, GateVerdict};
-use crate::inspect;
-use crate::norms::DEFAULT_GRAM_ITERATIONS;
+use crate::gate::baseline::Baseline;
+use crate::gate::verdict::{evaluate, GateVerdict};
 use crate::policy::{CurveGrid, Policy, Radius, Thresholds};
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
+use crate::report::attack::AttackReport;
+use crate::report::certificates::{self, GateMeta};
 use crate::report::{self, GateReport, Report};
-use crate::run::{self, ReferencePlan, Shard, SubjectSpec};
-use crate::runtime::RuntimeFlags;
 
 /// Process exit status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -421,7 +422,7 @@ fn attach_curve(
         CurveGrid::parse_list(text).map_err(|m| LipfpError::Usage(format!("--curve: {m}")))?;
     progress.stage("robustness curve");
     let curve = run::certify_curve(subject, &grid, modes)?;
-    let c = report::curve::CurveReport::new(&curve, subject.n());
+    let c = crate::gate::curve::CurveReport::new(&curve, subject.n());
     if let Some(path) = &a.plot {
         let svg = report::plot::svg(&gate.name, &c, None)?;
         artifacts.push(files::Artifact::new(path, svg.into_bytes(), "SVG plot"));
@@ -434,7 +435,7 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     check_outputs(&a.out, a.certificates.as_ref())?;
     let (spec, radius, modes) = certify_request(a)?;
     if a.attack {
-        crate::attack::check_cli(&radius, modes[0], a.attack_witnesses.as_deref())?;
+        crate::engine::attack::check_cli(&radius, modes[0], a.attack_witnesses.as_deref())?;
     }
     let subject = run::prepare(&spec, progress)?;
     progress.stage(&format!("certifying {} points", subject.n()));
@@ -457,9 +458,12 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     attach_curve(a, &subject, &modes, &mut gate, &mut artifacts, progress)?;
     if a.attack {
         let found =
-            crate::attack::attach(&subject, &radius, modes[0], &outcome, &mut gate, progress)?;
+            crate::engine::attack::falsify(&subject, &radius, modes[0], &outcome, progress)?;
+        gate.attack = Some(AttackReport::of_subject(&found, &subject));
         if let Some(p) = &a.attack_witnesses {
-            artifacts.extend(crate::attack::witnesses::artifacts(p, &subject, &found));
+            artifacts.extend(crate::engine::attack::witnesses::artifacts(
+                p, &subject, &found,
+            ));
         }
     }
     if let Some(path) = &a.certificates {
@@ -492,7 +496,7 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     check_outputs(&a.out, a.certificates.as_ref())?;
     let policy = Policy::load(&a.config)?;
     let shard = parse_shard(a.shard.as_deref())?;
-    let run = crate::check::run(&policy, shard, a.certificates.is_some(), progress)?;
+    let run = crate::commands::check::run(&policy, shard, a.certificates.is_some(), progress)?;
     let policy_name = policy.path.display().to_string();
     let mut artifacts = Vec::new();
     if let Some(path) = &a.certificates {
@@ -529,7 +533,7 @@ fn report_files(a: &ReportArgs, progress: &Progress) -> Result<Exit, LipfpError>
     match &a.config {
         Some(config) => {
             let policy = Policy::load(config)?;
-            crate::audit::audit(&policy, &mut merged, a.verify.unwrap_or(0), progress)?;
+            crate::commands::audit::audit(&policy, &mut merged, a.verify.unwrap_or(0), progress)?;
         }
         None => {
             for m in &mut merged {
@@ -543,7 +547,7 @@ fn report_files(a: &ReportArgs, progress: &Progress) -> Result<Exit, LipfpError>
     }
     let mut gates = Vec::with_capacity(merged.len());
     for m in &merged {
-        let identity = crate::baseline::Identity {
+        let identity = crate::gate::baseline::Identity {
             epsilon: m.radius.fields().0,
             epsilons_sha256: m.outcome.radii_hash.clone(),
             format: Some(m.facts.format.name().to_string()),
@@ -604,15 +608,15 @@ fn inspect_model(a: &InspectArgs, progress: &Progress) -> Result<Exit, LipfpErro
 }
 
 fn bench(a: &BenchArgs, progress: &Progress) -> Result<Exit, LipfpError> {
-    let opts = crate::bench::BenchOptions {
+    let opts = crate::commands::bench::BenchOptions {
         shared: a.shared.clone(),
         higgs_points: a.higgs_points,
     };
-    let r = crate::bench::run_bench(&opts, progress)?;
+    let r = crate::commands::bench::run_bench(&opts, progress)?;
     if let Some(p) = &a.json {
         let text = serde_json::to_string_pretty(&r).expect("bench report serialises");
         crate::files::write_atomic(p, (text + "\n").as_bytes(), "benchmark report")?;
     }
-    print!("{}", crate::bench::render(&r));
+    print!("{}", crate::commands::bench::render(&r));
     Ok(Exit::Pass)
 }

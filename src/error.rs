@@ -64,12 +64,13 @@ impl LipfpError {
         }
     }
 
-    /// A node whose op type is not supported: the message lists the supported set.
-    pub fn unsupported(path: &Path, node: &str, op: &str, why: &str) -> Self {
+    /// A node whose op type is not supported: the message lists the `supported` set (the reader
+    /// passes its list, so this type depends on no layer).
+    pub fn unsupported(path: &Path, node: &str, op: &str, why: &str, supported: &str) -> Self {
         LipfpError::Model {
             path: path.to_path_buf(),
             node: Some((node.to_string(), op.to_string())),
-            message: format!("{why}. Supported: {}", crate::model::SUPPORTED_OPS),
+            message: format!("{why}. Supported: {supported}"),
         }
     }
 

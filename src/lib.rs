@@ -2,36 +2,32 @@
 //! gated in CI.
 //!
 //! Data flows one way: policy -> model + data -> norms (every run) -> per-instance
-//! certificates (parallel) -> gate verdicts -> reporters.
+//! certificates (parallel) -> gate verdicts -> reporters. The folders follow that flow, and a
+//! module imports only from the layers below it (ARCHITECTURE.md; enforced by
+//! `tests/architecture.rs`):
+//!
+//! * [`error`], [`files`], [`progress`], [`proto_gen`]: shared leaves, importing no folder;
+//! * [`arith`]: deployment formats, directed rounding, execution models, runtimes;
+//! * [`onnx`]: the protobuf reader, ONNX spec checks, and the graph -> [`onnx::model::DenseNet`];
+//! * [`bounds`]: spectral norms and per-instance certificates;
+//! * [`policy`]: the `lipfp.toml` schema;
+//! * [`engine`]: data, the centre execution, runs over a test set, and the falsifier;
+//! * [`gate`]: gate verdicts, baseline comparison and curve figures;
+//! * [`report`]: reporters and certificate files;
+//! * [`commands`] and [`cli`]: the subcommands and the argument parser.
 
-pub mod attack;
-pub mod audit;
-pub mod baseline;
-pub mod bench;
-pub mod certificates;
-pub mod certify;
-pub mod check;
+pub mod arith;
+pub mod bounds;
 pub mod cli;
-pub mod data;
-pub mod digest;
+pub mod commands;
+pub mod engine;
 pub mod error;
-pub mod exec;
-pub mod execution;
 pub mod files;
-pub mod format;
 pub mod gate;
-pub mod inspect;
-pub mod inspect_runtimes;
-pub mod model;
-pub mod norms;
 pub mod onnx;
-pub mod onnx_checks;
 pub mod policy;
 pub mod progress;
 pub mod report;
-pub mod run;
-pub mod runtime;
-pub mod sound;
 
 /// Types generated from `proto/lipfp.proto`.
 pub mod proto_gen {

@@ -1,13 +1,26 @@
 //! Progress on stderr: stage lines, a bar on a terminal, periodic plain lines in CI logs, and
 //! nothing with `--quiet`. Reports go to files or stdout; logs never mix with them.
 
-use crate::report::console::printable;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// `s` on one line: control characters (newline, carriage return, escape, ...) written as
+/// Rust escapes (`\n`, `\r`, `\u{1b}`).
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
 
 /// Where progress goes.
 #[derive(Clone, Debug)]
@@ -122,5 +135,19 @@ impl Task {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_text_cannot_start_a_line() {
+        assert_eq!(
+            printable("a\n::error ::x\r\u{1b}"),
+            "a\\n::error ::x\\r\\u{1b}"
+        );
+        assert_eq!(printable("dé-jà vu"), "dé-jà vu");
     }
 }

@@ -1,5 +1,5 @@
 //! The exporters' elementwise affine steps that `tests/refusals.rs` used to refuse load as
-//! affine layers of the chain (src/model/affine.rs): an input normalisation (`Sub`/`Div`, a
+//! affine layers of the chain (src/onnx/model/affine.rs): an input normalisation (`Sub`/`Div`, a
 //! scaling `Mul`, a constant `Add`, skl2onnx's `Scaler`, a `BatchNormalization` of the input),
 //! a `BatchNormalization` after a layer's bias, and a constant step after a ReLU. Each check:
 //! the model loads, the step is one affine layer with the ops and constants as written, and the
@@ -12,8 +12,8 @@ use std::path::Path;
 
 use common::classifiers::*;
 use common::onnx_builder::*;
-use lipfp::format::Format;
-use lipfp::model::{self, Activation, DenseNet, ElementOp, HeadOp};
+use lipfp::arith::format::Format;
+use lipfp::onnx::model::{self, Activation, DenseNet, ElementOp, HeadOp};
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")

@@ -1,5 +1,5 @@
 //! Elementwise affine steps (Sub/Add/Mul/Div by a constant, BatchNormalization, Scaler): the
-//! error terms of `lipfp::certify::affine` are upper bounds of every execution lipfp covers.
+//! error terms of `lipfp::bounds::certify::affine` are upper bounds of every execution lipfp covers.
 //!
 //! * Exact rationals, per op kind and format: each step is read by the real loader from a small
 //!   ONNX model; at adversarial inputs (zero, subnormals, the largest finite values, values next
@@ -21,10 +21,10 @@ mod common;
 use common::affine::*;
 use common::affine_nets::*;
 use common::onnx_builder::*;
-use lipfp::certify::affine::step_bounds;
-use lipfp::format::Format;
-use lipfp::model::{AffineStep, ElementOp};
-use lipfp::sound::l2_norm_up;
+use lipfp::arith::format::Format;
+use lipfp::arith::sound::l2_norm_up;
+use lipfp::bounds::certify::affine::step_bounds;
+use lipfp::onnx::model::{AffineStep, ElementOp};
 use rug::float::Round;
 use rug::{Float, Rational};
 
@@ -178,7 +178,7 @@ fn the_loader_reads_each_kind_as_written() {
 fn per_channel_constants_are_spread_in_flatten_order() {
     let dir = tempfile::tempdir().unwrap();
     let (model, n) = net_model("channels", dir.path());
-    let net = lipfp::model::load(&model, Format::Float32, false).unwrap();
+    let net = lipfp::onnx::model::load(&model, Format::Float32, false).unwrap();
     let step = net.layers[0].affine.clone().expect("the image steps");
     assert_eq!((step.width, n), (12, 12));
     let at = |f: usize| (f / 6, (f / 2) % 3);

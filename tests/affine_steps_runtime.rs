@@ -13,10 +13,10 @@ use std::path::Path;
 use common::affine::*;
 use common::affine_nets::*;
 use common::runtime::{argmax, ort_logits, python};
-use lipfp::certify::affine::step_bounds;
-use lipfp::certify::{predicted_class, Centre, Certifier, Mode};
-use lipfp::format::Format;
-use lipfp::sound::l2_norm_up;
+use lipfp::arith::format::Format;
+use lipfp::arith::sound::l2_norm_up;
+use lipfp::bounds::certify::affine::step_bounds;
+use lipfp::bounds::certify::{predicted_class, Centre, Certifier, Mode};
 use rug::Rational;
 
 #[test]

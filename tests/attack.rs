@@ -11,13 +11,13 @@ use std::process::Command;
 
 use common::runtime::write_npy;
 
-use lipfp::attack::{self, AttackOutcome};
-use lipfp::certify::{predicted_class, Mode};
-use lipfp::data;
-use lipfp::exec::{Executor, Hidden};
+use lipfp::bounds::certify::{predicted_class, Mode};
+use lipfp::engine::attack::{self, AttackOutcome};
+use lipfp::engine::data;
+use lipfp::engine::exec::{Executor, Hidden};
+use lipfp::engine::run::{self, CertifyOutcome, ReferencePlan, Subject, SubjectSpec};
 use lipfp::policy::{parse_decimal_exact, Radius};
 use lipfp::progress::Progress;
-use lipfp::run::{self, CertifyOutcome, ReferencePlan, Subject, SubjectSpec};
 use ndarray::ArrayView2;
 use rug::Rational;
 use serde_json::Value;

@@ -29,12 +29,12 @@
 mod common;
 
 use common::exact_bounds::*;
-use lipfp::certify::quantities::{a_acc, a_dot_fwd, gamma_n};
-use lipfp::certify::{Centre, Certifier, Mode, ModelBounds, PointResult, Refusal};
-use lipfp::execution::ExecutionModel;
-use lipfp::format::Format;
-use lipfp::model::DenseNet;
-use lipfp::norms::LayerNorms;
+use lipfp::arith::execution::ExecutionModel;
+use lipfp::arith::format::Format;
+use lipfp::bounds::certify::quantities::{a_acc, a_dot_fwd, gamma_n};
+use lipfp::bounds::certify::{Centre, Certifier, Mode, ModelBounds, PointResult, Refusal};
+use lipfp::bounds::norms::LayerNorms;
+use lipfp::onnx::model::DenseNet;
 use rug::Rational;
 
 struct Case {
@@ -612,13 +612,13 @@ fn standard_refuses_with_the_exact_overflow_layer_at_the_centre_and_over_the_bal
     }
 }
 
-/// The directed `f64` steps every bound above is composed of (`lipfp::sound`), one by one
+/// The directed `f64` steps every bound above is composed of (`lipfp::arith::sound`), one by one
 /// against exact rationals: upward steps are upper bounds, downward steps lower bounds, each
 /// within two rounding steps (relative `2^-51`, or two subnormal steps near zero). The composed
 /// tests above can miss a missing step when a neighbouring step happens to cover it.
 #[test]
 fn directed_steps_round_toward_the_safe_side() {
-    use lipfp::sound::{add_up, l2_norm_up, mul_up, sqrt_up, sub_down};
+    use lipfp::arith::sound::{add_up, l2_norm_up, mul_up, sqrt_up, sub_down};
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     let mut next = move || {
         seed ^= seed << 13;

@@ -84,7 +84,7 @@ fn line_of(text: &str, needle: &str) -> usize {
 /// `tests/corpus/torch_ts_softmax.onnx` with its `Softmax` head replaced by a `Hardmax`, written
 /// to `dir/hardmax.onnx`: a real export lipfp refuses (a one-hot head ranks no class first).
 fn hardmax_model(dir: &Path) -> String {
-    use lipfp::onnx::proto::ModelProto;
+    use lipfp::onnx::reader::proto::ModelProto;
     use prost::Message;
     let bytes = std::fs::read(corpus("torch_ts_softmax.onnx")).unwrap();
     let mut m = ModelProto::decode(&bytes[..]).unwrap();
@@ -443,7 +443,8 @@ fn baselines_are_compared_like_with_like() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     // labels with one changed entry: another test set
-    let labels = lipfp::data::load_labels(Path::new(&digits("y_test.npy")), 450, 10).unwrap();
+    let labels =
+        lipfp::engine::data::load_labels(Path::new(&digits("y_test.npy")), 450, 10).unwrap();
     let mut other: Vec<i64> = labels.iter().map(|&y| y as i64).collect();
     other[0] = (other[0] + 1) % 10;
     write_npy(&d.join("y-other.npy"), &[450], &other);

@@ -1126,7 +1126,7 @@ fn conv_model_is_rejected_naming_the_node() {
     let mut rng = Lcg::new(3);
     b.input(
         "image",
-        lipfp::onnx::proto::tensor_proto::DataType::Float,
+        lipfp::onnx::reader::proto::tensor_proto::DataType::Float,
         &batched(&[1, 4, 4]),
     )
     .output_f32("logits", CLASSES)

@@ -6,15 +6,15 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use lipfp::certify::componentwise::{chain, pair_error};
-use lipfp::certify::quantities::final_pair_bounds;
-use lipfp::certify::{predicted_class, HiCentre, Mode};
-use lipfp::exec::{Executor, Hidden};
-use lipfp::format::Format;
+use lipfp::arith::format::Format;
+use lipfp::arith::sound::{add_up, mul_up};
+use lipfp::bounds::certify::componentwise::{chain, pair_error};
+use lipfp::bounds::certify::quantities::final_pair_bounds;
+use lipfp::bounds::certify::{predicted_class, HiCentre, Mode};
+use lipfp::engine::exec::{Executor, Hidden};
+use lipfp::engine::run::{self, ReferencePlan, Subject, SubjectSpec};
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, ReferencePlan, Subject, SubjectSpec};
-use lipfp::sound::{add_up, mul_up};
 use ndarray::Array2;
 use rug::Rational;
 
@@ -109,7 +109,7 @@ fn componentwise_errors_bound_the_deployed_margins_exactly() {
         let exact = ExactNet::new(&s.net);
         let rel_w = fmt.layers.last().unwrap().rel_w.unwrap();
         let (k, dim) = (s.net.classes(), s.net.input_dim());
-        let xs = lipfp::data::load_inputs(&digits("x_test.npy"), &s.net, format).unwrap();
+        let xs = lipfp::engine::data::load_inputs(&digits("x_test.npy"), &s.net, format).unwrap();
         let mut checked = 0;
         for i in (0..s.n()).step_by(15) {
             let x = &xs.values[i * dim..(i + 1) * dim];

@@ -27,16 +27,16 @@ use common::onnx_builder::*;
 use common::runtime::{
     argmax, example, export_float16, ort_logits, python, read_inputs, tract_logits, write_f64_npy,
 };
-use lipfp::certify::Mode;
-use lipfp::data;
-use lipfp::exec::{Executor, Hidden};
-use lipfp::execution::ExecutionModel;
-use lipfp::format::Format;
-use lipfp::model::DenseNet;
-use lipfp::onnx::proto::tensor_proto::DataType;
+use lipfp::arith::execution::ExecutionModel;
+use lipfp::arith::format::Format;
+use lipfp::bounds::certify::Mode;
+use lipfp::engine::data;
+use lipfp::engine::exec::{Executor, Hidden};
+use lipfp::engine::run::{self, ReferencePlan, Subject, SubjectSpec};
+use lipfp::onnx::model::DenseNet;
+use lipfp::onnx::reader::proto::tensor_proto::DataType;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, ReferencePlan, Subject, SubjectSpec};
 use ndarray::ArrayView2;
 use rug::Rational;
 
@@ -67,8 +67,8 @@ struct Case {
 }
 
 fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
-    let stored = lipfp::model::stored_format(&case.model).unwrap_or_else(|e| panic!("{e}"));
-    let example = lipfp::model::load(&case.model, stored, false)
+    let stored = lipfp::onnx::model::stored_format(&case.model).unwrap_or_else(|e| panic!("{e}"));
+    let example = lipfp::onnx::model::load(&case.model, stored, false)
         .unwrap_or_else(|e| panic!("{e}"))
         .input_shape;
     let x = dir.join(format!("{}-x.npy", case.name));
@@ -490,7 +490,7 @@ fn cast_round_trip_model(dir: &Path) -> PathBuf {
 fn cast_round_trips_are_roundings() {
     let dir = tempfile::tempdir().unwrap();
     let model = cast_round_trip_model(dir.path());
-    let net = lipfp::model::load(&model, Format::Float32, false).unwrap();
+    let net = lipfp::onnx::model::load(&model, Format::Float32, false).unwrap();
     assert_eq!(net.layers[0].casts, vec![Format::Float16]);
     assert!(net.layers[1].casts.is_empty());
 }
@@ -526,7 +526,7 @@ fn cast_round_trips_conform_to_onnxruntime() {
 fn near_ties() {
     let py = python();
     let (model, x, rows) = example("digits");
-    let net = lipfp::model::load(&model, Format::Float32, false).unwrap();
+    let net = lipfp::onnx::model::load(&model, Format::Float32, false).unwrap();
     let exec = Executor::new(&net, &ExecutionModel::float64_reference());
     let dim = net.input_dim();
     let class_of = |p: &[f64]| {
@@ -592,7 +592,7 @@ fn near_ties() {
 
 #[test]
 fn exact_logits_of_a_tiny_net() {
-    use lipfp::model::{Activation, Dense};
+    use lipfp::onnx::model::{Activation, Dense};
     use ndarray::array;
     let layer = |w, b, act| Dense {
         w,

@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use lipfp::certify::Mode;
+use lipfp::bounds::certify::Mode;
+use lipfp::engine::run::{self, ReferencePlan, SubjectSpec};
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, ReferencePlan, SubjectSpec};
 use serde_json::Value;
 
 fn corpus() -> PathBuf {

@@ -7,10 +7,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use lipfp::certify::{Certifier, Mode};
+use lipfp::bounds::certify::{Certifier, Mode};
+use lipfp::engine::run::{self, ReferencePlan, SubjectSpec};
 use lipfp::policy::{CurveGrid, Radius};
 use lipfp::progress::Progress;
-use lipfp::run::{self, ReferencePlan, SubjectSpec};
 use serde_json::Value;
 
 fn root() -> &'static Path {

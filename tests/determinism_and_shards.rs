@@ -158,10 +158,10 @@ fn mnist_halves_merge_to_the_whole_run() {
 /// held in memory gives, across several streaming blocks and with a shard offset.
 #[test]
 fn streamed_inputs_match_inputs_in_memory() {
-    use lipfp::certify::Mode;
-    use lipfp::format::Format;
+    use lipfp::arith::format::Format;
+    use lipfp::bounds::certify::Mode;
+    use lipfp::engine::run::{self, ReferencePlan, Shard, SubjectSpec, STREAM_ROWS};
     use lipfp::progress::Progress;
-    use lipfp::run::{self, ReferencePlan, Shard, SubjectSpec, STREAM_ROWS};
     use npyz::WriterBuilder;
 
     let tmp = tempfile::tempdir().unwrap();
@@ -199,8 +199,8 @@ fn streamed_inputs_match_inputs_in_memory() {
         shard: Some(Shard { index: 1, count: 2 }),
     };
     let streamed = run::prepare(&spec, &Progress::silent()).unwrap();
-    let net = lipfp::model::load(&model, Format::Float32, false).unwrap();
-    let mut all = lipfp::data::load_inputs(&x, &net, Format::Float32).unwrap();
+    let net = lipfp::onnx::model::load(&model, Format::Float32, false).unwrap();
+    let mut all = lipfp::engine::data::load_inputs(&x, &net, Format::Float32).unwrap();
     let (first, count) = Shard { index: 1, count: 2 }.range(rows);
     all.values = all.values[first * 64..(first + count) * 64].to_vec();
     all.n = count;

@@ -4,11 +4,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use lipfp::certify::Mode;
-use lipfp::format::Format;
+use lipfp::arith::format::Format;
+use lipfp::bounds::certify::Mode;
+use lipfp::engine::run::{self, ReferencePlan, SubjectSpec};
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, ReferencePlan, SubjectSpec};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use common::onnx_builder::*;
 use half::f16;
-use lipfp::format::Format;
-use lipfp::model;
-use lipfp::onnx::proto::tensor_proto::DataType;
+use lipfp::arith::format::Format;
+use lipfp::onnx::model;
+use lipfp::onnx::reader::proto::tensor_proto::DataType;
 
 fn f16s(v: &[f32]) -> Vec<f16> {
     v.iter().map(|&x| f16::from_f32(x)).collect()
@@ -117,10 +117,10 @@ fn weights_cast_in_the_graph_compute_in_the_cast_type() {
 /// bounds certified class 1 in the float64-centre and best modes).
 #[test]
 fn an_unfused_bias_add_is_covered_under_declared_float32_accumulation() {
-    use lipfp::certify::Mode;
+    use lipfp::bounds::certify::Mode;
+    use lipfp::engine::run::{self, ReferencePlan, SubjectSpec};
     use lipfp::policy::Radius;
     use lipfp::progress::Progress;
-    use lipfp::run::{self, ReferencePlan, SubjectSpec};
     let dir = tempfile::tempdir().unwrap();
     let mut b = ModelBuilder::new();
     b.input("x", DataType::Float16, &batched(&[2]));

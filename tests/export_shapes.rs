@@ -10,13 +10,13 @@ use std::path::Path;
 
 use common::onnx_builder::*;
 use common::runtime::argmax;
-use lipfp::exec::Executor;
-use lipfp::execution::ExecutionModel;
-use lipfp::format::Format;
-use lipfp::model::{self, Activation, DenseNet, ElementOp, HeadOp, SUPPORTED_OPS};
-use lipfp::onnx::proto::tensor_proto::DataType;
-use lipfp::onnx::proto::FunctionProto;
-use lipfp::onnx::run_with_tract;
+use lipfp::arith::execution::ExecutionModel;
+use lipfp::arith::format::Format;
+use lipfp::engine::exec::Executor;
+use lipfp::onnx::model::{self, Activation, DenseNet, ElementOp, HeadOp, SUPPORTED_OPS};
+use lipfp::onnx::reader::proto::tensor_proto::DataType;
+use lipfp::onnx::reader::proto::FunctionProto;
+use lipfp::onnx::reader::run_with_tract;
 
 /// Rows of random inputs compared against tract.
 const ROWS: usize = 16;
@@ -1002,7 +1002,7 @@ fn dropout_in_inference_is_a_pass_through() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Elementwise steps and classifier heads (read since src/model/affine.rs and heads.rs)
+// Elementwise steps and classifier heads (read since src/onnx/model/affine.rs and heads.rs)
 // ---------------------------------------------------------------------------------------------
 
 /// PyTorch's `Linear -> BatchNorm1d -> ReLU -> Linear` in eval mode: the BatchNormalization is
@@ -1242,7 +1242,7 @@ fn rejects_a_model_local_function() {
             ),
             node("Relu", "r", &["G"], &["Y"], vec![]),
         ],
-        opset_import: vec![lipfp::onnx::proto::OperatorSetIdProto {
+        opset_import: vec![lipfp::onnx::reader::proto::OperatorSetIdProto {
             domain: String::new(),
             version: 17,
         }],

@@ -94,8 +94,8 @@ fn npy_shape_product_overflow_is_refused_before_npyz_reads_it() {
         let header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
         let path = scratch.write("overflow.npy", &npy_file(&header, &[0; 64]));
         for e in [
-            lipfp::data::load_labels(&path, 4, 10).unwrap_err(),
-            lipfp::data::load_epsilons(&path, 4).unwrap_err(),
+            lipfp::engine::data::load_labels(&path, 4, 10).unwrap_err(),
+            lipfp::engine::data::load_epsilons(&path, 4).unwrap_err(),
         ] {
             let e = e.to_string();
             assert!(
@@ -108,14 +108,14 @@ fn npy_shape_product_overflow_is_refused_before_npyz_reads_it() {
     // a large shape whose product fits is still refused for the data it lacks
     let header = "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 2), }";
     let path = scratch.write("large.npy", &npy_file(header, &[0; 64]));
-    let e = lipfp::data::load_epsilons(&path, 4)
+    let e = lipfp::engine::data::load_epsilons(&path, 4)
         .unwrap_err()
         .to_string();
     assert!(e.contains("file holds only"), "{e}");
     // a repeated key: npyz keeps the last; both are checked
     let header = "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), 'shape': (4294967296, 4294967296), }";
     let path = scratch.write("repeated.npy", &npy_file(header, &[0; 16]));
-    let e = lipfp::data::load_epsilons(&path, 2)
+    let e = lipfp::engine::data::load_epsilons(&path, 2)
         .unwrap_err()
         .to_string();
     assert!(e.contains("more elements than can be counted"), "{e}");

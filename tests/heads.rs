@@ -1,4 +1,4 @@
-//! Classifier heads after the logits (`src/model/heads.rs`, `src/certify/head.rs`): `Softmax`,
+//! Classifier heads after the logits (`src/onnx/model/heads.rs`, `src/bounds/certify/head.rs`): `Softmax`,
 //! `LogSoftmax`, `ArgMax`, skl2onnx's label (`ArrayFeatureExtractor` over the labels `0..K-1`)
 //! and `ZipMap`, and the ops that pass a head value on.
 //!
@@ -28,16 +28,16 @@ use std::process::Command;
 use common::classifiers::*;
 use common::onnx_builder::*;
 use common::runtime::{self, argmax};
-use lipfp::certify::head::{
+use lipfp::arith::format::Format;
+use lipfp::bounds::certify::head::{
     head_margin, log_softmax_margin, softmax_margin, transcendental_accuracy,
 };
-use lipfp::certify::{Mode, Refusal};
-use lipfp::format::Format;
-use lipfp::model::{self, DenseNet, HeadOp};
-use lipfp::onnx::proto::tensor_proto::DataType;
+use lipfp::bounds::certify::{Mode, Refusal};
+use lipfp::engine::run::{self, ReferencePlan, Subject, SubjectSpec};
+use lipfp::onnx::model::{self, DenseNet, HeadOp};
+use lipfp::onnx::reader::proto::tensor_proto::DataType;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, ReferencePlan, Subject, SubjectSpec};
 use rug::float::Round;
 use rug::ops::Pow;
 use rug::{Float, Rational};

@@ -10,14 +10,14 @@ use std::path::{Path, PathBuf};
 
 use common::runtime::{read_npy, write_npy};
 
-use lipfp::certify::modes::refuted;
-use lipfp::certify::quantities::final_pair_bounds;
-use lipfp::certify::{predicted_class, Mode, Refusal};
-use lipfp::format::Format;
+use lipfp::arith::format::Format;
+use lipfp::arith::sound::mul_up;
+use lipfp::bounds::certify::modes::refuted;
+use lipfp::bounds::certify::quantities::final_pair_bounds;
+use lipfp::bounds::certify::{predicted_class, Mode, Refusal};
+use lipfp::engine::run::{self, ReferencePlan, Shard, Subject, SubjectSpec, STREAM_ROWS};
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, ReferencePlan, Shard, Subject, SubjectSpec, STREAM_ROWS};
-use lipfp::sound::mul_up;
 use rug::Rational;
 
 fn example(name: &str, file: &str) -> PathBuf {

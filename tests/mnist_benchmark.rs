@@ -4,11 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use lipfp::certify::Mode;
-use lipfp::format::Format;
+use lipfp::arith::format::Format;
+use lipfp::bounds::certify::Mode;
+use lipfp::engine::run::{self, CertifyOutcome, ReferencePlan, SubjectSpec};
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, CertifyOutcome, ReferencePlan, SubjectSpec};
 
 fn shared() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared")
@@ -131,7 +131,7 @@ fn mnist_reproduces_table_1() {
 }
 
 /// Exact (3000-bit, effectively rational) logits of the converted network at `x`.
-fn exact_logits(net: &lipfp::model::DenseNet, x: &[f64]) -> Vec<rug::Float> {
+fn exact_logits(net: &lipfp::onnx::model::DenseNet, x: &[f64]) -> Vec<rug::Float> {
     let prec = 3000;
     let mut z: Vec<rug::Float> = x.iter().map(|&v| rug::Float::with_val(prec, v)).collect();
     for l in &net.layers {
@@ -141,7 +141,7 @@ fn exact_logits(net: &lipfp::model::DenseNet, x: &[f64]) -> Vec<rug::Float> {
             for (j, zj) in z.iter().enumerate() {
                 s += rug::Float::with_val(prec, l.w[[i, j]]) * zj;
             }
-            if l.act == lipfp::model::Activation::Relu && s < 0 {
+            if l.act == lipfp::onnx::model::Activation::Relu && s < 0 {
                 s = rug::Float::with_val(prec, 0);
             }
             next.push(s);
@@ -210,11 +210,13 @@ fn counterexamples_are_never_certified_in_their_format() {
         }
         // any certified centre must not be a counterexample for this network
         let centres =
-            lipfp::data::load_inputs(&dir.join("centers.npy"), &subject.net, format).unwrap();
+            lipfp::engine::data::load_inputs(&dir.join("centers.npy"), &subject.net, format)
+                .unwrap();
         let partners =
-            lipfp::data::load_inputs(&dir.join("partners.npy"), &subject.net, format).unwrap();
-        let exec = lipfp::exec::Executor::new(&subject.net, &subject.execution);
-        let eps = lipfp::data::load_epsilons(&dir.join("epsilons.npy"), out.n).unwrap();
+            lipfp::engine::data::load_inputs(&dir.join("partners.npy"), &subject.net, format)
+                .unwrap();
+        let exec = lipfp::engine::exec::Executor::new(&subject.net, &subject.execution);
+        let eps = lipfp::engine::data::load_epsilons(&dir.join("epsilons.npy"), out.n).unwrap();
         for (k, &certified) in certified_any.iter().enumerate() {
             if !certified {
                 continue;
@@ -234,7 +236,7 @@ fn counterexamples_are_never_certified_in_their_format() {
             );
             let ours = exec.logits(partner, partner.len());
             assert_eq!(
-                lipfp::certify::predicted_class(&ours),
+                lipfp::bounds::certify::predicted_class(&ours),
                 Some(pred),
                 "{name} row {k}: UNSOUND certificate"
             );

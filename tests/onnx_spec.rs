@@ -25,12 +25,12 @@ use std::time::{Duration, Instant};
 
 use common::onnx_builder::*;
 use common::runtime::{argmax, ort_logits, python};
-use lipfp::exec::Executor;
-use lipfp::execution::ExecutionModel;
-use lipfp::format::Format;
-use lipfp::model::{self, DenseNet};
-use lipfp::onnx::proto::tensor_proto::DataType;
-use lipfp::onnx::proto::{AttributeProto, TensorProto};
+use lipfp::arith::execution::ExecutionModel;
+use lipfp::arith::format::Format;
+use lipfp::engine::exec::Executor;
+use lipfp::onnx::model::{self, DenseNet};
+use lipfp::onnx::reader::proto::tensor_proto::DataType;
+use lipfp::onnx::reader::proto::{AttributeProto, TensorProto};
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")

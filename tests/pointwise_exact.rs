@@ -2,7 +2,7 @@
 //!
 //! `tests/bounds_exact.rs` pins the model-level constants and the `standard`/`real` slack. This
 //! file pins what the pre-deployment modes add per point — `hybrid`, `measured`,
-//! `float64-centre` and `best` (with its componentwise sources, src/certify/componentwise.rs) —
+//! `float64-centre` and `best` (with its componentwise sources, src/bounds/certify/componentwise.rs) —
 //! and `standard` again on real points: at several points of three small networks (2-3 layers;
 //! one with a Softmax head, whose logit margin `g` is recomputed from its closed form), in
 //! float32 and float16, with and without flush-to-zero, the test runs its own executions (the
@@ -44,17 +44,17 @@
 //! `tests/affine_steps.rs` checks executions against it in exact rationals; in `best` a step
 //! takes the fallback path that `Cw::Unbounded` pins for a dense layer), declared accumulation
 //! formats, casts and runtimes beyond IEEE (the model-level constants of those are pinned in
-//! `tests/bounds_exact.rs` and `src/certify/tensor_core.rs`; the per-point composition does not
+//! `tests/bounds_exact.rs` and `src/bounds/certify/tensor_core.rs`; the per-point composition does not
 //! depend on them), and `best` without the reference (`tests/lazy_reference.rs`).
 
 mod common;
 
 use common::exact_bounds::*;
 use common::exact_points::*;
-use lipfp::certify::componentwise::{self, AbsWeights};
-use lipfp::certify::{HiCentre, Mode, PointResult, Refusal};
-use lipfp::format::Format;
-use lipfp::model::DenseNet;
+use lipfp::arith::format::Format;
+use lipfp::bounds::certify::componentwise::{self, AbsWeights};
+use lipfp::bounds::certify::{HiCentre, Mode, PointResult, Refusal};
+use lipfp::onnx::model::DenseNet;
 use ndarray::Array2;
 use rug::Rational;
 

@@ -18,12 +18,12 @@ use std::process::Command;
 use common::classifiers::*;
 use common::onnx_builder::*;
 use common::runtime;
-use lipfp::format::Format;
-use lipfp::model::{self, DenseNet, SUPPORTED_OPS};
-use lipfp::onnx::proto::tensor_proto::DataType;
-use lipfp::onnx::proto::FunctionProto;
+use lipfp::arith::format::Format;
+use lipfp::engine::run::{self, ReferencePlan, SubjectSpec};
+use lipfp::onnx::model::{self, DenseNet, SUPPORTED_OPS};
+use lipfp::onnx::reader::proto::tensor_proto::DataType;
+use lipfp::onnx::reader::proto::FunctionProto;
 use lipfp::progress::Progress;
-use lipfp::run::{self, ReferencePlan, SubjectSpec};
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
@@ -467,7 +467,7 @@ fn a_narrowing_cast_after_a_step_is_refused() {
 
 /// The classifier with a BatchNormalization after its first layer (`/bn/BatchNormalization`),
 /// `edit` applied to that node.
-fn batch_norm_model(edit: impl FnOnce(&mut lipfp::onnx::proto::NodeProto)) -> ModelBuilder {
+fn batch_norm_model(edit: impl FnOnce(&mut lipfp::onnx::reader::proto::NodeProto)) -> ModelBuilder {
     let mut b = ModelBuilder::new();
     b.input_f32("x", &[12]);
     gemm(&mut b, "fc0", "x", (12, 8), "h");
@@ -551,7 +551,7 @@ fn a_batch_normalization_that_flush_to_zero_can_divide_by_zero_is_refused() {
     );
     let net = model::load(&path, Format::Float16, false).unwrap();
     let step = net.layers.iter().find_map(|l| l.affine.as_ref()).unwrap();
-    let Some(lipfp::model::ElementOp::BatchNorm { epsilon, .. }) = step.ops.first() else {
+    let Some(lipfp::onnx::model::ElementOp::BatchNorm { epsilon, .. }) = step.ops.first() else {
         panic!("{:?}", step.ops)
     };
     assert_eq!(*epsilon, f64::from(1e-5f32));
@@ -701,7 +701,7 @@ fn function_model() -> ModelBuilder {
             ),
             node("Relu", "r", &["G"], &["Y"], vec![]),
         ],
-        opset_import: vec![lipfp::onnx::proto::OperatorSetIdProto {
+        opset_import: vec![lipfp::onnx::reader::proto::OperatorSetIdProto {
             domain: String::new(),
             version: 17,
         }],

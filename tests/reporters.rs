@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use lipfp::certify::Mode;
+use lipfp::arith::format::Format;
+use lipfp::bounds::certify::Mode;
 use lipfp::error::LipfpError;
-use lipfp::format::Format;
-use lipfp::gate::ThresholdCheck;
+use lipfp::gate::verdict::ThresholdCheck;
 use lipfp::policy::{Radius, Thresholds};
 use lipfp::report::{
     console, github, junit, ErroredGate, GateReport, GateStatus, ModeReport, Report, Timing,

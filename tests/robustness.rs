@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use lipfp::format::Format;
+use lipfp::arith::format::Format;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -53,7 +53,7 @@ fn corrupted_models_never_panic() {
             let p = tmp.path().join(format!("m{k}.onnx"));
             std::fs::write(&p, &m).unwrap();
             let r = std::panic::catch_unwind(|| {
-                lipfp::model::load(&p, Format::Float32, false).map(|_| ())
+                lipfp::onnx::model::load(&p, Format::Float32, false).map(|_| ())
             });
             assert!(r.is_ok(), "{example} mutation {k} panicked");
         }
@@ -64,7 +64,7 @@ fn corrupted_models_never_panic() {
 fn corrupted_inputs_never_panic() {
     let tmp = tempfile::tempdir().unwrap();
     let d = root().join("examples/digits");
-    let net = lipfp::model::load(&d.join("model.onnx"), Format::Float32, false).unwrap();
+    let net = lipfp::onnx::model::load(&d.join("model.onnx"), Format::Float32, false).unwrap();
     let bytes = std::fs::read(d.join("x_test.npy")).unwrap();
     // mutate mostly the header, where the parsing is
     let header: Vec<u8> = bytes[..256].to_vec();
@@ -75,10 +75,11 @@ fn corrupted_inputs_never_panic() {
         let p = tmp.path().join(format!("x{k}.npy"));
         std::fs::write(&p, &m).unwrap();
         let r = std::panic::catch_unwind(|| {
-            lipfp::data::load_inputs(&p, &net, Format::Float32).map(|_| ())
+            lipfp::engine::data::load_inputs(&p, &net, Format::Float32).map(|_| ())
         });
         assert!(r.is_ok(), "input mutation {k} panicked");
-        let r = std::panic::catch_unwind(|| lipfp::data::load_labels(&p, 450, 10).map(|_| ()));
+        let r =
+            std::panic::catch_unwind(|| lipfp::engine::data::load_labels(&p, 450, 10).map(|_| ()));
         assert!(r.is_ok(), "label mutation {k} panicked");
     }
 }
@@ -87,7 +88,7 @@ fn corrupted_inputs_never_panic() {
 fn a_header_announcing_more_data_than_the_file_holds_is_an_error() {
     let tmp = tempfile::tempdir().unwrap();
     let d = root().join("examples/digits");
-    let net = lipfp::model::load(&d.join("model.onnx"), Format::Float32, false).unwrap();
+    let net = lipfp::onnx::model::load(&d.join("model.onnx"), Format::Float32, false).unwrap();
     let bytes = std::fs::read(d.join("x_test.npy")).unwrap();
     // same header length: the longer shape eats into the space padding before the newline
     let (old, new) = (
@@ -102,7 +103,7 @@ fn a_header_announcing_more_data_than_the_file_holds_is_an_error() {
     assert_eq!(m.len(), bytes.len());
     let p = tmp.path().join("huge.npy");
     std::fs::write(&p, &m).unwrap();
-    let e = lipfp::data::load_inputs(&p, &net, Format::Float32)
+    let e = lipfp::engine::data::load_inputs(&p, &net, Format::Float32)
         .unwrap_err()
         .to_string();
     assert!(e.contains("header announces"), "{e}");

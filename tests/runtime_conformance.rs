@@ -25,15 +25,15 @@ use common::runtime::{
     argmax, example, export_float16, python, read_f64_npy, read_inputs, script, write_npy,
 };
 use half::f16;
-use lipfp::certify::Mode;
-use lipfp::execution::Gpu;
-use lipfp::format::Format;
-use lipfp::onnx::proto::tensor_proto::DataType;
+use lipfp::arith::execution::Gpu;
+use lipfp::arith::format::Format;
+use lipfp::arith::runtime::{Runtime, RuntimeChoice};
+use lipfp::arith::sound::l2_norm_up;
+use lipfp::bounds::certify::Mode;
+use lipfp::engine::run::{self, ReferencePlan, Subject, SubjectSpec};
+use lipfp::onnx::reader::proto::tensor_proto::DataType;
 use lipfp::policy::Radius;
 use lipfp::progress::Progress;
-use lipfp::run::{self, ReferencePlan, Subject, SubjectSpec};
-use lipfp::runtime::{Runtime, RuntimeChoice};
-use lipfp::sound::l2_norm_up;
 use rug::Rational;
 use serde_json::{json, Value};
 
@@ -57,8 +57,8 @@ struct Target {
 /// lipfp's certificate under the target's runtime: the subject, whether any sound mode
 /// certifies each point, and the inputs as storage values.
 fn certify(t: &Target, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
-    let stored = lipfp::model::stored_format(&t.model).unwrap_or_else(|e| panic!("{e}"));
-    let shape = lipfp::model::load(&t.model, stored, false)
+    let stored = lipfp::onnx::model::stored_format(&t.model).unwrap_or_else(|e| panic!("{e}"));
+    let shape = lipfp::onnx::model::load(&t.model, stored, false)
         .unwrap_or_else(|e| panic!("{e}"))
         .input_shape;
     let x = dir.join(format!("{}-x.npy", t.name));
@@ -84,7 +84,7 @@ fn certify(t: &Target, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
             *a |= v;
         }
     }
-    let converted = lipfp::data::load_inputs(&x, &subject.net, subject.net.format)
+    let converted = lipfp::engine::data::load_inputs(&x, &subject.net, subject.net.format)
         .unwrap()
         .values;
     (subject, any, converted)
@@ -736,7 +736,7 @@ fn a_tf32_flip_inside_an_ieee_certificate_is_not_certified_for_tf32_runtimes() {
     .into_iter()
     .flat_map(|r| [None, Some(Gpu::A100), Some(Gpu::H100)].map(|g| choice(r, g)))
     .chain([RuntimeChoice {
-        operand_rounding: Some(lipfp::execution::OperandRounding::Nearest),
+        operand_rounding: Some(lipfp::arith::execution::OperandRounding::Nearest),
         ..choice(Runtime::OnnxruntimeCuda, Some(Gpu::H100))
     }])
     .collect();

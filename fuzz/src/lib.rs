@@ -20,17 +20,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use lipfp::certificates;
-use lipfp::certify::Mode;
-use lipfp::data::{self, InputStream};
+use lipfp::arith::format::Format;
+use lipfp::bounds::certify::Mode;
+use lipfp::engine::data::{self, InputStream};
+use lipfp::engine::run;
 use lipfp::error::LipfpError;
-use lipfp::format::Format;
-use lipfp::gate::evaluate;
-use lipfp::model::{self, Activation, AffineStep, Dense, DenseNet, ElementOp};
+use lipfp::gate::verdict::evaluate;
+use lipfp::onnx::model::{self, Activation, AffineStep, Dense, DenseNet, ElementOp};
 use lipfp::policy::{Policy, Radius};
 use lipfp::progress::Progress;
+use lipfp::report::certificates;
 use lipfp::report::{self, GateReport, Report};
-use lipfp::run;
 
 /// Classes of the network the label reader checks labels against.
 pub const LABEL_CLASSES: usize = 10;

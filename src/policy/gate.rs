@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use super::{
     parse_format, CurveGrid, Gate, Radius, RawData, RawGate, RawModel, Target, Thresholds,
 };
-use crate::certify::parse_mode_list;
+use crate::arith::runtime::RuntimeKeys;
+use crate::bounds::certify::parse_mode_list;
 use crate::error::LipfpError;
-use crate::runtime::RuntimeKeys;
 
 /// What every gate of a policy shares: where errors point, where paths resolve, and the
 /// `[model]` and `[data]` defaults a gate's keys override.
@@ -74,7 +74,7 @@ impl Defaults<'_> {
         let modes = parse_mode_list(mode_text).map_err(|m| self.err(format!("{at} mode: {m}")))?;
         let attack = g.attack.unwrap_or(false);
         if attack {
-            crate::attack::check_request(&radius, modes[0])
+            super::check_attack_request(&radius, modes[0])
                 .map_err(|m| self.err(format!("{at} attack: {m}")))?;
         }
         let thresholds = self.thresholds(&g, &at)?;

@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::certify::Mode;
+use crate::arith::format::Format;
+use crate::arith::runtime::{RuntimeChoice, RuntimeKeys};
+use crate::bounds::certify::Mode;
+use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
 use crate::error::LipfpError;
-use crate::format::Format;
-use crate::norms::DEFAULT_GRAM_ITERATIONS;
-use crate::runtime::{RuntimeChoice, RuntimeKeys};
 
 mod gate;
 mod radius;
@@ -318,6 +318,25 @@ fn check_model(path: &Path, model: &RawModel) -> Result<u32, LipfpError> {
         .choice()
         .map_err(|m| LipfpError::policy(path, format!("[model] {m}")))?;
     Ok(gram_iterations)
+}
+
+/// Whether the falsifier ([`crate::engine::attack`]) can run on a gate: one uniform radius and a
+/// sound first mode.
+pub fn check_attack_request(radius: &Radius, mode: Mode) -> Result<(), String> {
+    if let Radius::PerInstance(p) = radius {
+        return Err(format!(
+            "the falsifier needs one radius (epsilon); per-instance radii ({}) are not supported",
+            p.display()
+        ));
+    }
+    if !mode.is_sound() {
+        return Err(
+            "the falsifier attacks the points a sound mode does not certify, but the first mode is \
+             `real` (unsound for floating-point execution); put a sound mode first"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

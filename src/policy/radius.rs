@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use rug::Rational;
 
-use crate::sound::rational_to_f64_up;
+use crate::arith::sound::rational_to_f64_up;
 
 /// The perturbation radius of a gate.
 #[derive(Clone, Debug, PartialEq)]

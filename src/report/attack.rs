@@ -4,9 +4,10 @@
 
 use serde::Serialize;
 
-use crate::attack::AttackOutcome;
-use crate::certify::Mode;
-use crate::gate::pct;
+use crate::bounds::certify::Mode;
+use crate::engine::attack::AttackOutcome;
+use crate::engine::run::Subject;
+use crate::gate::verdict::pct;
 use crate::report::GateReport;
 
 /// A gate's falsifier figures: in JSON `"attack": {"attacked": N, "falsified": N,
@@ -45,9 +46,15 @@ impl AttackReport {
             }),
             seconds: a.seconds,
             mode: a.mode,
-            steps: crate::attack::STEPS,
-            restarts: crate::attack::RESTARTS,
+            steps: crate::engine::attack::STEPS,
+            restarts: crate::engine::attack::RESTARTS,
         }
+    }
+
+    /// The report of `a` on the points of `subject` (misclassified counted from its labels).
+    pub fn of_subject(a: &AttackOutcome, subject: &Subject) -> AttackReport {
+        let misclassified = subject.correct().map(|c| subject.n() - c);
+        AttackReport::new(a, subject.n(), misclassified)
     }
 }
 

@@ -5,9 +5,9 @@ use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gate::pct;
+use crate::engine::run::ClassCount;
+use crate::gate::verdict::pct;
 use crate::report::GateReport;
-use crate::run::ClassCount;
 
 /// Most classes listed in the step summary (every class is in the JSON report).
 const MAX_SUMMARY_CLASSES: usize = 100;

@@ -6,23 +6,10 @@
 
 use std::fmt::Write;
 
-use crate::certify::Mode;
-use crate::report::curve::CurveReport;
+use crate::bounds::certify::Mode;
+use crate::gate::curve::CurveReport;
+use crate::progress::printable;
 use crate::report::{fmt_ratio, GateReport, GateStatus, Report};
-
-/// `s` on one line: control characters (newline, carriage return, escape, ...) written as
-/// Rust escapes (`\n`, `\r`, `\u{1b}`).
-pub fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
 
 /// Diagnostic text for stderr: control characters other than newline escaped, and any line
 /// that would start with `::` once leading whitespace is removed (a workflow command on
@@ -202,11 +189,6 @@ mod tests {
 
     #[test]
     fn user_text_cannot_start_a_line() {
-        assert_eq!(
-            printable("a\n::error ::x\r\u{1b}"),
-            "a\\n::error ::x\\r\\u{1b}"
-        );
-        assert_eq!(printable("dé-jà vu"), "dé-jà vu");
         assert_eq!(
             diagnostic("p.toml: bad\n  ::error::x\n1 | a\r::b"),
             "p.toml: bad\nlipfp:   ::error::x\n1 | a\\r::b"

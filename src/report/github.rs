@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 
-use crate::certify::Mode;
-use crate::gate::ThresholdCheck;
+use crate::bounds::certify::Mode;
+use crate::gate::verdict::ThresholdCheck;
 use crate::report::{GateReport, GateStatus, Report};
 
 /// GitHub rejects a job summary above 1 MiB; stay clearly below it.

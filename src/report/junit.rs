@@ -22,7 +22,7 @@ use std::path::Path;
 
 use junit_report::{Duration, ReportBuilder, TestCase, TestCaseBuilder, TestSuiteBuilder};
 
-use crate::certify::Mode;
+use crate::bounds::certify::Mode;
 use crate::error::LipfpError;
 use crate::report::{fmt_ratio, GateReport, GateStatus, ModeReport, Report};
 

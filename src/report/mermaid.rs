@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use crate::certify::Mode;
-use crate::report::curve::CurveReport;
+use crate::bounds::certify::Mode;
+use crate::gate::curve::CurveReport;
 use crate::report::GateReport;
 
 /// Line colours, in the order the lines are drawn (Mermaid's `plotColorPalette`).

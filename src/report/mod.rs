@@ -1,10 +1,15 @@
-//! Reports. [`Report`] is built once from the engine's results; every reporter renders it and
-//! computes nothing.
+//! Reports. [`Report`] is built once from the engine's outcomes and the gates' verdicts; every
+//! reporter (console, JSON, JUnit, GitHub annotations and step summary, Mermaid, SVG plot,
+//! publishing) renders it and computes nothing. Certificate files ([`certificates`]) are
+//! written here and read back as untrusted input by `lipfp report`.
+//!
+//! Imports: [`crate::gate`], [`crate::engine`], [`crate::policy`], [`crate::bounds`],
+//! [`crate::onnx`], [`crate::arith`] and the shared leaves (with [`crate::proto_gen`]).
 
 pub mod attack;
+pub mod certificates;
 pub mod classes;
 pub mod console;
-pub mod curve;
 pub mod github;
 pub mod json;
 pub mod junit;
@@ -16,11 +21,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::certify::Mode;
-use crate::format::Format;
-use crate::gate::{pct, GateVerdict, ThresholdCheck};
+use crate::arith::format::Format;
+use crate::bounds::certify::Mode;
+use crate::engine::run::CertifyOutcome;
+use crate::gate::verdict::{pct, GateVerdict, ThresholdCheck};
 use crate::policy::Radius;
-use crate::run::CertifyOutcome;
 
 /// Figures of one mode.
 #[derive(Clone, Debug, Serialize)]
@@ -147,9 +152,9 @@ pub struct GateReport {
     /// 1-based line of the gate in the policy file (`check` only).
     pub policy_line: Option<usize>,
     /// The robustness curve, when asked for (`--curve`, `curve` in the gate).
-    pub curve: Option<curve::CurveReport>,
+    pub curve: Option<crate::gate::curve::CurveReport>,
     /// The baseline report's curve of the same gate, for the charts.
-    pub baseline_curve: Option<curve::CurveReport>,
+    pub baseline_curve: Option<crate::gate::curve::CurveReport>,
     /// The falsifier's figures, when asked for (`--attack`, `attack = true` in the gate).
     pub attack: Option<attack::AttackReport>,
 }
@@ -335,7 +340,7 @@ impl GateReport {
             mode: spec.mode,
             passed: None,
             failures: Vec::new(),
-            thresholds: crate::gate::unevaluated(spec.thresholds, spec.mode),
+            thresholds: crate::gate::verdict::unevaluated(spec.thresholds, spec.mode),
             modes: BTreeMap::new(),
             timing: Timing {
                 norms_s: 0.0,

@@ -3,9 +3,9 @@
 
 use plotters::prelude::*;
 
-use crate::certify::Mode;
+use crate::bounds::certify::Mode;
 use crate::error::LipfpError;
-use crate::report::curve::CurveReport;
+use crate::gate::curve::CurveReport;
 
 /// Chart size in pixels.
 const SIZE: (u32, u32) = (800, 480);

@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use super::onnx_builder::*;
-use lipfp::format::Format;
-use lipfp::model::{AffineStep, ElementOp};
+use lipfp::arith::format::Format;
+use lipfp::onnx::model::{AffineStep, ElementOp};
 use rug::float::Round;
 use rug::{Float, Rational};
 
@@ -320,7 +320,7 @@ pub const KINDS: [&str; 11] = [
 
 /// The loaded step of `kind` in format `f`.
 pub fn loaded_step(kind: &str, f: Format, dir: &Path) -> AffineStep {
-    let net = lipfp::model::load(&step_model(kind, dir), f, false)
+    let net = lipfp::onnx::model::load(&step_model(kind, dir), f, false)
         .unwrap_or_else(|e| panic!("{kind} {f}: {e}"));
     assert_eq!(net.layers.len(), 2, "{kind}: one step layer and the Gemm");
     net.layers[0]

@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 
 use super::affine::{exact_step, q, ulp, Iv};
 use super::onnx_builder::*;
-use lipfp::certify::ModelBounds;
-use lipfp::exec::{Executor, Hidden};
-use lipfp::execution::ExecutionModel;
-use lipfp::format::Format;
-use lipfp::model::{Activation, DenseNet};
-use lipfp::norms::compute_norms;
+use lipfp::arith::execution::ExecutionModel;
+use lipfp::arith::format::Format;
+use lipfp::bounds::certify::ModelBounds;
+use lipfp::bounds::norms::compute_norms;
+use lipfp::engine::exec::{Executor, Hidden};
+use lipfp::onnx::model::{Activation, DenseNet};
 use ndarray::ArrayView2;
 use rug::Rational;
 
@@ -241,7 +241,7 @@ pub struct Prepared {
 
 pub fn prepare(kind: &str, f: Format, dir: &Path) -> (PathBuf, Prepared) {
     let (model, n) = net_model(kind, dir);
-    let net = lipfp::model::load(&model, f, false).unwrap_or_else(|e| panic!("{kind}: {e}"));
+    let net = lipfp::onnx::model::load(&model, f, false).unwrap_or_else(|e| panic!("{kind}: {e}"));
     assert!(
         net.layers.iter().any(|l| l.affine.is_some()),
         "{kind}: no step read"

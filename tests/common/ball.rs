@@ -5,13 +5,13 @@
 
 #![allow(dead_code)]
 
-use lipfp::certify::ModelBounds;
-use lipfp::exec::{Executor, Hidden};
-use lipfp::execution::ExecutionModel;
-use lipfp::format::Format;
-use lipfp::model::DenseNet;
-use lipfp::run::Subject;
-use lipfp::sound::l2_norm_up;
+use lipfp::arith::execution::ExecutionModel;
+use lipfp::arith::format::Format;
+use lipfp::arith::sound::l2_norm_up;
+use lipfp::bounds::certify::ModelBounds;
+use lipfp::engine::exec::{Executor, Hidden};
+use lipfp::engine::run::Subject;
+use lipfp::onnx::model::DenseNet;
 use ndarray::ArrayView2;
 use rug::Rational;
 

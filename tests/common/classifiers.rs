@@ -5,8 +5,8 @@
 #![allow(dead_code)]
 
 use super::onnx_builder::*;
-use lipfp::onnx::proto::tensor_proto::DataType;
-use lipfp::onnx::proto::{AttributeProto, NodeProto, ValueInfoProto};
+use lipfp::onnx::reader::proto::tensor_proto::DataType;
+use lipfp::onnx::reader::proto::{AttributeProto, NodeProto, ValueInfoProto};
 
 /// `Gemm(x, W[m, n], b, transB = 1)` named `/{name}/Gemm` with output `out`.
 pub fn gemm(b: &mut ModelBuilder, name: &str, x: &str, (n, m): (usize, usize), out: &str) {

@@ -8,8 +8,8 @@
 
 #![allow(dead_code)]
 
-use lipfp::format::Format;
-use lipfp::model::{Activation, DenseNet};
+use lipfp::arith::format::Format;
+use lipfp::onnx::model::{Activation, DenseNet};
 use rug::{Integer, Rational};
 
 /// A network prepared for exact evaluation.

@@ -13,9 +13,9 @@
 
 use std::path::PathBuf;
 
-use lipfp::format::Format;
-use lipfp::model::{Activation, Dense, DenseNet};
-use lipfp::norms::LayerNorms;
+use lipfp::arith::format::Format;
+use lipfp::bounds::norms::LayerNorms;
+use lipfp::onnx::model::{Activation, Dense, DenseNet};
 use ndarray::Array2;
 use rug::float::Round;
 use rug::{Float, Rational};

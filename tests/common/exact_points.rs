@@ -8,11 +8,11 @@
 #![allow(dead_code)]
 
 use super::exact_bounds::*;
-use lipfp::certify::{Centre, Certifier, HiCentre, Mode, ModelBounds, PointResult};
-use lipfp::execution::ExecutionModel;
-use lipfp::format::Format;
-use lipfp::model::{Activation, DenseNet, HeadOp};
-use lipfp::norms::LayerNorms;
+use lipfp::arith::execution::ExecutionModel;
+use lipfp::arith::format::Format;
+use lipfp::bounds::certify::{Centre, Certifier, HiCentre, Mode, ModelBounds, PointResult};
+use lipfp::bounds::norms::LayerNorms;
+use lipfp::onnx::model::{Activation, DenseNet, HeadOp};
 use ndarray::Array2;
 use rug::float::Round;
 use rug::{Float, Rational};

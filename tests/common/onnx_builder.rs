@@ -1,6 +1,6 @@
 //! A small builder for ONNX models made programmatically in tests.
 //!
-//! It writes the prost-generated ONNX protobuf types that `lipfp::onnx::proto` re-exports, so
+//! It writes the prost-generated ONNX protobuf types that `lipfp::onnx::reader::proto` re-exports, so
 //! the files it produces are read by the loader and by tract exactly as exported files are.
 //! Weights come from a deterministic LCG ([`Lcg`]), never from a random-number crate.
 
@@ -8,12 +8,12 @@
 
 use std::path::{Path, PathBuf};
 
-use lipfp::onnx::proto::attribute_proto::AttributeType;
-use lipfp::onnx::proto::tensor_proto::{DataLocation, DataType};
-use lipfp::onnx::proto::tensor_shape_proto::dimension::Value as DimValue;
-use lipfp::onnx::proto::tensor_shape_proto::Dimension;
-use lipfp::onnx::proto::type_proto::{Tensor as TensorType, Value as TypeValue};
-use lipfp::onnx::proto::{
+use lipfp::onnx::reader::proto::attribute_proto::AttributeType;
+use lipfp::onnx::reader::proto::tensor_proto::{DataLocation, DataType};
+use lipfp::onnx::reader::proto::tensor_shape_proto::dimension::Value as DimValue;
+use lipfp::onnx::reader::proto::tensor_shape_proto::Dimension;
+use lipfp::onnx::reader::proto::type_proto::{Tensor as TensorType, Value as TypeValue};
+use lipfp::onnx::reader::proto::{
     AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
     StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
@@ -463,7 +463,7 @@ impl ModelBuilder {
         let bytes = self.build().encode_to_vec();
         if let Some(dir) = std::env::var_os("LIPFP_FUZZ_SEED_DIR") {
             use sha2::Digest;
-            let hash = lipfp::model::hex(&sha2::Sha256::digest(&bytes));
+            let hash = lipfp::onnx::model::hex(&sha2::Sha256::digest(&bytes));
             let _ = std::fs::write(
                 Path::new(&dir).join(format!("{}.onnx", &hash[..16])),
                 &bytes,

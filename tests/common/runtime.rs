@@ -117,7 +117,7 @@ pub fn tract_logits(
     let mut shape = vec![rows];
     shape.extend_from_slice(input_shape);
     let x: Vec<f32> = values.iter().map(|&v| v as f32).collect();
-    lipfp::onnx::run_with_tract(model, &shape, &x)
+    lipfp::onnx::reader::run_with_tract(model, &shape, &x)
 }
 
 /// Index of the largest value (the first on ties), as `numpy.argmax`.

@@ -1,0 +1,9 @@
+//! The bounds: sound spectral-norm upper bounds per layer, computed on every run
+//! ([`norms::NetworkNorms`]), and the per-instance certificates built on them
+//! ([`certify::ModelBounds`], [`certify::Certifier`]). Every quantity rounds toward the safe
+//! side ([`crate::arith::sound`]).
+//!
+//! Imports: [`crate::onnx`] (the network), [`crate::arith`], [`crate::error`].
+
+pub mod certify;
+pub mod norms;

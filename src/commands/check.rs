@@ -1,0 +1,231 @@
+//! `lipfp check`: every `[[gate]]` of a policy evaluated into one [`Report`].
+//!
+//! A gate that cannot be evaluated — its model refused, its data mismatched, its radii file
+//! unusable, or a required baseline that does not compare like with like — is an *errored*
+//! gate: it is reported with the error (status `error`) and the other gates still run. Gates
+//! sharing a target share its load, so they all error with the same message. Only errors
+//! outside every gate (the policy, the baseline file, the outputs) stop the run.
+
+use crate::engine::run::{self, ReferencePlan, Shard, Subject, SubjectSpec};
+use crate::error::LipfpError;
+use crate::gate::baseline::{Baseline, Identity};
+use crate::gate::curve::CurveReport;
+use crate::gate::verdict::evaluate;
+use crate::policy::{Gate, Policy, Target};
+use crate::progress::Progress;
+use crate::proto_gen::GateCertificates;
+use crate::report::attack::AttackReport;
+use crate::report::certificates::{self, GateMeta};
+use crate::report::{ErroredGate, GateReport, Report, SubjectFacts};
+
+/// The result of `lipfp check` before it is published.
+pub struct CheckRun {
+    /// Every gate, in policy order (errored gates included).
+    pub report: Report,
+    /// The certificates of every gate that was evaluated (when asked for).
+    pub certificates: Vec<GateCertificates>,
+}
+
+/// The baseline of a policy: `None` when the policy has none, or when it is missing and not
+/// required (a warning).
+fn load_baseline(policy: &Policy, progress: &Progress) -> Result<Option<Baseline>, LipfpError> {
+    let Some((path, required)) = &policy.baseline else {
+        return Ok(None);
+    };
+    if !path.exists() && !required {
+        progress.warn(&format!(
+            "baseline report {} not found; the drop thresholds are skipped (set required = true to make this an error)",
+            path.display()
+        ));
+        return Ok(None);
+    }
+    Baseline::load(path).map(Some)
+}
+
+/// The facts of a prepared subject that go into its gates' reports.
+pub fn facts(subject: &Subject, gram_iterations: u32) -> SubjectFacts {
+    SubjectFacts {
+        model: subject.net.path.display().to_string(),
+        model_hash: subject.net.hash(),
+        format: subject.net.format,
+        ftz: subject.ftz,
+        execution: subject.execution.to_string(),
+        gram_iterations,
+        test_set_hash: Some(subject.test_set_hash.clone()),
+        notes: subject.notes.clone(),
+    }
+}
+
+/// Where the gates of `policy` on target `t` need the float64 reference execution.
+pub fn reference_plan(policy: &Policy, t: &Target) -> ReferencePlan {
+    policy
+        .gates
+        .iter()
+        .filter(|g| g.target == *t)
+        .map(|g| ReferencePlan::for_run(&g.modes, &g.radius, g.curve.is_some()))
+        .fold(ReferencePlan::None, ReferencePlan::union)
+}
+
+/// Load `t` as every gate naming it needs (the float64 reference where [`reference_plan`]
+/// says).
+fn prepare(
+    policy: &Policy,
+    t: &Target,
+    shard: Option<Shard>,
+    progress: &Progress,
+) -> Result<Subject, LipfpError> {
+    let spec = SubjectSpec::for_target(t, reference_plan(policy, t), shard);
+    run::prepare(&spec, progress)
+}
+
+/// Evaluate every gate of `policy` (on shard `shard` of every test set), keeping the
+/// certificates when `keep_certificates`. Fails only on errors outside every gate: a baseline
+/// report that cannot be read.
+pub fn run(
+    policy: &Policy,
+    shard: Option<Shard>,
+    keep_certificates: bool,
+    progress: &Progress,
+) -> Result<CheckRun, LipfpError> {
+    let baseline = load_baseline(policy, progress)?;
+    for g in &policy.gates {
+        for note in g.thresholds.fraction_notes() {
+            progress.warn(&format!("gate `{}` (line {}): {note}", g.name, g.line));
+        }
+    }
+    // one subject (or the error loading it) per distinct target, in the order gates name it
+    let mut subjects: Vec<(Target, Result<Subject, String>)> = Vec::new();
+    let mut gates = Vec::with_capacity(policy.gates.len());
+    let mut certs = Vec::new();
+    for g in &policy.gates {
+        if !subjects.iter().any(|(t, _)| *t == g.target) {
+            let s = prepare(policy, &g.target, shard, progress).map_err(|e| e.to_string());
+            subjects.push((g.target.clone(), s));
+        }
+        let Some((_, subject)) = subjects.iter().find(|(t, _)| *t == g.target) else {
+            continue;
+        };
+        let evaluated = subject.as_ref().map_err(String::clone).and_then(|s| {
+            evaluate_gate(policy, g, s, baseline.as_ref(), shard, progress)
+                .map(|(gate, outcome)| (gate, outcome, s))
+        });
+        let gate = match evaluated {
+            Ok((gate, outcome, subject)) => {
+                if keep_certificates && gate.error.is_none() {
+                    let meta = GateMeta {
+                        name: &g.name,
+                        radius: &g.radius,
+                        mode: g.mode(),
+                        thresholds: &g.thresholds,
+                        gram_iterations: g.target.gram_iterations,
+                        policy_line: g.line,
+                        model_name: &g.model_name,
+                    };
+                    certs.push(certificates::gate_certificates(&meta, subject, &outcome));
+                }
+                gate
+            }
+            Err(e) => errored(g, e),
+        };
+        if let Some(e) = &gate.error {
+            progress.error(&format!("gate `{}` (line {}): {e}", g.name, g.line));
+        }
+        gates.push(gate);
+    }
+    Ok(CheckRun {
+        report: Report {
+            lipfp_version: env!("CARGO_PKG_VERSION").into(),
+            policy: Some(policy.path.display().to_string()),
+            gates,
+        },
+        certificates: certs,
+    })
+}
+
+/// The report of gate `g` that could not be evaluated.
+fn errored(g: &Gate, error: String) -> GateReport {
+    GateReport::errored(
+        &ErroredGate {
+            name: &g.name,
+            format: g.target.format,
+            ftz: g.target.ftz,
+            radius: &g.radius,
+            mode: g.mode(),
+            thresholds: &g.thresholds,
+            model: &g.target.model,
+            model_name: Some(&g.model_name),
+            gram_iterations: g.target.gram_iterations,
+            notes: &g.thresholds.fraction_notes(),
+            policy_line: Some(g.line),
+        },
+        error,
+    )
+}
+
+/// Certify gate `g` on its prepared subject and judge it. A required baseline that does not
+/// compare like with like makes the gate errored (its figures kept); a radii file that cannot
+/// be used is an `Err` (the caller reports the gate as errored).
+fn evaluate_gate(
+    policy: &Policy,
+    g: &Gate,
+    subject: &Subject,
+    baseline: Option<&Baseline>,
+    shard: Option<Shard>,
+    progress: &Progress,
+) -> Result<(GateReport, run::CertifyOutcome), String> {
+    progress.stage(&format!(
+        "gate `{}`: certifying {} points",
+        g.name,
+        subject.n()
+    ));
+    let outcome = run::certify_with_progress(subject, &g.radius, &g.modes, progress)
+        .map_err(|e| e.to_string())?;
+    let facts = facts(subject, g.target.gram_iterations);
+    let identity = Identity {
+        epsilon: g.radius.fields().0,
+        epsilons_sha256: outcome.radii_hash.clone(),
+        format: Some(facts.format.name().to_string()),
+        execution: Some(facts.execution.clone()),
+        test_set_hash: facts.test_set_hash.clone(),
+    };
+    let base = match baseline {
+        Some(b) => b.compare(&g.name, g.mode().name(), &identity),
+        None => Err("no baseline report".to_string()),
+    };
+    let verdict = evaluate(&g.thresholds, g.mode(), &outcome, base.clone());
+    let mut gate = GateReport::new(&g.name, &facts, &g.radius, g.mode(), &outcome, &verdict);
+    gate.policy_line = Some(g.line);
+    gate.model_name = Some(g.model_name.clone());
+    gate.notes.extend(g.thresholds.fraction_notes());
+    if let (Some(_), Err(why)) = (baseline, &base) {
+        let uses_baseline =
+            g.thresholds.max_vra_drop_pp.is_some() || g.thresholds.max_certified_drop_pp.is_some();
+        let required = policy.baseline.as_ref().is_some_and(|(_, r)| *r);
+        if uses_baseline && required {
+            gate.set_error(format!("{why} ([baseline] required = true)"));
+        } else if uses_baseline {
+            gate.notes
+                .push(format!("{why}; max_*_drop_pp thresholds not evaluated"));
+        } else {
+            gate.notes.push(why.clone());
+        }
+    }
+    if let Some(grid) = &g.curve {
+        progress.stage(&format!("gate `{}`: robustness curve", g.name));
+        let curve = run::certify_curve(subject, grid, &g.modes).map_err(|e| e.to_string())?;
+        gate.curve = Some(CurveReport::new(&curve, subject.n()));
+        gate.baseline_curve = baseline.and_then(|b| b.curve(&g.name, &identity)).cloned();
+    }
+    if g.attack {
+        progress.stage(&format!("gate `{}`: falsifier", g.name));
+        let found =
+            crate::engine::attack::falsify(subject, &g.radius, g.mode(), &outcome, progress)
+                .map_err(|e| e.to_string())?;
+        gate.attack = Some(AttackReport::of_subject(&found, subject));
+    }
+    if shard.is_some() && gate.passed.is_some() {
+        // a shard's figures are partial: thresholds are judged on the merged report
+        gate.withhold_verdict("thresholds are evaluated by `lipfp report` on the merged shards");
+    }
+    Ok((gate, outcome))
+}

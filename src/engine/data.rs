@@ -1,0 +1,539 @@
+//! Test data from `.npy` files: inputs (float16/32/64), labels (any integer dtype) and
+//! per-instance radii (float64). The reader dispatches on the header's dtype (ndarray-npy reads
+//! only the exact Rust type and no float16), handles either byte order and Fortran order, and
+//! names the file and the index of any value at fault.
+
+use std::fs::File;
+use std::io::{BufReader, Chain, Cursor, Read};
+use std::path::{Path, PathBuf};
+
+use npyz::{NpyFile, Order, TypeChar};
+
+use crate::arith::format::Format;
+use crate::error::LipfpError;
+use crate::onnx::model::DenseNet;
+
+/// A numeric array read from `.npy`, in C order.
+struct Array<T> {
+    shape: Vec<usize>,
+    data: Vec<T>,
+}
+
+/// Largest `.npy` header accepted (numpy writes a few hundred bytes; npyz's header parser must
+/// never see a large one).
+pub const MAX_NPY_HEADER_BYTES: usize = 64 * 1024;
+
+/// Deepest bracket nesting accepted in an `.npy` header (numpy writes 2: the dict and the shape
+/// tuple; npyz's parser takes time exponential in the depth).
+pub const MAX_NPY_HEADER_NESTING: usize = 8;
+
+/// What npyz reads: the preamble and header already read and checked here, then the file.
+type Source = BufReader<Chain<Cursor<Vec<u8>>, File>>;
+
+/// The deepest nesting of `(`, `[` and `{` outside string literals of an `.npy` header.
+fn nesting_depth(header: &[u8]) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    let mut quote: Option<u8> = None;
+    let mut escaped = false;
+    for &b in header {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == q {
+                    quote = None;
+                }
+            }
+            None => match b {
+                b'\'' | b'"' => quote = Some(b),
+                b'(' | b'[' | b'{' => {
+                    depth += 1;
+                    max = max.max(depth);
+                }
+                b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+    }
+    max
+}
+
+/// Read the `.npy` preamble (magic, version, header length) and header of `f` and check them
+/// before npyz parses anything: headers above [`MAX_NPY_HEADER_BYTES`] or nested deeper than
+/// [`MAX_NPY_HEADER_NESTING`] are refused. Returns a reader that replays what was read.
+fn checked_header(path: &Path, mut f: File) -> Result<Source, LipfpError> {
+    let bad = |m: String| LipfpError::data(path, format!("not a valid .npy file: {m}"));
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => bad("the file ends inside the .npy header".into()),
+        _ => crate::files::read_error(path, "file", &e),
+    };
+    let mut pre = vec![0u8; 8];
+    f.read_exact(&mut pre).map_err(io)?;
+    if &pre[..6] != b"\x93NUMPY" {
+        return Err(bad(
+            "it does not start with the .npy magic \\x93NUMPY".into()
+        ));
+    }
+    let len_bytes = match pre[6] {
+        1 => 2,
+        2 | 3 => 4,
+        v => {
+            return Err(bad(format!(
+                "unsupported .npy format version {v}.{}",
+                pre[7]
+            )))
+        }
+    };
+    let mut len = [0u8; 4];
+    f.read_exact(&mut len[..len_bytes]).map_err(io)?;
+    pre.extend_from_slice(&len[..len_bytes]);
+    let header_len = u32::from_le_bytes(len) as usize;
+    if header_len > MAX_NPY_HEADER_BYTES {
+        return Err(bad(format!(
+            "the header is {header_len} bytes; at most {MAX_NPY_HEADER_BYTES} are accepted"
+        )));
+    }
+    let mut header = vec![0u8; header_len];
+    f.read_exact(&mut header).map_err(io)?;
+    let depth = nesting_depth(&header);
+    if depth > MAX_NPY_HEADER_NESTING {
+        return Err(bad(format!(
+            "the header nests brackets {depth} deep; at most {MAX_NPY_HEADER_NESTING} are accepted"
+        )));
+    }
+    for shape in declared_shapes(&header) {
+        if shape
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .is_none()
+        {
+            return Err(bad(format!(
+                "the header's shape {shape:?} has more elements than can be counted"
+            )));
+        }
+    }
+    pre.extend_from_slice(&header);
+    Ok(BufReader::new(Cursor::new(pre).chain(f)))
+}
+
+/// Every `'shape'` an `.npy` header declares, read as npyz reads it (a Python dict literal whose
+/// `'shape'` is a tuple or list of integers; npyz keeps the last of repeated keys). npyz
+/// multiplies the dimensions without checking for overflow (a panic with overflow checks, a
+/// wrong count without), so [`checked_header`] checks the product first. A header npyz cannot
+/// read yields no shape here; npyz then says what is wrong with it.
+fn declared_shapes(header: &[u8]) -> Vec<Vec<u64>> {
+    let text = header.strip_suffix(b"\n").unwrap_or(header);
+    let Some(py_literal::Value::Dict(entries)) = std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.parse::<py_literal::Value>().ok())
+    else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter(|(k, _)| k.as_string().is_some_and(|k| k == "shape"))
+        .filter_map(|(_, v)| match v {
+            py_literal::Value::Tuple(dims) | py_literal::Value::List(dims) => dims
+                .iter()
+                .map(|d| match d {
+                    py_literal::Value::Integer(d) => u64::try_from(d).ok(),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Open an `.npy` file, checking its header (see [`checked_header`]) and that the data it
+/// announces fits in the file (so a corrupted header cannot make a reader allocate for data
+/// that is not there).
+fn open(path: &Path) -> Result<NpyFile<Source>, LipfpError> {
+    let f = File::open(path).map_err(|e| crate::files::read_error(path, "file", &e))?;
+    let file_len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+    let npy = NpyFile::new(checked_header(path, f)?)
+        .map_err(|e| LipfpError::data(path, format!("not a valid .npy file: {e}")))?;
+    let item = match npy.dtype() {
+        npyz::DType::Plain(ts) => ts.num_bytes().unwrap_or(usize::MAX) as u64,
+        _ => 1,
+    };
+    let values = npy.shape().iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+    match values.and_then(|v| v.checked_mul(item)) {
+        Some(bytes) if bytes <= file_len => Ok(npy),
+        _ => Err(LipfpError::data(
+            path,
+            format!(
+                "the header announces shape {:?} but the file holds only {file_len} bytes (truncated or corrupted)",
+                npy.shape()
+            ),
+        )),
+    }
+}
+
+fn dtype_desc(npy: &NpyFile<Source>) -> (Option<(TypeChar, u64)>, String) {
+    match npy.dtype() {
+        npyz::DType::Plain(ts) => (Some((ts.type_char(), ts.size_field())), ts.to_string()),
+        other => (None, format!("{other:?}")),
+    }
+}
+
+/// Reorder Fortran-order data to C order.
+fn fortran_to_c<T: Copy>(shape: &[usize], data: Vec<T>) -> Vec<T> {
+    if shape.len() < 2 {
+        return data;
+    }
+    let total = data.len();
+    let mut out = Vec::with_capacity(total);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..total {
+        // Fortran offset of the C-order multi-index
+        let mut off = 0usize;
+        let mut stride = 1usize;
+        for (k, &i) in idx.iter().enumerate() {
+            off += i * stride;
+            stride *= shape[k];
+        }
+        out.push(data[off]);
+        for k in (0..shape.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < shape[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    out
+}
+
+fn read_as<T: npyz::Deserialize, U>(
+    path: &Path,
+    npy: NpyFile<Source>,
+    f: impl Fn(T) -> U,
+) -> Result<Array<U>, LipfpError>
+where
+    U: Copy,
+{
+    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    let order = npy.order();
+    let raw: Vec<T> = npy
+        .into_vec()
+        .map_err(|e| LipfpError::data(path, format!("could not read the array data: {e}")))?;
+    let data: Vec<U> = raw.into_iter().map(f).collect();
+    let data = if order == Order::Fortran {
+        fortran_to_c(&shape, data)
+    } else {
+        data
+    };
+    Ok(Array { shape, data })
+}
+
+/// Read a float16/float32/float64 array as exact `f64` values.
+fn read_floats(path: &Path) -> Result<Array<f64>, LipfpError> {
+    let npy = open(path)?;
+    let (kind, desc) = dtype_desc(&npy);
+    match kind {
+        Some((TypeChar::Float, 2)) => read_as(path, npy, |x: half::f16| x.to_f64()),
+        Some((TypeChar::Float, 4)) => read_as(path, npy, |x: f32| x as f64),
+        Some((TypeChar::Float, 8)) => read_as(path, npy, |x: f64| x),
+        _ => Err(LipfpError::data(
+            path,
+            format!("dtype {desc} is not supported; inputs must be float16, float32 or float64"),
+        )),
+    }
+}
+
+/// Read an integer array of any width and signedness as `i128` (lossless).
+fn read_ints(path: &Path) -> Result<Array<i128>, LipfpError> {
+    let npy = open(path)?;
+    let (kind, desc) = dtype_desc(&npy);
+    match kind {
+        Some((TypeChar::Int, 1)) => read_as(path, npy, |x: i8| x as i128),
+        Some((TypeChar::Int, 2)) => read_as(path, npy, |x: i16| x as i128),
+        Some((TypeChar::Int, 4)) => read_as(path, npy, |x: i32| x as i128),
+        Some((TypeChar::Int, 8)) => read_as(path, npy, |x: i64| x as i128),
+        Some((TypeChar::Uint, 1)) => read_as(path, npy, |x: u8| x as i128),
+        Some((TypeChar::Uint, 2)) => read_as(path, npy, |x: u16| x as i128),
+        Some((TypeChar::Uint, 4)) => read_as(path, npy, |x: u32| x as i128),
+        Some((TypeChar::Uint, 8)) => read_as(path, npy, |x: u64| x as i128),
+        _ => Err(LipfpError::data(
+            path,
+            format!("dtype {desc} is not supported; labels must have an integer dtype"),
+        )),
+    }
+}
+
+/// Test inputs converted to the deployment format, row-major `[n, dim]`.
+#[derive(Clone, Debug)]
+pub struct Inputs {
+    /// The `.npy` file.
+    pub path: PathBuf,
+    /// Number of examples.
+    pub n: usize,
+    /// Features per example (`n_1`).
+    pub dim: usize,
+    /// Converted values (exact format values stored as `f64`).
+    pub values: Vec<f64>,
+    /// How many values the conversion to the deployment format changed.
+    pub converted_changed: usize,
+    /// dtype of the file, e.g. `<f4`.
+    pub dtype: String,
+}
+
+impl Inputs {
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.values[i * self.dim..(i + 1) * self.dim]
+    }
+}
+
+/// Element readers for the float dtypes inputs may have.
+enum FloatReader {
+    F16(npyz::NpyReader<half::f16, Source>),
+    F32(npyz::NpyReader<f32, Source>),
+    F64(npyz::NpyReader<f64, Source>),
+    /// Fortran-order files cannot be read row by row: they are read whole and reordered.
+    Buffered(std::vec::IntoIter<f64>),
+}
+
+impl FloatReader {
+    fn next(&mut self) -> Option<std::io::Result<f64>> {
+        match self {
+            FloatReader::F16(r) => r.next().map(|x| x.map(|v| v.to_f64())),
+            FloatReader::F32(r) => r.next().map(|x| x.map(|v| v as f64)),
+            FloatReader::F64(r) => r.next(),
+            FloatReader::Buffered(it) => it.next().map(Ok),
+        }
+    }
+}
+
+/// Test inputs read row by row (memory stays bounded for large sets), converted to the
+/// deployment format and checked; errors name the file and the global index.
+pub struct InputStream {
+    /// The `.npy` file.
+    pub path: PathBuf,
+    /// Number of examples in the file.
+    pub n: usize,
+    /// Features per example.
+    pub dim: usize,
+    /// dtype of the file, e.g. `<f4`.
+    pub dtype: String,
+    /// Values changed by the conversion so far.
+    pub converted_changed: usize,
+    format: Format,
+    reader: FloatReader,
+    next_row: usize,
+}
+
+impl InputStream {
+    /// Open `path`, checking its dtype and that its per-example shape matches the model input.
+    pub fn open(path: &Path, net: &DenseNet, format: Format) -> Result<InputStream, LipfpError> {
+        let npy = open(path)?;
+        let (kind, dtype) = dtype_desc(&npy);
+        let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+        if shape.is_empty() {
+            return Err(LipfpError::data(
+                path,
+                "inputs must be an array [N, ...], found a scalar",
+            ));
+        }
+        if shape[1..] != net.input_shape[..] {
+            return Err(LipfpError::data(
+                path,
+                format!(
+                    "per-example shape {:?} does not match the model input `{}` {:?} (array shape {:?})",
+                    &shape[1..],
+                    net.input_name,
+                    net.input_shape,
+                    shape
+                ),
+            ));
+        }
+        let unsupported = || {
+            LipfpError::data(
+                path,
+                format!(
+                    "dtype {dtype} is not supported; inputs must be float16, float32 or float64"
+                ),
+            )
+        };
+        let bad = |e: npyz::DTypeError| {
+            LipfpError::data(path, format!("could not read the array data: {e}"))
+        };
+        let reader = if npy.order() == Order::Fortran {
+            FloatReader::Buffered(read_floats(path)?.data.into_iter())
+        } else {
+            match kind {
+                Some((TypeChar::Float, 2)) => FloatReader::F16(npy.data().map_err(bad)?),
+                Some((TypeChar::Float, 4)) => FloatReader::F32(npy.data().map_err(bad)?),
+                Some((TypeChar::Float, 8)) => FloatReader::F64(npy.data().map_err(bad)?),
+                _ => return Err(unsupported()),
+            }
+        };
+        Ok(InputStream {
+            path: path.to_path_buf(),
+            n: shape[0],
+            dim: net.input_dim(),
+            dtype,
+            converted_changed: 0,
+            format,
+            reader,
+            next_row: 0,
+        })
+    }
+
+    /// Global index of the next row.
+    pub fn position(&self) -> usize {
+        self.next_row
+    }
+
+    fn value(&mut self, row: usize, feature: usize) -> Result<f64, LipfpError> {
+        match self.reader.next() {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(LipfpError::data(
+                &self.path,
+                format!("could not read input {row} (flat feature {feature}): {e}"),
+            )),
+            None => Err(LipfpError::data(
+                &self.path,
+                format!("the file ends before input {row} (flat feature {feature})"),
+            )),
+        }
+    }
+
+    /// Skip `rows` rows (their values are still read, not checked).
+    pub fn skip(&mut self, rows: usize) -> Result<(), LipfpError> {
+        for r in 0..rows {
+            for f in 0..self.dim {
+                self.value(self.next_row + r, f)?;
+            }
+        }
+        self.next_row += rows;
+        Ok(())
+    }
+
+    /// The next `rows` rows (fewer at the end), converted to the format.
+    pub fn next_rows(&mut self, rows: usize) -> Result<Vec<f64>, LipfpError> {
+        let rows = rows.min(self.n - self.next_row);
+        let mut out = Vec::with_capacity(rows.saturating_mul(self.dim).min(1 << 24));
+        for r in 0..rows {
+            let row = self.next_row + r;
+            for f in 0..self.dim {
+                let v = self.value(row, f)?;
+                if !v.is_finite() {
+                    return Err(LipfpError::data(
+                        &self.path,
+                        format!("input {row} (flat feature {f}) is not finite ({v})"),
+                    ));
+                }
+                let c = self.format.round(v);
+                if !c.is_finite() {
+                    return Err(LipfpError::data(
+                        &self.path,
+                        format!(
+                            "input {row} (flat feature {f}) = {v:e} overflows {}",
+                            self.format
+                        ),
+                    ));
+                }
+                if c != v {
+                    self.converted_changed += 1;
+                }
+                out.push(c);
+            }
+        }
+        self.next_row += rows;
+        Ok(out)
+    }
+}
+
+/// Read all inputs (per-example shape must match the model's input), converted to `format`;
+/// non-finite values (before or after conversion) are rejected naming the index.
+pub fn load_inputs(path: &Path, net: &DenseNet, format: Format) -> Result<Inputs, LipfpError> {
+    let mut stream = InputStream::open(path, net, format)?;
+    let values = stream.next_rows(stream.n)?;
+    Ok(Inputs {
+        path: path.to_path_buf(),
+        n: stream.n,
+        dim: stream.dim,
+        values,
+        converted_changed: stream.converted_changed,
+        dtype: stream.dtype,
+    })
+}
+
+/// Read labels `[n]` of any integer dtype, each in `0..classes`.
+pub fn load_labels(path: &Path, n: usize, classes: usize) -> Result<Vec<usize>, LipfpError> {
+    let arr = read_ints(path)?;
+    let flat_ok = arr.shape.len() == 1 || (arr.shape.len() == 2 && arr.shape[1] == 1);
+    if !flat_ok || arr.shape[0] != n {
+        return Err(LipfpError::data(
+            path,
+            format!(
+                "labels must have shape [{n}] to match the inputs, found {:?}",
+                arr.shape
+            ),
+        ));
+    }
+    arr.data
+        .iter()
+        .enumerate()
+        .map(|(i, &y)| {
+            if y >= 0 && (y as u128) < classes as u128 {
+                Ok(y as usize)
+            } else {
+                Err(LipfpError::data(
+                    path,
+                    format!("label {y} at index {i} is out of range for {classes} classes"),
+                ))
+            }
+        })
+        .collect()
+}
+
+/// Read per-instance radii: float64 (or float32/float16) `[n]`, finite and nonnegative.
+pub fn load_epsilons(path: &Path, n: usize) -> Result<Vec<f64>, LipfpError> {
+    let arr = read_floats(path)?;
+    if arr.shape.len() != 1 || arr.shape[0] != n {
+        return Err(LipfpError::data(
+            path,
+            format!(
+                "radii must have shape [{n}] to match the inputs, found {:?}",
+                arr.shape
+            ),
+        ));
+    }
+    for (i, &e) in arr.data.iter().enumerate() {
+        if !(e.is_finite() && e >= 0.0) {
+            return Err(LipfpError::data(
+                path,
+                format!("radius at index {i} is {e}; radii must be finite and >= 0"),
+            ));
+        }
+    }
+    Ok(arr.data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fortran_reorder_matches_c_order() {
+        // a 2x3 matrix [[0,1,2],[3,4,5]] stored column-major is 0,3,1,4,2,5
+        let f = vec![0, 3, 1, 4, 2, 5];
+        assert_eq!(fortran_to_c(&[2, 3], f), vec![0, 1, 2, 3, 4, 5]);
+        // 3-D: shape [2,2,2], C index (i,j,k) -> value 4i+2j+k
+        let shape = [2usize, 2, 2];
+        let mut fdata = vec![0; 8];
+        for i in 0..2 {
+            for j in 0..2 {
+                for k in 0..2 {
+                    fdata[i + 2 * j + 4 * k] = 4 * i + 2 * j + k;
+                }
+            }
+        }
+        assert_eq!(fortran_to_c(&shape, fdata), (0..8).collect::<Vec<_>>());
+    }
+}

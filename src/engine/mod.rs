@@ -1,0 +1,14 @@
+//! The engine: test data ([`data`]), lipfp's own centre execution ([`exec`]), runs of the
+//! certifier over a test set with outcomes per mode and curve ([`run`]), digests of what was
+//! certified ([`digest`]) and the falsifier ([`attack`]). It returns outcomes
+//! ([`run::CertifyOutcome`], [`run::CurveOutcome`], [`attack::AttackOutcome`]); it never renders
+//! them.
+//!
+//! Imports: [`crate::policy`], [`crate::bounds`], [`crate::onnx`], [`crate::arith`] and the
+//! shared leaves ([`crate::error`], [`crate::files`], [`crate::progress`]). No reporter, no gate.
+
+pub mod attack;
+pub mod data;
+pub mod digest;
+pub mod exec;
+pub mod run;

@@ -1,0 +1,348 @@
+//! Robustness curves: for every point and mode, a sound lower bound on the largest radius the
+//! certificate holds at, and the certified and VRA counts over a grid of radii from one run.
+//!
+//! Every certificate is monotone in `eps`: `L eps` and the ball bounds grow with it through
+//! operations that round up (each monotone), so a point certified at `eps` is certified at every
+//! smaller radius. Per point the search brackets the threshold between a radius it certifies
+//! (`lo`, confirmed by running the certificate there) and one it does not (`hi`); a grid radius
+//! at or below `lo` is certified, one at or above `hi` is not, and one in between is decided by
+//! running the certificate at it — so the counts at every grid radius are exactly those of a
+//! fixed-radius run.
+
+use rayon::prelude::*;
+
+use super::certify::centre_of;
+use super::Subject;
+use crate::bounds::certify::{margin_lower, predicted_class, Centre, Certifier, Mode};
+use crate::error::LipfpError;
+use crate::policy::{CurveGrid, Radius};
+
+/// Relative width at which the bisection of a point's threshold stops.
+const RELATIVE_WIDTH: f64 = 1e-4;
+
+/// At most this many doublings or halvings while bracketing a threshold.
+const BRACKET_STEPS: usize = 64;
+
+/// Certified and VRA counts at one radius.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CurvePoint {
+    /// The radius as written (decimal).
+    pub epsilon: String,
+    /// Points certified at this radius.
+    pub certified: usize,
+    /// Points certified and correctly classified (`None` without labels).
+    pub vra: Option<usize>,
+}
+
+/// One mode's curve.
+#[derive(Clone, Debug)]
+pub struct ModeCurve {
+    /// The mode.
+    pub mode: Mode,
+    /// Per point, the largest radius confirmed certified (0 when certified only at 0;
+    /// `None` when not certified even at radius 0).
+    pub radii: Vec<Option<f64>>,
+    /// Counts at every grid radius.
+    pub points: Vec<CurvePoint>,
+}
+
+impl ModeCurve {
+    /// The `q`-quantile (`0 <= q <= 1`, nearest rank) of the per-point radii, counting a point
+    /// not certified at 0 as radius 0.
+    pub fn radius_quantile(&self, q: f64) -> f64 {
+        let mut r: Vec<f64> = self.radii.iter().map(|r| r.unwrap_or(0.0)).collect();
+        if r.is_empty() {
+            return 0.0;
+        }
+        r.sort_by(f64::total_cmp);
+        let k = ((q * r.len() as f64).ceil() as usize).clamp(1, r.len()) - 1;
+        r[k]
+    }
+}
+
+/// Curves of every mode.
+#[derive(Clone, Debug)]
+pub struct CurveOutcome {
+    /// One curve per mode, the real ceiling first.
+    pub modes: Vec<ModeCurve>,
+    /// Seconds spent.
+    pub seconds: f64,
+}
+
+/// One point's threshold in one mode: certified at `lo` (`None`: not even at 0), not at `hi`.
+#[derive(Clone, Copy, Debug)]
+struct Threshold {
+    lo: Option<f64>,
+    hi: f64,
+}
+
+/// A first guess of a point's threshold: its real-arithmetic radius `min_j m_hat_ij / L_ij`.
+fn guess(certifier: &Certifier<'_>, c: &Centre<'_>) -> f64 {
+    let Some(i) = predicted_class(c.logits) else {
+        return 1.0;
+    };
+    let mut g = f64::INFINITY;
+    for j in (0..certifier.fmt.classes).filter(|&j| j != i) {
+        g = g.min(margin_lower(c.logits, i, j) / certifier.fmt.pair(i, j).lip);
+    }
+    if g.is_finite() && g > 0.0 {
+        g
+    } else {
+        1.0
+    }
+}
+
+/// A bracket `[lo, hi]` of a point's threshold: certified at `lo` with slack `s_lo > 0`, not at
+/// `hi` (slack `s_hi`, when the certificate computed one).
+#[derive(Clone, Copy, Debug)]
+struct Bracket {
+    lo: f64,
+    s_lo: f64,
+    hi: f64,
+    s_hi: Option<f64>,
+}
+
+impl Bracket {
+    /// The next radii to try: around the false-position root when both slacks are known (the
+    /// slack is piecewise affine in `eps`, so the root is usually exact and the two probes
+    /// `RELATIVE_WIDTH / 4` either side close the bracket), else the midpoint.
+    fn probes(&self) -> Vec<f64> {
+        let width = self.hi - self.lo;
+        match self.s_hi {
+            Some(s_hi) if s_hi.is_finite() && self.s_lo - s_hi > 0.0 => {
+                let root = self.lo + width * (self.s_lo / (self.s_lo - s_hi));
+                let delta = RELATIVE_WIDTH / 4.0 * root;
+                [root - delta, root + delta]
+                    .into_iter()
+                    .filter(|&e| e > self.lo && e < self.hi)
+                    .collect()
+            }
+            _ => vec![self.lo + width / 2.0],
+        }
+    }
+}
+
+/// The threshold of one point in `mode`: bracketed from the real-arithmetic radius by doubling
+/// or halving, then narrowed by false position (bisection where a slack is unknown) to a
+/// relative width of [`RELATIVE_WIDTH`]; every `lo` is a radius the certificate holds at.
+fn threshold(certifier: &Certifier<'_>, mode: Mode, c: &Centre<'_>) -> Threshold {
+    let run = |eps: f64| {
+        let r = certifier.certify(mode, c, eps);
+        (r.verdict.is_ok(), r.slack.filter(|s| !s.is_nan()))
+    };
+    let (ok0, s0) = run(0.0);
+    if !ok0 {
+        return Threshold { lo: None, hi: 0.0 };
+    }
+    let mut b = Bracket {
+        lo: 0.0,
+        s_lo: s0.unwrap_or(f64::MIN_POSITIVE),
+        hi: f64::INFINITY,
+        s_hi: None,
+    };
+    let mut e = guess(certifier, c);
+    for _ in 0..BRACKET_STEPS {
+        let (ok, s) = run(e);
+        if ok {
+            (b.lo, b.s_lo) = (e, s.unwrap_or(f64::MIN_POSITIVE));
+            e *= 2.0;
+        } else {
+            (b.hi, b.s_hi) = (e, s);
+            break;
+        }
+    }
+    let mut evaluations = 0;
+    while b.hi.is_finite() && b.hi - b.lo > RELATIVE_WIDTH * b.hi && evaluations < 4 * BRACKET_STEPS
+    {
+        for e in b.probes() {
+            evaluations += 1;
+            let (ok, s) = run(e);
+            if ok && e > b.lo {
+                (b.lo, b.s_lo) = (e, s.unwrap_or(f64::MIN_POSITIVE));
+            } else if !ok && e < b.hi {
+                (b.hi, b.s_hi) = (e, s);
+            }
+        }
+    }
+    Threshold {
+        lo: Some(b.lo),
+        hi: b.hi,
+    }
+}
+
+/// The grid radii as `(text, upper bound)`, given or chosen from the thresholds.
+fn grid_radii(
+    grid: &CurveGrid,
+    thresholds: &[Vec<Threshold>],
+) -> Result<Vec<(String, f64)>, LipfpError> {
+    let given = match grid {
+        CurveGrid::Given(r) => r.clone(),
+        CurveGrid::Auto => auto_grid(thresholds)?,
+    };
+    given
+        .iter()
+        .map(|r| match r {
+            Radius::Uniform { text, up } => Ok((text.clone(), *up)),
+            Radius::PerInstance(p) => Err(LipfpError::Usage(format!(
+                "a curve needs uniform radii, not the radii file {}",
+                p.display()
+            ))),
+        })
+        .collect()
+}
+
+/// Ten radii `0, s, ..., 9s` with `9s` about twice the median point's threshold of the mode
+/// certifying most, `s` rounded to two significant digits.
+fn auto_grid(thresholds: &[Vec<Threshold>]) -> Result<Vec<Radius>, LipfpError> {
+    let median = thresholds
+        .iter()
+        .map(|t| {
+            let mut r: Vec<f64> = t.iter().filter_map(|t| t.lo).collect();
+            r.sort_by(f64::total_cmp);
+            r.get(r.len() / 2).copied().unwrap_or(0.0)
+        })
+        .fold(0.0, f64::max);
+    let span = if median > 0.0 && median.is_finite() {
+        2.0 * median
+    } else {
+        1.0
+    };
+    // s = m 10^e with m in 10..=99
+    let step = span / 9.0;
+    let e = step.log10().floor() as i32 - 1;
+    let m = (step / 10f64.powi(e)).round().clamp(10.0, 99.0) as u64;
+    (0..10u64)
+        .map(|k| Radius::parse_decimal(&decimal_text(k * m, e)).map_err(LipfpError::Usage))
+        .collect()
+}
+
+/// The decimal text of `digits * 10^exp` (`"0.33"` for 33, -2; `"120"` for 12, 1).
+pub fn decimal_text(digits: u64, exp: i32) -> String {
+    if digits == 0 {
+        return "0".into();
+    }
+    if exp >= 0 {
+        return format!("{digits}{}", "0".repeat(exp as usize));
+    }
+    let s = digits.to_string();
+    let shift = (-exp) as usize;
+    let padded = if s.len() <= shift {
+        format!("{}{s}", "0".repeat(shift + 1 - s.len()))
+    } else {
+        s
+    };
+    let (int, frac) = padded.split_at(padded.len() - shift);
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        int.to_string()
+    } else {
+        format!("{int}.{frac}")
+    }
+}
+
+/// The curves of `subject` in `modes` (the real ceiling always included) over `grid`.
+pub fn certify_curve(
+    subject: &Subject,
+    grid: &CurveGrid,
+    modes: &[Mode],
+) -> Result<CurveOutcome, LipfpError> {
+    let start = std::time::Instant::now();
+    let mut all = vec![Mode::Real];
+    all.extend(modes.iter().copied().filter(|m| *m != Mode::Real));
+    all.dedup();
+    let Ok(mb) = &subject.bounds else {
+        let thresholds = vec![vec![Threshold { lo: None, hi: 0.0 }; subject.n()]; all.len()];
+        return finish(subject, grid, &all, thresholds, None, start);
+    };
+    let certifier = Certifier {
+        fmt: mb,
+        hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
+    };
+    let thresholds: Vec<Vec<Threshold>> = all
+        .iter()
+        .map(|&mode| {
+            (0..subject.n())
+                .into_par_iter()
+                .with_min_len(64)
+                .map(|i| threshold(&certifier, mode, &centre_of(subject, i)))
+                .collect()
+        })
+        .collect();
+    finish(subject, grid, &all, thresholds, Some(&certifier), start)
+}
+
+/// Counts at every grid radius from the thresholds (certificates run where they decide).
+fn finish(
+    subject: &Subject,
+    grid: &CurveGrid,
+    all: &[Mode],
+    thresholds: Vec<Vec<Threshold>>,
+    certifier: Option<&Certifier<'_>>,
+    start: std::time::Instant,
+) -> Result<CurveOutcome, LipfpError> {
+    let radii = grid_radii(grid, &thresholds)?;
+    let mut modes = Vec::with_capacity(all.len());
+    for (&mode, th) in all.iter().zip(&thresholds) {
+        let points = radii
+            .iter()
+            .map(|(text, eps)| {
+                let ok: Vec<bool> = (0..subject.n())
+                    .into_par_iter()
+                    .with_min_len(256)
+                    .map(|i| match th[i].lo {
+                        None => false,
+                        Some(lo) if *eps <= lo => true,
+                        Some(_) if *eps >= th[i].hi => false,
+                        Some(_) => certifier.is_some_and(|c| {
+                            c.certify(mode, &centre_of(subject, i), *eps)
+                                .verdict
+                                .is_ok()
+                        }),
+                    })
+                    .collect();
+                CurvePoint {
+                    epsilon: text.clone(),
+                    certified: ok.iter().filter(|&&b| b).count(),
+                    vra: subject.count_correct(&ok),
+                }
+            })
+            .collect();
+        modes.push(ModeCurve {
+            mode,
+            radii: th.iter().map(|t| t.lo).collect(),
+            points,
+        });
+    }
+    Ok(CurveOutcome {
+        modes,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_text_places_the_point() {
+        assert_eq!(decimal_text(33, -2), "0.33");
+        assert_eq!(decimal_text(330, -2), "3.3");
+        assert_eq!(decimal_text(12, 1), "120");
+        assert_eq!(decimal_text(5, -3), "0.005");
+        assert_eq!(decimal_text(40, -1), "4");
+        assert_eq!(decimal_text(0, -4), "0");
+    }
+
+    #[test]
+    fn the_auto_grid_spans_twice_the_median_threshold() {
+        let t = |lo: f64| Threshold {
+            lo: Some(lo),
+            hi: lo * 1.0001,
+        };
+        let grid = auto_grid(&[vec![t(0.1), t(0.3), t(0.5)]]).unwrap();
+        let texts: Vec<String> = grid.iter().map(|r| r.fields().0.unwrap()).collect();
+        assert_eq!(texts[0], "0");
+        assert_eq!(texts[1], "0.067");
+        assert_eq!(texts[9], "0.603");
+    }
+}

@@ -1,0 +1,209 @@
+//! Baseline regression: compare a gate with the same gate in a previous JSON report (for
+//! retrained weights: "did robustness drop?"), like with like only: the radius, the mode, the
+//! deployment format, the execution model and the test set must be the same, or the comparison
+//! is refused with the reason.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::error::LipfpError;
+use crate::gate::curve::CurveReport;
+use crate::policy::parse_decimal_exact;
+
+/// A gate's figures in the baseline report, for the gate's threshold mode.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BaselineFigures {
+    /// Certified rate in percent.
+    pub certified_pct: f64,
+    /// VRA in percent, when the baseline had labels.
+    pub vra_pct: Option<f64>,
+}
+
+/// What a gate's figures are about: two gates are compared only when these agree.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Identity {
+    /// The radius as written (uniform radius).
+    pub epsilon: Option<String>,
+    /// SHA-256 of the per-instance radii.
+    pub epsilons_sha256: Option<String>,
+    /// Deployment format.
+    pub format: Option<String>,
+    /// Execution model.
+    pub execution: Option<String>,
+    /// SHA-256 of the converted test inputs and labels.
+    pub test_set_hash: Option<String>,
+}
+
+/// One gate of the baseline report.
+#[derive(Clone, Debug, Default)]
+struct BaselineGate {
+    identity: Identity,
+    modes: BTreeMap<String, BaselineFigures>,
+    /// The gate's robustness curve, when the baseline has one (shown beside the current one).
+    curve: Option<CurveReport>,
+}
+
+/// A previous JSON report, indexed by gate name.
+#[derive(Clone, Debug, Default)]
+pub struct Baseline {
+    path: PathBuf,
+    gates: BTreeMap<String, BaselineGate>,
+}
+
+/// A JSON string field, `None` when absent or null.
+fn text(v: &serde_json::Value, key: &str) -> Option<String> {
+    v[key].as_str().map(str::to_string)
+}
+
+/// `what` differs: the reason naming both values (hashes shortened to 12 digits).
+fn differs(what: &str, before: &Option<String>, now: &Option<String>) -> String {
+    let show = |x: &Option<String>| match x {
+        Some(s) if s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit()) => {
+            format!("{}…", &s[..12])
+        }
+        Some(s) => format!("`{s}`"),
+        None => "not recorded".into(),
+    };
+    format!(
+        "{what} differs (baseline {}, now {})",
+        show(before),
+        show(now)
+    )
+}
+
+impl Baseline {
+    /// Read a JSON report written by `--json`.
+    pub fn load(path: &Path) -> Result<Baseline, LipfpError> {
+        let bytes =
+            crate::files::read_limited(path, "baseline report", crate::files::BASELINE_LIMIT)?;
+        let text_ = String::from_utf8_lossy(&bytes);
+        let v: serde_json::Value = serde_json::from_str(&text_).map_err(|e| {
+            LipfpError::data(path, format!("baseline is not a lipfp JSON report: {e}"))
+        })?;
+        let gates = v["gates"]
+            .as_array()
+            .ok_or_else(|| LipfpError::data(path, "baseline has no `gates` array"))?;
+        let mut out = Baseline {
+            path: path.to_path_buf(),
+            gates: BTreeMap::new(),
+        };
+        for g in gates {
+            let Some(name) = g["name"].as_str() else {
+                continue;
+            };
+            let modes = g["modes"]
+                .as_object()
+                .map(|modes| {
+                    modes
+                        .iter()
+                        .filter_map(|(mode, m)| {
+                            Some((
+                                mode.clone(),
+                                BaselineFigures {
+                                    certified_pct: m["certified_pct"].as_f64()?,
+                                    vra_pct: m["vra_pct"].as_f64(),
+                                },
+                            ))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let identity = Identity {
+                epsilon: text(g, "epsilon"),
+                epsilons_sha256: text(g, "epsilons_sha256"),
+                format: text(g, "format"),
+                execution: text(g, "execution"),
+                test_set_hash: text(g, "test_set_hash"),
+            };
+            let curve = serde_json::from_value(g["curve"].clone()).ok();
+            out.gates.insert(
+                name.to_string(),
+                BaselineGate {
+                    identity,
+                    modes,
+                    curve,
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// The curve of gate `name` in the baseline, when it certified the same network execution on
+    /// the same test set as `now` (format, execution model, test-set hash; the radius does not
+    /// matter to a curve). For the charts only: no threshold reads it.
+    pub fn curve(&self, name: &str, now: &Identity) -> Option<&CurveReport> {
+        let g = self.gates.get(name)?;
+        let same = g.identity.format == now.format
+            && g.identity.execution == now.execution
+            && g.identity.test_set_hash == now.test_set_hash
+            && now.test_set_hash.is_some();
+        same.then_some(g.curve.as_ref()).flatten()
+    }
+
+    /// The figures of gate `name` in `mode` when the baseline's gate certified the same thing
+    /// as `now` (radius, format, execution model, test set); otherwise the reason the
+    /// comparison is refused, naming the baseline file, the gate and what differs.
+    pub fn compare(
+        &self,
+        name: &str,
+        mode: &str,
+        now: &Identity,
+    ) -> Result<&BaselineFigures, String> {
+        let refuse = |why: String| {
+            format!(
+                "baseline comparison refused: in {}, gate `{name}`: {why}",
+                self.path.display()
+            )
+        };
+        let g = self
+            .gates
+            .get(name)
+            .ok_or_else(|| refuse("no gate of that name".into()))?;
+        let before = &g.identity;
+        let same_radius = match (&before.epsilon, &now.epsilon) {
+            (Some(a), Some(b)) => match (parse_decimal_exact(a), parse_decimal_exact(b)) {
+                (Some(x), Some(y)) => x == y,
+                _ => a == b,
+            },
+            (None, None) => {
+                before.epsilons_sha256.is_some() && before.epsilons_sha256 == now.epsilons_sha256
+            }
+            _ => false,
+        };
+        if !same_radius {
+            let show = |i: &Identity| match (&i.epsilon, &i.epsilons_sha256) {
+                (Some(e), _) => Some(format!("eps {e}")),
+                (None, Some(h)) => Some(format!(
+                    "per-instance radii {}…",
+                    h.chars().take(12).collect::<String>()
+                )),
+                (None, None) => None,
+            };
+            return Err(refuse(differs("the radius", &show(before), &show(now))));
+        }
+        for (what, b, n) in [
+            ("the format", &before.format, &now.format),
+            ("the execution model", &before.execution, &now.execution),
+            (
+                "the test set (hash of the converted inputs and labels)",
+                &before.test_set_hash,
+                &now.test_set_hash,
+            ),
+        ] {
+            if b.is_none() || b != n {
+                return Err(refuse(differs(what, b, n)));
+            }
+        }
+        g.modes.get(mode).ok_or_else(|| {
+            let have: Vec<&str> = g.modes.keys().map(String::as_str).collect();
+            refuse(format!(
+                "no figures in mode {mode} (it has: {})",
+                if have.is_empty() {
+                    "none".to_string()
+                } else {
+                    have.join(", ")
+                }
+            ))
+        })
+    }
+}

@@ -1,0 +1,320 @@
+//! Gate verdicts: compare a run's figures with a gate's thresholds, recording every threshold
+//! with its measured figure and the margin to it (reporters render these; they compute nothing).
+
+use serde::Serialize;
+
+use crate::bounds::certify::Mode;
+use crate::engine::run::CertifyOutcome;
+use crate::gate::baseline::BaselineFigures;
+use crate::policy::Thresholds;
+
+/// Percentage `100 * k / n`.
+pub fn pct(k: usize, n: usize) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        100.0 * k as f64 / n as f64
+    }
+}
+
+/// `x` rounded to 4 decimals, as reports write percentages: a drop compares the baseline's
+/// reported figure with this run's figure as it would be reported.
+fn round4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+/// One threshold of a gate and how the run stands against it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ThresholdCheck {
+    /// The policy key, e.g. `min_vra_pct`.
+    pub key: &'static str,
+    /// The limit as set in the policy.
+    pub limit: f64,
+    /// What is measured, e.g. `standard VRA` or `standard VRA drop`.
+    pub what: String,
+    /// The measured figure: a percentage for `min_*_pct`, percentage points for `max_*_pp`
+    /// (null when not evaluated).
+    pub value: Option<f64>,
+    /// Distance to the limit in percentage points, positive inside it (`value - limit` for a
+    /// minimum, `limit - value` for a maximum); null when not evaluated.
+    pub margin_pp: Option<f64>,
+    /// Whether the threshold is met (null when not evaluated).
+    pub passed: Option<bool>,
+    /// Why it was not evaluated (no labels, no comparable baseline, the gate errored).
+    pub skipped: Option<String>,
+}
+
+impl ThresholdCheck {
+    /// The threshold `key` with limit `limit` judged against `value` (a minimum when the key
+    /// starts with `min_`, else a maximum).
+    fn judge(key: &'static str, limit: f64, what: String, value: Result<f64, String>) -> Self {
+        let at_least = key.starts_with("min_");
+        let (value, margin_pp, skipped) = match value {
+            Ok(v) => (
+                Some(v),
+                Some(if at_least { v - limit } else { limit - v }),
+                None,
+            ),
+            Err(why) => (None, None, Some(why)),
+        };
+        ThresholdCheck {
+            key,
+            limit,
+            what,
+            value,
+            margin_pp,
+            passed: margin_pp.map(|m| m >= 0.0),
+            skipped,
+        }
+    }
+
+    /// The one-line failure text, e.g. `standard VRA 94.10% < min_vra_pct 95`; a drop names
+    /// the baseline figure `before`.
+    fn failure(&self, before: Option<f64>) -> Option<String> {
+        if self.passed != Some(false) {
+            return None;
+        }
+        let (v, key, limit) = (self.value?, self.key, self.limit);
+        Some(match before {
+            _ if key.starts_with("min_") => format!("{} {v:.2}% < {key} {limit}", self.what),
+            Some(b) => format!(
+                "{} dropped {v:.2} pp (baseline {b:.2}% -> now {:.2}%) > {key} {limit}",
+                self.what.trim_end_matches(" drop"),
+                b - v
+            ),
+            None => format!("{} {v:.2} pp > {key} {limit}", self.what),
+        })
+    }
+}
+
+/// The verdict of one gate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GateVerdict {
+    /// `None` when the gate has no threshold.
+    pub passed: Option<bool>,
+    /// One line per failed threshold, e.g. `VRA 94.10% < min_vra_pct 95`.
+    pub failures: Vec<String>,
+    /// Every threshold with its figure and margin, in policy-key order.
+    pub checks: Vec<ThresholdCheck>,
+}
+
+/// One threshold to judge: key, limit, what is measured, the figure (or why it is missing)
+/// and, for a drop, the baseline figure.
+type Spec = (
+    &'static str,
+    Option<f64>,
+    String,
+    Result<f64, String>,
+    Option<f64>,
+);
+
+/// The thresholds of a gate in mode `mode`, with the figures `fig` gives for each key.
+fn specs(
+    t: &Thresholds,
+    mode: Mode,
+    fig: impl Fn(&str) -> (Result<f64, String>, Option<f64>),
+) -> Vec<Spec> {
+    [
+        ("min_accuracy_pct", t.min_accuracy_pct, "accuracy".into()),
+        (
+            "min_certified_pct",
+            t.min_certified_pct,
+            format!("{mode} certified"),
+        ),
+        ("min_vra_pct", t.min_vra_pct, format!("{mode} VRA")),
+        (
+            "max_fp_cost_pp",
+            t.max_fp_cost_pp,
+            "floating-point cost".into(),
+        ),
+        (
+            "max_vra_drop_pp",
+            t.max_vra_drop_pp,
+            format!("{mode} VRA drop"),
+        ),
+        (
+            "max_certified_drop_pp",
+            t.max_certified_drop_pp,
+            format!("{mode} certified drop"),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, limit, _)| limit.is_some())
+    .map(|(key, limit, what)| {
+        let (value, before) = fig(key);
+        (key, limit, what, value, before)
+    })
+    .collect()
+}
+
+/// The figure behind `key` (a percentage or percentage points) and, for a drop, the
+/// baseline's figure; `Err` says why it is unavailable.
+fn figure(
+    key: &str,
+    mode: Mode,
+    outcome: &CertifyOutcome,
+    baseline: &Result<&BaselineFigures, String>,
+) -> (Result<f64, String>, Option<f64>) {
+    let n = outcome.n;
+    let rate = |m: Mode, vra: bool| -> Result<f64, String> {
+        let mo = outcome
+            .mode(m)
+            .ok_or_else(|| format!("mode {m} was not computed"))?;
+        if vra {
+            mo.vra.map(|v| pct(v, n)).ok_or_else(|| "no labels".into())
+        } else {
+            Ok(pct(mo.certified, n))
+        }
+    };
+    let drop = |vra: bool| -> (Result<f64, String>, Option<f64>) {
+        let b = match baseline {
+            Ok(b) => b,
+            Err(why) => return (Err(why.clone()), None),
+        };
+        let before = if vra {
+            b.vra_pct
+        } else {
+            Some(b.certified_pct)
+        };
+        match (before, rate(mode, vra)) {
+            (Some(before), Ok(now)) => (Ok(before - round4(now)), Some(before)),
+            (None, _) => (Err("the baseline has no VRA (no labels)".into()), None),
+            (_, Err(e)) => (Err(e), None),
+        }
+    };
+    match key {
+        "min_accuracy_pct" => (
+            outcome
+                .correct
+                .map(|c| pct(c, n))
+                .ok_or_else(|| "no labels".into()),
+            None,
+        ),
+        "min_certified_pct" => (rate(mode, false), None),
+        "min_vra_pct" => (rate(mode, true), None),
+        "max_fp_cost_pp" => (
+            rate(Mode::Real, false).and_then(|r| Ok(r - rate(mode, false)?)),
+            None,
+        ),
+        "max_vra_drop_pp" => drop(true),
+        _ => drop(false),
+    }
+}
+
+/// Evaluate `thresholds` against the figures of `mode` in `outcome` and, for the drop
+/// thresholds, against the same gate's figures in a baseline report: `Err(reason)` when there
+/// is no comparable baseline (the drop thresholds are then not evaluated, with the reason).
+pub fn evaluate(
+    thresholds: &Thresholds,
+    mode: Mode,
+    outcome: &CertifyOutcome,
+    baseline: Result<&BaselineFigures, String>,
+) -> GateVerdict {
+    if thresholds.is_empty() {
+        return GateVerdict {
+            passed: None,
+            failures: vec![],
+            checks: vec![],
+        };
+    }
+    let mut failures = Vec::new();
+    let mut checks = Vec::new();
+    for (key, limit, what, value, before) in
+        specs(thresholds, mode, |k| figure(k, mode, outcome, &baseline))
+    {
+        let c = ThresholdCheck::judge(key, limit.unwrap_or_default(), what, value);
+        failures.extend(c.failure(before));
+        checks.push(c);
+    }
+    GateVerdict {
+        passed: Some(failures.is_empty()),
+        failures,
+        checks,
+    }
+}
+
+/// Every threshold of a gate that could not be evaluated, each marked as skipped.
+pub fn unevaluated(thresholds: &Thresholds, mode: Mode) -> Vec<ThresholdCheck> {
+    specs(thresholds, mode, |_| (Err("the gate errored".into()), None))
+        .into_iter()
+        .map(|(key, limit, what, value, _)| {
+            ThresholdCheck::judge(key, limit.unwrap_or_default(), what, value)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::run::ModeOutcome;
+    use std::collections::BTreeMap;
+
+    fn mode(mode: Mode, certified: usize, vra: usize) -> ModeOutcome {
+        ModeOutcome {
+            mode,
+            certified,
+            vra: Some(vra),
+            refusals: BTreeMap::new(),
+            verdicts: vec![],
+            refusal_of: vec![],
+            degradation_sums: (0.0, 0.0),
+            slacks: vec![],
+            conservatism: None,
+            seconds: 0.0,
+            by_class: vec![],
+        }
+    }
+
+    fn outcome() -> CertifyOutcome {
+        CertifyOutcome {
+            n: 200,
+            correct: Some(190),
+            modes: vec![mode(Mode::Real, 180, 176), mode(Mode::Standard, 170, 166)],
+            norms_s: 0.0,
+            certify_s: 0.0,
+            reference_s: 0.0,
+            model_refusal: None,
+            radii_hash: None,
+        }
+    }
+
+    #[test]
+    fn every_threshold_gets_its_figure_and_margin() {
+        let t = Thresholds {
+            min_vra_pct: Some(80.0),
+            max_fp_cost_pp: Some(4.0),
+            max_vra_drop_pp: Some(1.0),
+            ..Thresholds::default()
+        };
+        let base = BaselineFigures {
+            certified_pct: 90.0,
+            vra_pct: Some(85.0),
+        };
+        let v = evaluate(&t, Mode::Standard, &outcome(), Ok(&base));
+        assert_eq!(v.passed, Some(false));
+        let keys: Vec<_> = v.checks.iter().map(|c| c.key).collect();
+        assert_eq!(keys, ["min_vra_pct", "max_fp_cost_pp", "max_vra_drop_pp"]);
+        // VRA 83% against a minimum of 80: 3 pp inside
+        assert_eq!(v.checks[0].value, Some(83.0));
+        assert_eq!(v.checks[0].margin_pp, Some(3.0));
+        assert_eq!(v.checks[0].passed, Some(true));
+        // fp cost 90 - 85 = 5 pp against a maximum of 4: 1 pp outside
+        assert_eq!(v.checks[1].margin_pp, Some(-1.0));
+        assert_eq!(v.checks[2].value, Some(2.0));
+        assert_eq!(
+            v.failures,
+            [
+                "floating-point cost 5.00 pp > max_fp_cost_pp 4",
+                "standard VRA dropped 2.00 pp (baseline 85.00% -> now 83.00%) > max_vra_drop_pp 1"
+            ]
+        );
+        // no comparable baseline: the drop is not evaluated, with the reason
+        let v = evaluate(&t, Mode::Standard, &outcome(), Err("refused".into()));
+        assert_eq!(v.checks[2].passed, None);
+        assert_eq!(v.checks[2].skipped.as_deref(), Some("refused"));
+        assert_eq!(v.failures.len(), 1);
+        // a mode that was not computed is not evaluated rather than a panic
+        let v = evaluate(&t, Mode::Best, &outcome(), Err("none".into()));
+        assert!(v.checks.iter().all(|c| c.passed.is_none()), "{v:?}");
+    }
+}

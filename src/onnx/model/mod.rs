@@ -1,0 +1,248 @@
+//! ONNX -> [`DenseNet`]: the chain of dense layers a certificate is about.
+//!
+//! The loader walks the ONNX protobuf node by node (tract renames ops and merges constants in
+//! its own graph, so op types, attributes and initializers are read from the protobuf; see
+//! [`crate::onnx::reader`]). It accepts what real exporters emit for dense ReLU classifiers and refuses
+//! everything else naming the node, its op type and the supported set, with the reason and,
+//! where one is known, the cure. The specification's rules (attribute schemas, one definition
+//! per name, tensor storage) are checked first ([`crate::onnx::checks`]); weight and bias values
+//! are decoded only once the whole graph has been checked against their declared shapes.
+//!
+//! Every weight and bias is converted to the declared deployment format by round-to-nearest-even:
+//! that converted network, read as exact reals, is the network `N` that is certified.
+//!
+//! The reader, module by module:
+//!
+//! * `graph`: the walk. It reads and checks the protobuf, seeds the value table with the graph
+//!   input and the initializers, hands every node to its op family in order and checks that the
+//!   graph output is the end of the chain of layers (the logits).
+//! * `builder`: the walk's state. The value table (what each tensor name holds), the chain of
+//!   layers being built, and the lookups every op family reads its inputs with.
+//! * One module per op family: `dense` (Gemm, MatMul, bias Add), `reshape` (Flatten, Reshape),
+//!   `shapes` (the activation's symbolic shape and the Shape, Gather, Squeeze, Unsqueeze and
+//!   Concat computations on it), `activation` (Relu), `pass_through` (Identity, Cast, Dropout)
+//!   and `constants` (Constant nodes and initializers).
+//! * `weights`: the layers' tensors, decoded once the graph is checked and converted to the
+//!   deployment format.
+//! * `refusals`: why an op or a use lipfp does not read is refused, and what to do about it.
+
+use std::path::{Path, PathBuf};
+
+use ndarray::Array2;
+use sha2::{Digest, Sha256};
+
+use crate::arith::format::Format;
+use crate::error::LipfpError;
+
+pub use affine::{batch_norm_scale, AffineStep, ElementOp};
+
+mod activation;
+mod affine;
+mod builder;
+mod constants;
+mod dense;
+mod graph;
+mod heads;
+mod pass_through;
+mod refusals;
+mod reshape;
+mod shapes;
+mod weights;
+
+/// The op types the loader understands.
+pub const SUPPORTED_OPS: &str = "Gemm, MatMul, Add (bias), Relu, Flatten, Reshape, Shape, Gather, \
+Unsqueeze, Squeeze, Concat, Constant, Identity, Cast (to a float type), Dropout (inference); \
+elementwise affine steps: Sub, Add, Mul, Div by a constant, BatchNormalization (inference), \
+ai.onnx.ml Scaler; heads \
+after the logits: Softmax, LogSoftmax, ArgMax, ai.onnx.ml ArrayFeatureExtractor (class labels \
+0..K-1) and ZipMap";
+
+/// The op types of [`SUPPORTED_OPS`].
+const SUPPORTED_OP_TYPES: [&str; 22] = [
+    "Gemm",
+    "MatMul",
+    "Add",
+    "Relu",
+    "Flatten",
+    "Reshape",
+    "Shape",
+    "Gather",
+    "Unsqueeze",
+    "Squeeze",
+    "Concat",
+    "Constant",
+    "Identity",
+    "Cast",
+    "Dropout",
+    "Softmax",
+    "LogSoftmax",
+    "ArgMax",
+    "Sub",
+    "Mul",
+    "Div",
+    "BatchNormalization",
+];
+
+/// An arg-max-preserving op of the classifier head after the logits (docs/soundness.md
+/// "Classifier heads"): the certified class is the one it ranks first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HeadOp {
+    /// `Softmax` over the class axis.
+    Softmax,
+    /// `LogSoftmax` over the class axis.
+    LogSoftmax,
+    /// `ArgMax` over the class axis (of the logits or of one of the above).
+    ArgMax,
+}
+
+impl HeadOp {
+    /// The ONNX op type.
+    pub fn name(self) -> &'static str {
+        match self {
+            HeadOp::Softmax => "Softmax",
+            HeadOp::LogSoftmax => "LogSoftmax",
+            HeadOp::ArgMax => "ArgMax",
+        }
+    }
+}
+
+/// Activation applied after a dense layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `max(0, x)` elementwise.
+    Relu,
+    /// No activation (the output layer, or a hidden layer without ReLU).
+    Identity,
+}
+
+/// One dense layer `z = act(W z_prev + b)` with `W` of shape `[m, n]` (outputs x inputs).
+#[derive(Clone, Debug)]
+pub struct Dense {
+    /// Weights in the deployment format, row `i` = output unit `i`.
+    pub w: Array2<f64>,
+    /// Bias in the deployment format (zeros when the graph has no bias add).
+    pub b: Vec<f64>,
+    /// Activation after the layer.
+    pub act: Activation,
+    /// Names (or `op#index` when unnamed) of the ONNX nodes this layer was read from.
+    pub nodes: Vec<String>,
+    /// Op types of those nodes, in the same order.
+    pub ops: Vec<String>,
+    /// Narrowing `Cast` nodes applied to the layer's output, in order: each is one more rounding
+    /// of the output to that format (docs/soundness.md "Casts").
+    pub casts: Vec<Format>,
+    /// When set, the layer is this elementwise affine step instead of a matrix product, and `w`
+    /// and `b` are empty (docs/soundness.md "Affine steps").
+    pub affine: Option<AffineStep>,
+}
+
+impl Dense {
+    /// Input dimension `n_l`.
+    pub fn n(&self) -> usize {
+        self.affine.as_ref().map_or(self.w.ncols(), |s| s.width)
+    }
+    /// Output dimension `m_l`.
+    pub fn m(&self) -> usize {
+        self.affine.as_ref().map_or(self.w.nrows(), |s| s.width)
+    }
+}
+
+/// A dense ReLU classifier read from ONNX and converted to a deployment format.
+#[derive(Clone, Debug)]
+pub struct DenseNet {
+    /// The layers, input to output.
+    pub layers: Vec<Dense>,
+    /// Name of the graph input.
+    pub input_name: String,
+    /// Per-example input shape declared by the graph (without the batch dimension).
+    pub input_shape: Vec<usize>,
+    /// The classifier head's ops after the logits, sorted, without repeats (empty when the graph
+    /// outputs the logits).
+    pub head: Vec<HeadOp>,
+    /// Deployment format the weights were converted to.
+    pub format: Format,
+    /// How many weight and bias entries the conversion to `format` changed.
+    pub converted_changed: usize,
+    /// Model file the network was read from.
+    pub path: PathBuf,
+}
+
+impl DenseNet {
+    /// Input dimension `n_1`.
+    pub fn input_dim(&self) -> usize {
+        self.layers[0].n()
+    }
+    /// Number of classes `m_L`.
+    pub fn classes(&self) -> usize {
+        self.layers[self.layers.len() - 1].m()
+    }
+    /// Layer widths `[n_1, m_1, ..., m_L]`.
+    pub fn widths(&self) -> Vec<usize> {
+        let mut v = vec![self.input_dim()];
+        v.extend(self.layers.iter().map(|l| l.m()));
+        v
+    }
+
+    /// SHA-256 of the converted network: format, widths, activations and every weight's bits.
+    pub fn hash(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(b"lipfp-densenet-v1\0");
+        h.update(self.format.name().as_bytes());
+        for l in &self.layers {
+            h.update((l.m() as u64).to_le_bytes());
+            h.update((l.n() as u64).to_le_bytes());
+            h.update([matches!(l.act, Activation::Relu) as u8]);
+            for x in l.w.iter() {
+                h.update(x.to_bits().to_le_bytes());
+            }
+            for x in &l.b {
+                h.update(x.to_bits().to_le_bytes());
+            }
+            for c in &l.casts {
+                h.update(b"cast:");
+                h.update(c.name().as_bytes());
+            }
+            if let Some(step) = &l.affine {
+                step.hash_into(&mut h);
+            }
+        }
+        for op in &self.head {
+            h.update(b"head:");
+            h.update(op.name().as_bytes());
+        }
+        hex(&h.finalize())
+    }
+}
+
+/// Lowercase hexadecimal of a byte string.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The format the network computes in: the element type of every dense layer's input
+/// activation (the graph input's type, changed by `Cast` nodes), which ONNX makes the type of the
+/// layer's weights too. This is the deployment format when neither the policy nor the command line
+/// names one; layers computing in different types are refused as ambiguous (declare the format).
+pub fn stored_format(path: &Path) -> Result<Format, LipfpError> {
+    let (_, compute) = graph::build(path, Format::Float64, false, false)?;
+    let Some((_, first)) = compute.first() else {
+        return Err(LipfpError::model(path, "the graph has no dense layer"));
+    };
+    if let Some((node, other)) = compute.iter().find(|(_, f)| f != first) {
+        return Err(LipfpError::model(
+            path,
+            format!(
+                "the layers compute in different formats ({first} at the first layer, {other} at `{node}`); \
+                 declare the deployment format (format in the policy, --format) to certify them as one"
+            ),
+        ));
+    }
+    Ok(*first)
+}
+
+/// Load an ONNX dense ReLU classifier and convert it to `format`. A layer whose input the graph
+/// types narrower than `format` (e.g. after a `Cast` to float16 in a float32 network) computes in
+/// that narrower type and is refused.
+pub fn load(path: &Path, format: Format, ftz: bool) -> Result<DenseNet, LipfpError> {
+    graph::build(path, format, ftz, true).map(|(net, _)| net)
+}
