@@ -215,3 +215,55 @@ pub fn step_bounds(step: &AffineStep, storage: Format) -> StepBounds {
         .collect();
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rug::Rational;
+
+    fn q(x: f64) -> Rational {
+        Rational::from_f64(x).unwrap()
+    }
+
+    /// `got >= exact` and within a relative `2^-40` of it (directed `f64` steps only).
+    fn tight(what: &str, got: f64, exact: &Rational) {
+        let g = q(got);
+        assert!(
+            g >= *exact,
+            "{what}: {got} below the exact {}",
+            exact.to_f64()
+        );
+        let slack = Rational::from(exact * Rational::from((1, 1u64 << 40)));
+        assert!(
+            g <= Rational::from(exact + &slack),
+            "{what}: {got} is loose"
+        );
+    }
+
+    #[test]
+    fn a_scale_then_shift_pins_every_constant() {
+        // one feature: y = 3 x + 0.5 in float32 (ops rounded to float32 after float64)
+        let step = AffineStep {
+            width: 1,
+            ops: vec![ElementOp::Mul(vec![3.0]), ElementOp::Add(vec![0.5])],
+        };
+        let b = step_bounds(&step, Format::Float32);
+        let (u, uw) = (q(2f64.powi(-24)), q(2f64.powi(-53)));
+        let rho = Rational::from(&u + &uw) + Rational::from(&u * &uw);
+        let lambda = q(2f64.powi(-126));
+        let one = Rational::from(1);
+        // after * 3: A = 3, e = 3 rho, f = lambda; after + 0.5: e = (1+rho) 3 rho + 3 rho
+        let e1 = Rational::from(3) * &rho;
+        let e2 = Rational::from(&one + &rho) * &e1 + &e1;
+        let f2 = Rational::from(&one + &rho) * &lambda + Rational::from(&rho * q(0.5)) + &lambda;
+        tight("scale_max", b.scale_max, &Rational::from(3));
+        tight("shift_l2", b.shift_l2, &q(0.5));
+        tight("error_rel", b.error_rel, &e2);
+        tight("error_const", b.error_const, &f2);
+        // one overflow check per op: the value after it, (A + e) |x| + C + f
+        assert_eq!(b.overflow.checks.len(), 2);
+        let c = b.overflow.checks[1];
+        tight("peak coefficient", c.scale_w, &(Rational::from(3) + &e2));
+        tight("peak constant", c.scale_b, &(q(0.5) + &f2));
+    }
+}
