@@ -1,4 +1,6 @@
-//! Command-line interface: argument definitions, the commands, and the exit-code contract.
+//! Command-line interface: argument definitions, flags parsed into the requests of
+//! [`crate::commands`], dispatch, publishing the reports, and the exit-code contract. The
+//! commands' work is in [`crate::commands`].
 //!
 //! Exit codes (the one documented place):
 //! * `0` — success; for `check` and `report`, every gate passed (or had no thresholds);
@@ -20,19 +22,17 @@ use crate::arith::format::Format;
 use crate::arith::runtime::RuntimeFlags;
 use crate::bounds::certify::{parse_mode_list, Mode};
 use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
-use crate::commands::check::facts;
+use crate::commands::certify::CertifyRequest;
 use crate::commands::inspect;
-use crate::engine::run::{self, ReferencePlan, Shard, SubjectSpec};
+use crate::commands::report::ReportRequest;
+use crate::engine::run::{ReferencePlan, Shard, SubjectSpec};
 use crate::error::LipfpError;
 use crate::files;
-use crate::gate::baseline::Baseline;
-use crate::gate::verdict::{evaluate, GateVerdict};
-use crate::policy::{CurveGrid, Policy, Radius, Thresholds};
+use crate::policy::{Policy, Radius};
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
-use crate::report::attack::AttackReport;
-use crate::report::certificates::{self, GateMeta};
-use crate::report::{self, GateReport, Report};
+use crate::report::certificates;
+use crate::report::{self, Report};
 
 /// Process exit status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -360,9 +360,8 @@ fn exit_for(report: &Report) -> Exit {
     }
 }
 
-/// What `lipfp certify` runs: the subject to load, the radius and the modes (usage errors name
-/// the flag).
-fn certify_request(a: &CertifyArgs) -> Result<(SubjectSpec, Radius, Vec<Mode>), LipfpError> {
+/// What `lipfp certify` runs, parsed from its flags (usage errors name the flag).
+fn certify_request(a: &CertifyArgs) -> Result<CertifyRequest, LipfpError> {
     let format = parse_format_flag("--format", a.format.as_deref())?;
     let accumulate = parse_format_flag("--accumulate", a.accumulate.as_deref())?;
     let modes = match &a.mode {
@@ -403,92 +402,29 @@ fn certify_request(a: &CertifyArgs) -> Result<(SubjectSpec, Radius, Vec<Mode>), 
         reference: ReferencePlan::for_run(&modes, &radius, a.curve.is_some()),
         shard: parse_shard(a.shard.as_deref())?,
     };
-    Ok((spec, radius, modes))
-}
-
-/// With `--curve`: the curve on `gate`, and with `--plot` its SVG among the `artifacts`.
-fn attach_curve(
-    a: &CertifyArgs,
-    subject: &run::Subject,
-    modes: &[Mode],
-    gate: &mut GateReport,
-    artifacts: &mut Vec<files::Artifact>,
-    progress: &Progress,
-) -> Result<(), LipfpError> {
-    let Some(text) = &a.curve else {
-        return Ok(());
-    };
-    let grid =
-        CurveGrid::parse_list(text).map_err(|m| LipfpError::Usage(format!("--curve: {m}")))?;
-    progress.stage("robustness curve");
-    let curve = run::certify_curve(subject, &grid, modes)?;
-    let c = crate::gate::curve::CurveReport::new(&curve, subject.n());
-    if let Some(path) = &a.plot {
-        let svg = report::plot::svg(&gate.name, &c, None)?;
-        artifacts.push(files::Artifact::new(path, svg.into_bytes(), "SVG plot"));
-    }
-    gate.curve = Some(c);
-    Ok(())
+    Ok(CertifyRequest {
+        spec,
+        radius,
+        modes,
+        curve: a.curve.clone(),
+        plot: a.plot.clone(),
+        attack: a.attack,
+        attack_witnesses: a.attack_witnesses.clone(),
+        certificates: a.certificates.clone(),
+    })
 }
 
 fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     check_outputs(&a.out, a.certificates.as_ref())?;
-    let (spec, radius, modes) = certify_request(a)?;
-    if a.attack {
-        crate::engine::attack::check_cli(&radius, modes[0], a.attack_witnesses.as_deref())?;
-    }
-    let subject = run::prepare(&spec, progress)?;
-    progress.stage(&format!("certifying {} points", subject.n()));
-    let outcome = run::certify_with_progress(&subject, &radius, &modes, progress)?;
-    let verdict = GateVerdict {
-        passed: None,
-        failures: vec![],
-        checks: vec![],
-    };
-    let mut gate = GateReport::new(
-        "certify",
-        &facts(&subject, a.gram_iterations),
-        &radius,
-        modes[0],
-        &outcome,
-        &verdict,
-    );
-    gate.model_name = Some(a.model.display().to_string());
-    let mut artifacts = Vec::new();
-    attach_curve(a, &subject, &modes, &mut gate, &mut artifacts, progress)?;
-    if a.attack {
-        let found =
-            crate::engine::attack::falsify(&subject, &radius, modes[0], &outcome, progress)?;
-        gate.attack = Some(AttackReport::of_subject(&found, &subject));
-        if let Some(p) = &a.attack_witnesses {
-            artifacts.extend(crate::engine::attack::witnesses::artifacts(
-                p, &subject, &found,
-            ));
-        }
-    }
-    if let Some(path) = &a.certificates {
-        let meta = GateMeta {
-            name: "certify",
-            radius: &radius,
-            mode: modes[0],
-            thresholds: &Thresholds::default(),
-            gram_iterations: a.gram_iterations,
-            policy_line: 0,
-            model_name: &a.model.display().to_string(),
-        };
-        let file = CertificateFile {
-            tool_version: env!("CARGO_PKG_VERSION").into(),
-            policy: String::new(),
-            gates: vec![certificates::gate_certificates(&meta, &subject, &outcome)],
-        };
-        artifacts.push(certificates::artifact(&file, path));
-    }
-    let report = Report {
-        lipfp_version: env!("CARGO_PKG_VERSION").into(),
-        policy: None,
-        gates: vec![gate],
-    };
-    emit_with(&report, &a.out, &suite_name("certify"), None, artifacts)?;
+    let request = certify_request(a)?;
+    let run = crate::commands::certify::run(&request, progress)?;
+    emit_with(
+        &run.report,
+        &a.out,
+        &suite_name("certify"),
+        None,
+        run.artifacts,
+    )?;
     Ok(Exit::Pass)
 }
 
@@ -519,65 +455,16 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
 
 fn report_files(a: &ReportArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     check_outputs(&a.out, None)?;
-    let mut files = Vec::with_capacity(a.files.len());
-    for p in &a.files {
-        files.push((p.clone(), certificates::read(p)?));
-    }
-    let baseline = a.baseline.as_deref().map(Baseline::load).transpose()?;
-    let policy = files
-        .iter()
-        .map(|(_, f)| f.policy.clone())
-        .find(|p| !p.is_empty());
-    progress.stage(&format!("merging {} certificate files", files.len()));
-    let mut merged = certificates::merge(&files)?;
-    match &a.config {
-        Some(config) => {
-            let policy = Policy::load(config)?;
-            crate::commands::audit::audit(&policy, &mut merged, a.verify.unwrap_or(0), progress)?;
-        }
-        None => {
-            for m in &mut merged {
-                m.facts.notes.push(
-                    "unverified merge: the figures and thresholds are the certificate files' own; \
-                     `lipfp report --config <policy> --verify <K>` checks them against the model and data"
-                        .into(),
-                );
-            }
-        }
-    }
-    let mut gates = Vec::with_capacity(merged.len());
-    for m in &merged {
-        let identity = crate::gate::baseline::Identity {
-            epsilon: m.radius.fields().0,
-            epsilons_sha256: m.outcome.radii_hash.clone(),
-            format: Some(m.facts.format.name().to_string()),
-            execution: Some(m.facts.execution.clone()),
-            test_set_hash: m.facts.test_set_hash.clone(),
-        };
-        let base = match &baseline {
-            Some(b) => b.compare(&m.name, m.mode.name(), &identity),
-            None => Err("no baseline report".to_string()),
-        };
-        let verdict = evaluate(&m.thresholds, m.mode, &m.outcome, base.clone());
-        let mut gate = GateReport::new(&m.name, &m.facts, &m.radius, m.mode, &m.outcome, &verdict);
-        gate.policy_line = (m.policy_line > 0).then_some(m.policy_line);
-        gate.model_name = m.model_name.clone();
-        for note in m.thresholds.fraction_notes() {
-            progress.warn(&format!("gate `{}`: {note}", m.name));
-            gate.notes.push(note);
-        }
-        if let (Some(_), Err(why)) = (&baseline, base) {
-            gate.notes.push(why);
-        }
-        gates.push(gate);
-    }
-    let report = Report {
-        lipfp_version: env!("CARGO_PKG_VERSION").into(),
-        policy: policy.clone(),
-        gates,
+    let request = ReportRequest {
+        files: &a.files,
+        baseline: a.baseline.as_deref(),
+        config: a.config.as_deref(),
+        verify: a.verify.unwrap_or(0),
     };
-    let suite = suite_name(policy.as_deref().unwrap_or("report"));
-    emit(&report, &a.out, &suite, policy.as_deref())?;
+    let report = crate::commands::report::run(&request, progress)?;
+    let policy = report.policy.as_deref();
+    let suite = suite_name(policy.unwrap_or("report"));
+    emit(&report, &a.out, &suite, policy)?;
     Ok(exit_for(&report))
 }
 
