@@ -233,7 +233,7 @@ mod tests {
             "{what}: {got} below the exact {}",
             exact.to_f64()
         );
-        let slack = Rational::from(exact * Rational::from((1, 1u64 << 40)));
+        let slack = exact * Rational::from((1, 1u64 << 40));
         assert!(
             g <= Rational::from(exact + &slack),
             "{what}: {got} is loose"
@@ -255,7 +255,7 @@ mod tests {
         // after * 3: A = 3, e = 3 rho, f = lambda; after + 0.5: e = (1+rho) 3 rho + 3 rho
         let e1 = Rational::from(3) * &rho;
         let e2 = Rational::from(&one + &rho) * &e1 + &e1;
-        let f2 = Rational::from(&one + &rho) * &lambda + Rational::from(&rho * q(0.5)) + &lambda;
+        let f2 = Rational::from(&one + &rho) * &lambda + &rho * q(0.5) + &lambda;
         tight("scale_max", b.scale_max, &Rational::from(3));
         tight("shift_l2", b.shift_l2, &q(0.5));
         tight("error_rel", b.error_rel, &e2);
