@@ -426,6 +426,24 @@ mod tests {
         tight("rel_b'", &out.rel_b, &want_b);
         let want_abs = q(&err.abs) + (&one + q(&err.rel_w)) * q(&a);
         tight("abs'", &out.abs, &want_abs);
+        // an overflow check restated: scale_w (1 + eta), abs + scale_w conv_abs, the rest kept
+        let check = OverflowCheck {
+            scale_w: 1.5,
+            scale_b: 1.25,
+            abs: 0.5,
+            f_max: 65504.0,
+        };
+        let c = converted_check(check, 0.125, 0.25);
+        let f = |x: f64| Rational::from_f64(x).unwrap();
+        let up = |what: &str, got: f64, want: Rational| {
+            assert!(
+                f(got) >= want && f(got) <= want.clone() * (&one + p2(-50)),
+                "{what}"
+            );
+        };
+        up("scale_w'", c.scale_w, f(1.5) * f(1.125));
+        up("check abs'", c.abs, f(0.5) + f(1.5) * f(0.25));
+        assert_eq!((c.scale_b, c.f_max), (1.25, 65504.0));
     }
 
     #[test]
