@@ -52,7 +52,7 @@ fn above(what: &str, got: f64, exact: &Rational, tight: bool) {
         exact.to_f64()
     );
     if tight {
-        let limit = Rational::from(exact * (p2(-40) + 1u32));
+        let limit = exact * (p2(-40) + 1u32);
         assert!(g <= limit, "{what}: {got} not tight ({})", exact.to_f64());
     }
 }
@@ -114,6 +114,14 @@ fn tf32_layers_cover_the_a100_block_fma_chain_with_and_without_split_k() {
         assert!(b.vacuous.is_none(), "{what}: {:?}", b.vacuous);
         let rel_w = b.layers[0].rel_w.expect("a dense layer");
         above(&format!("{what}: rel_w"), rel_w, &want, false);
+        // converted products stay below half of float32's range; inputs below TF32's largest
+        let o = &b.layers[0].overflow;
+        assert_eq!(o.product_f_max, f32::MAX as f64 / 2.0, "{what}");
+        assert_eq!(
+            o.input_f_max,
+            (2.0 - 2f64.powi(-10)) * 2f64.powi(127),
+            "{what}"
+        );
     }
 }
 
@@ -174,8 +182,8 @@ fn subnormal_float16_weights_widen_every_use_of_abs_w_on_tensor_cores() {
     // || |W| || + 2 lambda sqrt(3): compare squares against the exact sqrt's enclosure
     let base = q(norms(&w).abs_spectral);
     let kappa = q(lb.kappa_abs) / q(rel_w);
-    let lo = &base + Rational::from(&two_lambda * q(3f64.sqrt().next_down()));
-    let hi = &base + Rational::from(&two_lambda * q(3f64.sqrt().next_up()));
+    let lo = &base + &two_lambda * q(3f64.sqrt().next_down());
+    let hi = &base + &two_lambda * q(3f64.sqrt().next_up());
     assert!(kappa >= lo, "kappa_abs misses 2 lambda sqrt(3)");
     assert!(kappa <= hi * (p2(-40) + 1u32), "kappa_abs is loose");
     // the overflow rows: max_i ||w_i||_2 + 2 lambda sqrt(k_i), row 0 has k = 2
@@ -186,9 +194,9 @@ fn subnormal_float16_weights_widen_every_use_of_abs_w_on_tensor_cores() {
     };
     let rows = [row(0), row(1)];
     let norm_max = rows.iter().map(|r| r.to_f64().sqrt()).fold(0.0, f64::max);
-    let want = q(norm_max.next_down()) + Rational::from(&two_lambda * q(2f64.sqrt().next_down()));
+    let want = q(norm_max.next_down()) + &two_lambda * q(2f64.sqrt().next_down());
     above("row_l2_max", lb.overflow.row_l2_max, &want, false);
-    let loose = q(norm_max.next_up()) + Rational::from(&two_lambda * q(2f64.sqrt().next_up()));
+    let loose = q(norm_max.next_up()) + &two_lambda * q(2f64.sqrt().next_up());
     assert!(
         q(lb.overflow.row_l2_max) <= loose * (p2(-40) + 1u32),
         "row_l2_max is loose"
@@ -208,8 +216,8 @@ fn subnormal_float16_weights_widen_every_use_of_abs_w_on_tensor_cores() {
         })
         .sum();
     let pair = b.pair(0, 1).kappa_abs;
-    let got_sq = Rational::from(q(pair) * q(pair));
-    let rel_sq = Rational::from(q(rel_w) * q(rel_w));
+    let got_sq = q(pair) * q(pair);
+    let rel_sq = q(rel_w) * q(rel_w);
     assert!(
         got_sq >= Rational::from(&rel_sq * &sq),
         "pair kappa misses the widening"
