@@ -587,6 +587,31 @@ fn componentwise_chain_and_pair_error_are_tight_upper_bounds() {
     }
 }
 
+/// `ModelBounds::margin_deviation` (the centre bound the conformance tests compare executions
+/// with) against the exact centre chain: `E_ctr^{ij}` from `r_0 = ||x||`, or the same refusal.
+#[test]
+fn margin_deviation_is_the_exact_centre_bound() {
+    for c in cases() {
+        let top = c.nr.layers.len() - 1;
+        for (k, p) in points(&c.net).iter().enumerate() {
+            let exact = c.nr.chain(&Iv::of(p.x_norm));
+            for i in 0..c.nr.classes {
+                for j in (0..c.nr.classes).filter(|&j| j != i) {
+                    let got = c.mb.margin_deviation(p.x_norm, i, j);
+                    let what = format!("{} point {k} pair ({i},{j})", c.label);
+                    match &exact {
+                        Ok((r, d)) => {
+                            let e = pair_err(c.nr.pair(i, j), &d[top], &r[top]);
+                            check_upper(&what, got.expect("no overflow"), &e);
+                        }
+                        Err(l) => assert_eq!(got, Err(Refusal::Overflow(*l)), "{what}"),
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The Softmax head's margin against its closed form.
 #[test]
 fn softmax_head_margin_is_a_tight_upper_bound() {

@@ -479,6 +479,75 @@ mod tests {
     }
 
     #[test]
+    fn refusals_read_as_their_reason() {
+        assert_eq!(Refusal::Margin.to_string(), "margin too small");
+        assert_eq!(
+            Refusal::Overflow(2).to_string(),
+            "overflow not excluded at layer 2"
+        );
+        assert_eq!(
+            Refusal::ReferenceOverflow(1).to_string(),
+            "float64 reference: overflow not excluded at layer 1"
+        );
+    }
+
+    /// Three dense layers `2 -> 2 -> 2 -> 2`, each `||W|| <= 2`.
+    fn three_layers() -> (DenseNet, Vec<LayerNorms>) {
+        let layer = |l: usize| crate::onnx::model::Dense {
+            w: ndarray::arr2(&[[2.0, 0.0], [0.0, 1.0]]),
+            b: vec![0.0, 0.0],
+            act: if l < 2 {
+                crate::onnx::model::Activation::Relu
+            } else {
+                crate::onnx::model::Activation::Identity
+            },
+            nodes: vec![format!("gemm{l}")],
+            ops: vec!["Gemm".into()],
+            casts: Vec::new(),
+            affine: None,
+        };
+        let net = DenseNet {
+            layers: (0..3).map(layer).collect(),
+            input_name: "x".into(),
+            input_shape: vec![2],
+            head: Vec::new(),
+            format: Format::Float32,
+            converted_changed: 0,
+            path: "three.onnx".into(),
+        };
+        let norms = vec![
+            LayerNorms {
+                spectral: 2.0,
+                abs_spectral: 2.0,
+            };
+            3
+        ];
+        (net, norms)
+    }
+
+    #[test]
+    fn merged_norms_tighten_exactly_the_prefix_they_compose() {
+        let (net, norms) = three_layers();
+        let exec = ExecutionModel::deployed(Format::Float32, None, false).unwrap();
+        let mut b = ModelBounds::new(&net, &norms, &exec);
+        // without a merge: prefix[l] = 2^l rounded up once per step
+        assert_eq!(b.lip_prefix[0], 1.0);
+        assert!(b.lip_prefix[2] >= 4.0 && b.lip_prefix[2] <= 4.0 * (1.0 + 1e-15));
+        // layers 0 and 1 composed with norm 1.5: prefix[2] = min(prefix[1] 2, 1.5)
+        b.use_merged_norms(&[None, Some(1.5), None]);
+        assert!(b.lip_prefix[1] >= 2.0 && b.lip_prefix[1] <= 2.0 * (1.0 + 1e-15));
+        assert!(b.lip_prefix[2] >= 1.5 && b.lip_prefix[2] <= 1.5 * (1.0 + 1e-15));
+        // the pairs' Lipschitz constants follow the last prefix
+        let p = b.pair(0, 1);
+        assert!(p.lip >= p.diff * 1.5 && p.lip <= p.diff * 1.5 * (1.0 + 1e-15));
+        // a merge that is not tighter changes nothing; merged[0] has no earlier prefix
+        let mut c = ModelBounds::new(&net, &norms, &exec);
+        let before = c.lip_prefix.clone();
+        c.use_merged_norms(&[Some(0.1), Some(5.0), None]);
+        assert_eq!(c.lip_prefix, before);
+    }
+
+    #[test]
     fn mode_names_round_trip() {
         for m in Mode::ALL {
             assert_eq!(Mode::parse(m.name()), Some(m));
