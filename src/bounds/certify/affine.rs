@@ -266,4 +266,28 @@ mod tests {
         tight("peak coefficient", c.scale_w, &(Rational::from(3) + &e2));
         tight("peak constant", c.scale_b, &(q(0.5) + &f2));
     }
+
+    #[test]
+    fn a_division_pins_its_doubled_rounding_and_the_reciprocal_term() {
+        // y = x / 4 in float32: A = 1/4, g = (1 + rho)^2 - 1,
+        // e = g A + (1 + g) lambda (A_0 + e_0), f = lambda (the reciprocal's subnormal terms)
+        let step = AffineStep {
+            width: 1,
+            ops: vec![ElementOp::Div(vec![4.0])],
+        };
+        let b = step_bounds(&step, Format::Float32);
+        let (u, uw) = (q(2f64.powi(-24)), q(2f64.powi(-53)));
+        let rho = Rational::from(&u + &uw) + Rational::from(&u * &uw);
+        let one = Rational::from(1);
+        let g = Rational::from(&one + &rho) * Rational::from(&one + &rho) - &one;
+        let lambda = q(2f64.powi(-126));
+        let quarter = q(0.25);
+        let e = Rational::from(&g * &quarter) + Rational::from(&one + &g) * &lambda;
+        tight("scale_max", b.scale_max, &quarter);
+        // `gamma` forms (1 + rho)^2 in f64 and subtracts 1: relative slack about 2^-28
+        let e_loose = Rational::from(&e * Rational::from((1u64 << 20) + 1)) >> 20u32;
+        assert!(q(b.error_rel) >= e, "error_rel below the exact value");
+        assert!(q(b.error_rel) <= e_loose, "error_rel is loose");
+        tight("error_const", b.error_const, &lambda);
+    }
 }
