@@ -285,7 +285,7 @@ mod tests {
         let e = Rational::from(&g * &quarter) + Rational::from(&one + &g) * &lambda;
         tight("scale_max", b.scale_max, &quarter);
         // `gamma` forms (1 + rho)^2 in f64 and subtracts 1: relative slack about 2^-28
-        let e_loose = Rational::from(&e * Rational::from((1u64 << 20) + 1)) >> 20u32;
+        let e_loose = (&e * Rational::from((1u64 << 20) + 1)) >> 20u32;
         assert!(q(b.error_rel) >= e, "error_rel below the exact value");
         assert!(q(b.error_rel) <= e_loose, "error_rel is loose");
         tight("error_const", b.error_const, &lambda);
