@@ -400,14 +400,14 @@ impl ModelBounds {
         let mut devs = Vec::with_capacity(depth);
         let (mut r, mut d) = (r0, self.d0);
         for (l, lb) in self.layers.iter().enumerate() {
+            if let Some(p) = l.checked_sub(1).map(|k| &self.layers[k]) {
+                d = deviation_step(p.alpha, d, p.kappa_abs, r, p.beta_const);
+                r = radius_step(p.spectral, r, p.bias_l2);
+            }
             radii.push(r);
             devs.push(d);
             if !overflow_free(&lb.overflow, r, d) {
                 return Err(Refusal::Overflow(l + 1));
-            }
-            if l + 1 < depth {
-                d = deviation_step(lb.alpha, d, lb.kappa_abs, r, lb.beta_const);
-                r = radius_step(lb.spectral, r, lb.bias_l2);
             }
         }
         Ok((radii, devs))
