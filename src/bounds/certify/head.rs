@@ -175,6 +175,7 @@ pub fn head_margin(heads: &[HeadOp], format: Format, classes: u64) -> Option<f64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rug::ops::Pow;
 
     /// The Softmax margin from its closed form in f64 (independent arithmetic), within a
     /// relative `1e-9`.
@@ -216,6 +217,83 @@ mod tests {
         let g = (3.0 + u) * (u * l_max + lambda) / ((1.0 - 2.0 * u - u * u) * (1.0 - u));
         let got = log_softmax_margin(format, 10);
         assert!((got - g).abs() <= g * 1e-9, "{got} vs {g}");
+    }
+
+    /// The closed forms at 256 bits (rounding errors far below the `f64` result's ulp):
+    /// `S_max = K (1 + eps + lambda)(1 + u)^(K-1)`, `S_min = (1 - eps - lambda)(1 - u)^(K-1)`.
+    fn sums(format: Format, k: u64) -> (Float, Float, [Float; 3]) {
+        let w = |x: f64| Float::with_val(256, x);
+        let (u, eps, lambda) = (
+            w(format.unit_roundoff()),
+            w(transcendental_accuracy(format)),
+            w(format.lambda()),
+        );
+        let kf = w(k as f64);
+        let grow = Float::with_val(256, 1 + &u).pow(&w((k - 1) as f64));
+        let shrink = Float::with_val(256, 1 - &u).pow(&w((k - 1) as f64));
+        let s_max = kf * (Float::with_val(256, 1 + &eps) + &lambda) * grow;
+        let top = Float::with_val(256, 1 - &eps) - &lambda;
+        let s_min = Float::with_val(256, &top * shrink);
+        (s_max, s_min, [u, eps, lambda])
+    }
+
+    /// `got` is at or above `exact` and within a relative `2^-50` of it.
+    fn pinned(what: &str, got: f64, exact: &Float) {
+        let g = Float::with_val(256, got);
+        assert!(g >= *exact, "{what}: {got} below {exact}");
+        let limit = Float::with_val(
+            256,
+            exact * (1 + Float::with_val(256, Float::i_exp(1, -50))),
+        );
+        assert!(g <= limit, "{what}: {got} loose against {exact}");
+    }
+
+    #[test]
+    fn log_softmax_margin_is_pinned_at_high_precision() {
+        for (format, k) in [
+            (Format::Float32, 10),
+            (Format::Float32, 2),
+            (Format::Float16, 3),
+            (Format::Bfloat16, 100_000),
+        ] {
+            let (s_max, s_min, [u, eps, lambda]) = sums(format, k);
+            // L_max = (1 + eps) max(ln S_max, -ln S_min) + eps (the second wins for bfloat16
+            // with 100,000 classes)
+            let (hi, lo) = (s_max.ln(), -s_min.ln());
+            let l_max = Float::with_val(256, 1 + &eps) * if hi > lo { hi } else { lo } + &eps;
+            let num = Float::with_val(256, 3 + &u) * (Float::with_val(256, &u * &l_max) + &lambda);
+            let den = (1 - Float::with_val(256, 2 * &u) - Float::with_val(256, &u * &u))
+                * Float::with_val(256, 1 - &u);
+            let g = Float::with_val(256, num / den);
+            pinned(
+                &format!("{format} K={k}"),
+                log_softmax_margin(format, k),
+                &g,
+            );
+        }
+    }
+
+    #[test]
+    fn softmax_refusal_flips_exactly_where_the_top_probability_reaches_lambda() {
+        // (1 - eps - lambda)(1 - u)^3 / S_max > lambda is the condition; find its last K
+        let ok = |k: u64| {
+            let (s_max, _, [u, eps, lambda]) = sums(Format::Float16, k);
+            let top =
+                (Float::with_val(256, 1 - &eps) - &lambda) * Float::with_val(256, 1 - &u).pow(3u32);
+            Float::with_val(256, top / s_max) > lambda
+        };
+        let (mut lo, mut hi) = (2u64, 100_000u64);
+        assert!(ok(lo) && !ok(hi));
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if ok(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        assert!(softmax_margin(Format::Float16, lo).is_some(), "K = {lo}");
+        assert!(softmax_margin(Format::Float16, hi).is_none(), "K = {hi}");
     }
 
     #[test]
