@@ -452,12 +452,7 @@ impl Certifier<'_> {
                 .fold(f64::INFINITY, f64::min);
             let l_eps = mul_up(p.lip, eps);
             let s = sub_down(sub_down(sub_down(lower, l_eps), ball), fmt.head_margin);
-            // NaN-safe minimum: a NaN slack makes the point uncertified
-            slack = if s.is_nan() || slack.is_nan() {
-                f64::NAN
-            } else {
-                slack.min(s)
-            };
+            slack = nan_safe_min(slack, s);
             deg += (c.logits[i] - c.logits[j]) - lower + ball;
             leps += l_eps;
         }
@@ -482,11 +477,7 @@ impl Certifier<'_> {
         for j in (0..fmt.classes).filter(|&j| j != i) {
             let l_eps = mul_up(fmt.pair(i, j).lip, eps);
             let s = sub_down(margin_lower(c.logits, i, j), l_eps);
-            slack = if s.is_nan() || slack.is_nan() {
-                f64::NAN
-            } else {
-                slack.min(s)
-            };
+            slack = nan_safe_min(slack, s);
             leps += l_eps;
         }
         PointResult {
@@ -498,6 +489,16 @@ impl Certifier<'_> {
             slack: Some(slack),
             degradation: Some((0.0, leps)),
         }
+    }
+}
+
+/// The smaller slack, NaN when either is (`f64::min` would drop a NaN): a class pair whose
+/// slack is NaN leaves the point uncertified.
+fn nan_safe_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
     }
 }
 
@@ -579,4 +580,18 @@ fn first_err_centre(v: &[Result<CentreBound<'_>, Refusal>]) -> Refusal {
     v.iter()
         .find_map(|x| x.as_ref().err().copied())
         .unwrap_or(Refusal::Model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nan_safe_min;
+
+    #[test]
+    fn a_nan_slack_on_either_side_wins_the_minimum() {
+        assert_eq!(nan_safe_min(1.0, 2.0), 1.0);
+        assert_eq!(nan_safe_min(2.0, -1.0), -1.0);
+        assert!(nan_safe_min(f64::NAN, 2.0).is_nan());
+        assert!(nan_safe_min(2.0, f64::NAN).is_nan());
+        assert!(nan_safe_min(f64::INFINITY, f64::NAN).is_nan());
+    }
 }
