@@ -456,13 +456,8 @@ impl Certifier<'_> {
             deg += (c.logits[i] - c.logits[j]) - lower + ball;
             leps += l_eps;
         }
-        let verdict = if slack > 0.0 {
-            Ok(())
-        } else {
-            Err(Refusal::Margin)
-        };
         PointResult {
-            verdict,
+            verdict: verdict_of(slack),
             slack: Some(slack),
             degradation: Some((deg, leps)),
         }
@@ -481,14 +476,20 @@ impl Certifier<'_> {
             leps += l_eps;
         }
         PointResult {
-            verdict: if slack > 0.0 {
-                Ok(())
-            } else {
-                Err(Refusal::Margin)
-            },
+            verdict: verdict_of(slack),
             slack: Some(slack),
             degradation: Some((0.0, leps)),
         }
+    }
+}
+
+/// Certified exactly when the slack is positive (strictly: the theorems need a strict margin; a
+/// NaN slack refuses).
+fn verdict_of(slack: f64) -> Verdict {
+    if slack > 0.0 {
+        Ok(())
+    } else {
+        Err(Refusal::Margin)
     }
 }
 
@@ -583,15 +584,4 @@ fn first_err_centre(v: &[Result<CentreBound<'_>, Refusal>]) -> Refusal {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::nan_safe_min;
-
-    #[test]
-    fn a_nan_slack_on_either_side_wins_the_minimum() {
-        assert_eq!(nan_safe_min(1.0, 2.0), 1.0);
-        assert_eq!(nan_safe_min(2.0, -1.0), -1.0);
-        assert!(nan_safe_min(f64::NAN, 2.0).is_nan());
-        assert!(nan_safe_min(2.0, f64::NAN).is_nan());
-        assert!(nan_safe_min(f64::INFINITY, f64::NAN).is_nan());
-    }
-}
+mod tests;
