@@ -57,16 +57,6 @@ fn above(what: &str, got: f64, exact: &Rational, tight: bool) {
     }
 }
 
-fn choice(runtime: Runtime) -> RuntimeChoice {
-    RuntimeChoice {
-        runtime,
-        gpu: None,
-        tf32: None,
-        reduced_precision_reduction: None,
-        operand_rounding: None,
-    }
-}
-
 fn deployed(c: RuntimeChoice, storage: Format) -> ExecutionModel {
     c.deployment(storage, None, false)
         .unwrap_or_else(|e| panic!("{e}"))
@@ -92,7 +82,10 @@ fn tf32_layers_cover_the_a100_block_fma_chain_with_and_without_split_k() {
     // 64 -> 3, normal weights: 16 A100 TF32 blocks (b = 4, e = 1)
     let w = Array2::from_shape_fn((3, 64), |(i, j)| 0.25 + ((i * 64 + j) % 7) as f64 / 16.0);
     let m = net(Format::Float32, vec![w], vec![vec![0.5, -0.25, 0.125]]);
-    let full = deployed(choice(Runtime::OnnxruntimeCuda), Format::Float32);
+    let full = deployed(
+        RuntimeChoice::new(Runtime::OnnxruntimeCuda),
+        Format::Float32,
+    );
     let no_split = ExecutionModel {
         split_k: None,
         ..full
@@ -133,7 +126,10 @@ fn with_weight(special: f64) -> lipfp::onnx::model::DenseNet {
 
 #[test]
 fn weights_tf32_cannot_hold_make_the_certificate_vacuous_exactly_at_its_boundaries() {
-    let exec = deployed(choice(Runtime::OnnxruntimeCuda), Format::Float32);
+    let exec = deployed(
+        RuntimeChoice::new(Runtime::OnnxruntimeCuda),
+        Format::Float32,
+    );
     let lambda = 2f64.powi(-126);
     // TF32's largest value (2 - 2^-10) 2^127, and the next float32 above it
     let tf32_max = (2.0 - 2f64.powi(-10)) * 2f64.powi(127);
@@ -171,7 +167,7 @@ fn subnormal_float16_weights_widen_every_use_of_abs_w_on_tensor_cores() {
     let m = net(Format::Float16, vec![w.clone()], vec![vec![0.0, 0.0]]);
     let rpr_off = RuntimeChoice {
         reduced_precision_reduction: Some(false),
-        ..choice(Runtime::PytorchCuda)
+        ..RuntimeChoice::new(Runtime::PytorchCuda)
     };
     let exec = deployed(rpr_off, Format::Float16);
     let b = bounds(&m, &exec);
