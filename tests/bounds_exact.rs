@@ -469,6 +469,17 @@ fn real_slack_is_a_tight_lower_bound_and_the_verdict_flips_at_the_exact_boundary
             );
             assert_eq!(got.verdict.is_ok(), slack > 0.0, "{w}");
             assert_eq!(got.degradation.unwrap().0, 0.0);
+            // the reported sum of L_ij eps over the competing classes
+            let i = argmax(&logits);
+            let want: f64 = (0..mb.classes)
+                .filter(|&j| j != i)
+                .map(|j| mb.pair(i, j).lip * eps)
+                .sum();
+            let leps = got.degradation.unwrap().1;
+            assert!(
+                leps >= want * (1.0 - 1e-12) && leps <= want * (1.0 + 1e-12),
+                "{w}: L eps sum {leps} vs {want}"
+            );
             got
         };
         for eps in [0.0, 1e-3, 0.1] {
