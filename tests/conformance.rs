@@ -25,18 +25,14 @@ use common::ball::{attack_sample, check_deviation, random_samples, Figures};
 use common::exact::ExactNet;
 use common::onnx_builder::*;
 use common::runtime::{
-    argmax, example, export_float16, ort_logits, python, read_inputs, tract_logits, write_f64_npy,
+    argmax, example, export_float16, ort_logits, python, read_inputs, tract_logits,
 };
 use lipfp::arith::execution::ExecutionModel;
 use lipfp::arith::format::Format;
-use lipfp::bounds::certify::Mode;
-use lipfp::engine::data;
 use lipfp::engine::exec::{Executor, Hidden};
-use lipfp::engine::run::{self, ReferencePlan, Subject, SubjectSpec};
+use lipfp::engine::run::{ReferencePlan, Subject, SubjectSpec};
 use lipfp::onnx::model::DenseNet;
 use lipfp::onnx::reader::proto::tensor_proto::DataType;
-use lipfp::policy::Radius;
-use lipfp::progress::Progress;
 use ndarray::ArrayView2;
 use rug::Rational;
 
@@ -67,37 +63,20 @@ struct Case {
 }
 
 fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
-    let stored = lipfp::onnx::model::stored_format(&case.model).unwrap_or_else(|e| panic!("{e}"));
-    let example = lipfp::onnx::model::load(&case.model, stored, false)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .input_shape;
-    let x = dir.join(format!("{}-x.npy", case.name));
-    write_f64_npy(&x, case.rows, &example, &case.inputs);
     let spec = SubjectSpec {
         model: case.model.clone(),
         format: case.format,
         accumulate: case.accumulate,
         ftz: case.ftz,
         runtime: None,
-        inputs: x.clone(),
+        inputs: PathBuf::new(),
         labels: None,
         gram_iterations: 12,
         reference: ReferencePlan::Every { products: true },
         shard: None,
     };
-    let subject = run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"));
-    let radius = Radius::parse_decimal(case.epsilon).unwrap();
-    let outcome = run::certify(&subject, &radius, &Mode::SOUND).unwrap();
-    let mut any = vec![false; subject.n()];
-    for m in outcome.modes.iter().filter(|m| m.mode.is_sound()) {
-        for (a, &v) in any.iter_mut().zip(&m.verdicts) {
-            *a |= v;
-        }
-    }
-    let converted = data::load_inputs(&x, &subject.net, subject.net.format)
-        .unwrap()
-        .values;
-    (subject, any, converted)
+    let data = (&case.inputs[..], case.rows);
+    common::ball::certify_any_sound(dir, &case.name, data, spec, case.epsilon)
 }
 
 /// Run every check of `case` against onnxruntime (both optimisation levels) and tract.

@@ -33,7 +33,6 @@ use lipfp::bounds::certify::Mode;
 use lipfp::engine::run::{self, ReferencePlan, Subject, SubjectSpec};
 use lipfp::onnx::reader::proto::tensor_proto::DataType;
 use lipfp::policy::Radius;
-use lipfp::progress::Progress;
 use rug::Rational;
 use serde_json::{json, Value};
 
@@ -57,37 +56,19 @@ struct Target {
 /// lipfp's certificate under the target's runtime: the subject, whether any sound mode
 /// certifies each point, and the inputs as storage values.
 fn certify(t: &Target, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
-    let stored = lipfp::onnx::model::stored_format(&t.model).unwrap_or_else(|e| panic!("{e}"));
-    let shape = lipfp::onnx::model::load(&t.model, stored, false)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .input_shape;
-    let x = dir.join(format!("{}-x.npy", t.name));
-    common::runtime::write_f64_npy(&x, t.rows, &shape, &t.inputs);
     let spec = SubjectSpec {
         model: t.model.clone(),
         format: t.format,
         accumulate: t.accumulate,
         ftz: false,
         runtime: Some(t.runtime),
-        inputs: x.clone(),
+        inputs: PathBuf::new(),
         labels: None,
         gram_iterations: 12,
         reference: ReferencePlan::Every { products: true },
         shard: None,
     };
-    let subject = run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"));
-    let radius = Radius::parse_decimal(t.epsilon).unwrap();
-    let outcome = run::certify(&subject, &radius, &Mode::SOUND).unwrap();
-    let mut any = vec![false; subject.n()];
-    for m in outcome.modes.iter().filter(|m| m.mode.is_sound()) {
-        for (a, &v) in any.iter_mut().zip(&m.verdicts) {
-            *a |= v;
-        }
-    }
-    let converted = lipfp::engine::data::load_inputs(&x, &subject.net, subject.net.format)
-        .unwrap()
-        .values;
-    (subject, any, converted)
+    common::ball::certify_any_sound(dir, &t.name, (&t.inputs[..], t.rows), spec, t.epsilon)
 }
 
 /// Write the network and `rows` (storage values) as a bundle directory.

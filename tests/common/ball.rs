@@ -141,3 +141,38 @@ pub fn check_deviation(
         }
     }
 }
+
+/// lipfp's certificate for `spec` (whose `inputs` is replaced by `rows` of `inputs`, written as
+/// `<name>-x.npy` in `dir` in the model's input shape) at radius `epsilon` in every sound mode:
+/// the subject, whether any sound mode certifies each point, and the inputs as storage values.
+pub fn certify_any_sound(
+    dir: &std::path::Path,
+    name: &str,
+    (inputs, rows): (&[f64], usize),
+    mut spec: lipfp::engine::run::SubjectSpec,
+    epsilon: &str,
+) -> (Subject, Vec<bool>, Vec<f64>) {
+    use lipfp::bounds::certify::Mode;
+    use lipfp::engine::run;
+    let stored = lipfp::onnx::model::stored_format(&spec.model).unwrap_or_else(|e| panic!("{e}"));
+    let shape = lipfp::onnx::model::load(&spec.model, stored, false)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .input_shape;
+    let x = dir.join(format!("{name}-x.npy"));
+    super::runtime::write_f64_npy(&x, rows, &shape, inputs);
+    spec.inputs = x.clone();
+    let progress = lipfp::progress::Progress::silent();
+    let subject = run::prepare(&spec, &progress).unwrap_or_else(|e| panic!("{e}"));
+    let radius = lipfp::policy::Radius::parse_decimal(epsilon).unwrap();
+    let outcome = run::certify(&subject, &radius, &Mode::SOUND).unwrap();
+    let mut any = vec![false; subject.n()];
+    for m in outcome.modes.iter().filter(|m| m.mode.is_sound()) {
+        for (a, &v) in any.iter_mut().zip(&m.verdicts) {
+            *a |= v;
+        }
+    }
+    let converted = lipfp::engine::data::load_inputs(&x, &subject.net, subject.net.format)
+        .unwrap()
+        .values;
+    (subject, any, converted)
+}
