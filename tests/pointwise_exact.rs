@@ -619,3 +619,81 @@ fn softmax_head_margin_is_a_tight_upper_bound() {
         check_upper(&format!("{} g", c.label), c.mb.head_margin, &c.g);
     }
 }
+
+/// The lazy plan's refutation test (`modes::refuted`: no sound mode can certify the point)
+/// against its exact counterpart `min_j (m_hat_ij + E_ij(D, r) - L_ij eps - g) <= 0`, with `D`
+/// and `r` from the deterministic chain at `||x||`. On the Softmax-head network each point is
+/// tested at the radius where the exact value for a competing class is `-g/2`: there lipfp must
+/// refute, and it must not wherever the exact value is positive. Both are tested only where the
+/// exact value is farther than the tolerance from 0; the radii are chosen so that `g` decides
+/// them (the value with `+g` in place of `-g` would be positive).
+#[test]
+fn refutation_is_exact_at_the_head_margin() {
+    use lipfp::bounds::certify::modes::refuted;
+    let (mut refuted_at_g, mut kept) = (0, 0);
+    for c in cases().into_iter().filter(|c| !c.net.head.is_empty()) {
+        let top = c.nr.layers.len() - 1;
+        let half_g = Rational::from(&c.g.lo / 2u32);
+        for (k, p) in points(&c.net).iter().enumerate() {
+            let i = argmax(&p.logits);
+            let (Ok((rc, dc)), Ok(rd)) =
+                (c.nr.chain(&Iv::of(p.x_norm)), c.mb.hidden_chain(p.x_norm))
+            else {
+                continue;
+            };
+            let (r, d) = rd;
+            // m_hat_ij + E_ij per competing class, exact
+            let reach = |j: usize| {
+                Iv::exact(q(p.logits[i]) - q(p.logits[j])).add(&pair_err(
+                    c.nr.pair(i, j),
+                    &dc[top],
+                    &rc[top],
+                ))
+            };
+            let upper = |eps: f64| {
+                let per = (0..c.nr.classes).filter(|&j| j != i).map(|j| {
+                    let pr = c.nr.pair(i, j);
+                    let v = reach(j).sub(&pr.lip.scale(&q(eps))).sub(&c.g);
+                    let scale = reach(j).hi.clone().abs() + Rational::from(&pr.lip.hi * &q(eps));
+                    (v, scale + c.g.hi.clone())
+                });
+                per.fold(None::<(Iv, Rational)>, |acc, (v, s)| match acc {
+                    None => Some((v, s)),
+                    Some((a, t)) => Some((a.min(&v), t.max(s))),
+                })
+                .expect("at least two classes")
+            };
+            for j in (0..c.nr.classes).filter(|&j| j != i) {
+                // L_ij eps = m_hat_ij + E_ij - g/2 (exact value -g/2) or - 2g (exact value g)
+                for below in [half_g.clone(), Rational::from(&c.g.lo * 2u32)] {
+                    let target =
+                        Rational::from(&reach(j).lo - &below) / c.nr.pair(i, j).lip.lo.clone();
+                    let eps = target.to_f64();
+                    if !(eps > 0.0) {
+                        continue;
+                    }
+                    let (v, scale) = upper(eps);
+                    let got = refuted(&c.mb, &p.logits, i, eps, (d, r));
+                    let what = format!("{} point {k} class {i} vs {j}, eps {eps:e}", c.label);
+                    if v.lo > tol(&scale) {
+                        assert!(!got, "{what}: refuted although the exact bound is positive");
+                        kept += 1;
+                    } else if v.hi < -tol(&scale) {
+                        assert!(
+                            got,
+                            "{what}: not refuted although the exact bound is negative"
+                        );
+                        // with +g the value would be positive: g decided this point
+                        let flipped = Rational::from(&v.lo + &c.g.lo) + c.g.lo.clone();
+                        if flipped > tol(&scale) {
+                            refuted_at_g += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("refuted by the head margin: {refuted_at_g}, kept: {kept}");
+    assert!(refuted_at_g > 0, "no point was decided by the head margin");
+    assert!(kept > 0, "no point kept beside the head margin");
+}
