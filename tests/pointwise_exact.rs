@@ -669,7 +669,7 @@ fn refutation_is_exact_at_the_head_margin() {
                     let target =
                         Rational::from(&reach(j).lo - &below) / c.nr.pair(i, j).lip.lo.clone();
                     let eps = target.to_f64();
-                    if !(eps > 0.0) {
+                    if eps.is_nan() || eps <= 0.0 {
                         continue;
                     }
                     let (v, scale) = upper(eps);

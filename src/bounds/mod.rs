@@ -6,4 +6,5 @@
 //! Imports: [`crate::onnx`] (the network), [`crate::arith`], [`crate::error`].
 
 pub mod certify;
+pub mod local;
 pub mod norms;

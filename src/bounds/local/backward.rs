@@ -1,0 +1,187 @@
+//! Backward substitution (CROWN's linear bound propagation) with its floating-point rounding
+//! bounded (docs/soundness.md "Local bounds").
+//!
+//! For target rows `C` over layer `k`'s output, the substitution keeps a linear form
+//! `Lambda z_l + const` that is below `C z_k(x)` for every `x` in the ball, up to an error bound
+//! `err`. Every matrix product is an ordinary float64 GEMM; what it rounds away is bounded a
+//! posteriori by `gamma_n |Lambda| |W| |h|max`, a matrix-vector product of absolute values, so the
+//! coefficients carried back are exact floating-point numbers and the identity they satisfy holds
+//! up to the recorded error.
+
+use ndarray::{Array1, Array2, ArrayView1, Axis};
+
+use super::interval::{nonneg_sum_up, underflow_slack, Bounds};
+use super::relax::{gamma_up, UnitRelaxation, UNIT_ROUNDOFF};
+use super::LocalNet;
+use crate::arith::sound::{add_down, add_up, l2_norm_up, mul_up, sub_down};
+
+/// What the substitution carries per target row besides the coefficients.
+struct Carried {
+    /// The constant term (float64 sums; their rounding is in `err`).
+    cst: Vec<f64>,
+    /// Upper bounds of the rounding errors so far, summed in float64 (inflated at the end).
+    err: Vec<f64>,
+    /// How many terms `err` sums.
+    terms: usize,
+}
+
+impl Carried {
+    /// `cst_r += v_r`, recording the addition's rounding (at most `u` times the exact sum,
+    /// below `2 u |fl(sum)|`).
+    fn add_constant(&mut self, v: &[f64]) {
+        for (r, &t) in v.iter().enumerate() {
+            self.cst[r] += t;
+            self.err[r] += mul_up(2.0 * UNIT_ROUNDOFF, self.cst[r].abs());
+        }
+        self.terms += 1;
+    }
+
+    /// `err_r += v_r` (each an upper bound of a nonnegative error).
+    fn add_error(&mut self, v: impl Iterator<Item = f64>) {
+        for (e, t) in self.err.iter_mut().zip(v) {
+            *e += t;
+        }
+        self.terms += 1;
+    }
+}
+
+/// Lower bounds on the rows of `C z_k(x)` for every `x` with `||x - x0||_2 <= eps`, given
+/// bounds `pre[l]` on the pre-activations of the hidden layers `l < k` over the ball and their
+/// relaxations `relax[l]`. Each result rounds down; NaN where a value was not finite.
+pub(super) fn lower_bounds(
+    net: &LocalNet,
+    k: usize,
+    c: Array2<f64>,
+    (pre, relax): (&[Bounds], &[Vec<UnitRelaxation>]),
+    x0: ArrayView1<f64>,
+    eps: f64,
+) -> Vec<f64> {
+    let rows = c.nrows();
+    let mut lam = c;
+    let mut carried = Carried {
+        cst: vec![0.0; rows],
+        err: vec![0.0; rows],
+        terms: 0,
+    };
+    for l in (0..=k).rev() {
+        let layer = &net.layers[l];
+        // the inputs of layer l are bounded in magnitude by |x0| + eps or by max(hi, 0)
+        let input_mag: Array1<f64> = if l == 0 {
+            x0.mapv(|v| add_up(v.abs(), eps))
+        } else {
+            pre[l - 1].hi.iter().map(|h| h.max(0.0)).collect()
+        };
+        let m = substitute_layer(layer, &lam, &input_mag, &mut carried);
+        if l == 0 {
+            return concretise(&m, carried, x0, eps);
+        }
+        lam = relax_rows(&m, &relax[l - 1], &pre[l - 1].magnitude(), &mut carried);
+    }
+    unreachable!("the loop returns at layer 0")
+}
+
+/// `Lambda z_l = (Lambda W_l) h_{l-1} + Lambda b_l`: returns `M = fl(Lambda W_l)` and adds
+/// `fl(Lambda b_l)` to the constant. Each entry of `M` is within
+/// `gamma_{m_l} (|Lambda| |W_l|)_rj + m_l eta` of the exact product and each of `fl(Lambda b_l)`
+/// within `gamma_{m_l} (|Lambda| |b_l|)_r + m_l eta`, so the error grows by
+/// `gamma (|Lambda| (|W_l| |h|max) + |Lambda| |b_l|) + m_l eta sum_j |h_j|max` (plus the
+/// underflow of the absolute-value products themselves).
+fn substitute_layer(
+    layer: &super::LocalLayer,
+    lam: &Array2<f64>,
+    input_mag: &Array1<f64>,
+    carried: &mut Carried,
+) -> Array2<f64> {
+    let (m_l, n_l) = layer.w.dim();
+    let abs_lam = lam.mapv(f64::abs);
+    let bias = lam.dot(&layer.b);
+    let bias_mag = abs_lam.dot(&layer.abs_b);
+    let w_mag = layer.abs_w.dot(input_mag);
+    let lam_w_mag = abs_lam.dot(&w_mag);
+    let lam_sums = abs_lam.sum_axis(Axis(1));
+    let input_sum = nonneg_sum_up(input_mag.sum(), n_l);
+    let g = gamma_up(m_l.max(n_l) + 1);
+    let slack = underflow_slack(m_l + n_l + 2);
+    carried.add_constant(bias.as_slice().expect("a new array is contiguous"));
+    carried.add_error((0..lam.nrows()).map(|r| {
+        // |Lambda| (|W| |h|max) from two float64 products of nonnegative terms: the exact value
+        // is at most 4 (fl + m eta) + 2 n eta sum|Lambda_r|
+        let two_level = nonneg_sum_up(nonneg_sum_up(lam_w_mag[r], m_l), n_l);
+        let lam_mass = nonneg_sum_up(lam_sums[r], m_l);
+        let rounding = mul_up(g, add_up(two_level, nonneg_sum_up(bias_mag[r], m_l)));
+        let underflow = mul_up(slack, add_up(mul_up(4.0, add_up(1.0, lam_mass)), input_sum));
+        add_up(rounding, underflow)
+    }));
+    lam.dot(layer.w)
+}
+
+/// Replaces `M h_{l-1}` by a linear form in `z_{l-1}` through each unit's relaxation: the
+/// lower line where `M_rj >= 0`, the upper line `s z + t` where `M_rj < 0` (its offsets go to
+/// the constant). A coefficient `fl(M_rj s_j)` differs from `M_rj s_j` by at most
+/// `u |M_rj| s_j + eta/2`, which the error records times `|z_j|max` (`mag`).
+fn relax_rows(
+    m: &Array2<f64>,
+    relax: &[UnitRelaxation],
+    mag: &[f64],
+    carried: &mut Carried,
+) -> Array2<f64> {
+    let (rows, n) = m.dim();
+    let mut next = Array2::zeros((rows, n));
+    let mut offsets = vec![0.0; rows];
+    let mut offsets_mag = vec![0.0; rows];
+    let mut products_mag = vec![0.0; rows];
+    for r in 0..rows {
+        for (j, unit) in relax.iter().enumerate() {
+            let v = m[[r, j]];
+            next[[r, j]] = match *unit {
+                UnitRelaxation::Inactive => 0.0,
+                UnitRelaxation::Active => v,
+                UnitRelaxation::Unstable { lower, .. } if v >= 0.0 => lower * v,
+                UnitRelaxation::Unstable { slope, offset, .. } => {
+                    offsets[r] += v * offset;
+                    offsets_mag[r] += -v * offset;
+                    products_mag[r] += -v * slope * mag[j];
+                    v * slope
+                }
+            };
+        }
+    }
+    let mag_sum = nonneg_sum_up(mag.iter().sum(), n);
+    let g = gamma_up(n + 1);
+    carried.add_constant(&offsets);
+    carried.add_error((0..rows).map(|r| {
+        add_up(
+            add_up(
+                mul_up(g, nonneg_sum_up(offsets_mag[r], n)),
+                mul_up(UNIT_ROUNDOFF, nonneg_sum_up(products_mag[r], n)),
+            ),
+            mul_up(underflow_slack(n), add_up(1.0, mag_sum)),
+        )
+    }));
+    next
+}
+
+/// At the input: `min over ||x - x0|| <= eps of M x = M x0 - eps ||M_r||_2` (Cauchy-Schwarz,
+/// attained), so each row's lower bound is `cst + fl(M x0) - eps ||M_r|| - err`, with
+/// `gamma_{n+1} |M| |x0|` for the product's rounding and every error sum inflated.
+fn concretise(m: &Array2<f64>, mut carried: Carried, x0: ArrayView1<f64>, eps: f64) -> Vec<f64> {
+    let n = x0.len();
+    let centre = m.dot(&x0);
+    let centre_mag = m.mapv(f64::abs).dot(&x0.mapv(f64::abs));
+    let g = gamma_up(n + 1);
+    carried.add_error(
+        centre_mag
+            .iter()
+            .map(|&v| add_up(mul_up(g, nonneg_sum_up(v, n)), underflow_slack(n + 1))),
+    );
+    let terms = carried.terms;
+    (0..m.nrows())
+        .map(|r| {
+            let norm = l2_norm_up(m.row(r).iter().copied());
+            let err = nonneg_sum_up(carried.err[r], terms);
+            let value = add_down(carried.cst[r], centre[r]);
+            sub_down(sub_down(value, mul_up(eps, norm)), err)
+        })
+        .map(|v| if v.is_nan() { f64::NEG_INFINITY } else { v })
+        .collect()
+}
