@@ -193,6 +193,20 @@ pub struct CertifyArgs {
     /// With --attack: write the adversarial inputs found here (.npy), their indices beside it.
     #[arg(long, requires = "attack")]
     pub attack_witnesses: Option<PathBuf>,
+    /// With mode `local`: stop computing local bounds after this many seconds; the points left
+    /// are not certified by them (reported as `local bounds not computed`).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_budget)]
+    pub local_budget: Option<f64>,
+}
+
+/// A time budget in seconds: finite and `>= 0`.
+fn parse_budget(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "`{text}` is not a number of seconds (finite, >= 0)"
+        )),
+    }
 }
 
 /// `lipfp report`.
@@ -411,6 +425,7 @@ fn certify_request(a: &CertifyArgs) -> Result<CertifyRequest, LipfpError> {
         attack: a.attack,
         attack_witnesses: a.attack_witnesses.clone(),
         certificates: a.certificates.clone(),
+        local_budget_s: a.local_budget,
     })
 }
 

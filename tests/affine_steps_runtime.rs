@@ -52,6 +52,7 @@ fn onnxruntime_conforms_on_networks_with_steps() {
                     x_norm,
                     hi: None,
                     decided: None,
+                    local: None,
                 };
                 if cert.certify(Mode::Standard, &centre, 0.0).verdict.is_ok() {
                     certified += 1;

@@ -188,6 +188,7 @@ fn certify(mb: &ModelBounds, mode: Mode, logits: &[f64], x_norm: f64, eps: f64) 
             x_norm,
             hi: None,
             decided: None,
+            local: None,
         },
         eps,
     )

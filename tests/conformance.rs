@@ -60,6 +60,8 @@ struct Case {
     exact_points: usize,
     /// Certified points (evenly spread) whose balls are sampled.
     ball_points: usize,
+    /// Whether mode `local` certifies too.
+    local: bool,
 }
 
 fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
@@ -76,7 +78,8 @@ fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         shard: None,
     };
     let data = (&case.inputs[..], case.rows);
-    common::ball::certify_any_sound(dir, &case.name, data, spec, case.epsilon)
+    let radius = (case.epsilon, case.local);
+    common::ball::certify_any_sound(dir, &case.name, data, spec, radius)
 }
 
 /// Run every check of `case` against onnxruntime (both optimisation levels) and tract.
@@ -209,6 +212,39 @@ fn case(name: &str, model: PathBuf, inputs: Vec<f64>, rows: usize, epsilon: &'st
         epsilon,
         exact_points: rows,
         ball_points: rows,
+        local: false,
+    }
+}
+
+/// Mode `local` on a naturally trained network (the fixture of `tests/local_reference.rs`), where
+/// it certifies far more than the Lipschitz modes: every point any sound mode certifies keeps its
+/// class under onnxruntime and tract at the centre and at the sampled and attacked points of its
+/// ball.
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "needs a Python with onnxruntime (set LIPFP_PYTHON)"
+)]
+fn local_on_a_naturally_trained_network() {
+    let py = python();
+    let (_, inputs, rows) = common::runtime::example("digits");
+    let model = root().join("tests/local/digits-32x2.onnx");
+    for eps in ["0.05", "0.2"] {
+        let fig = check_case(
+            &py,
+            Case {
+                local: true,
+                ..case(
+                    &format!("digits-32x2-local-{eps}"),
+                    model.clone(),
+                    inputs.clone(),
+                    rows,
+                    eps,
+                )
+            },
+        );
+        eprintln!("{eps}: {fig:?}");
+        assert!(fig.certified > 100, "{eps}: {fig:?}");
     }
 }
 

@@ -68,7 +68,13 @@ fn certify(t: &Target, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         reference: ReferencePlan::Every { products: true },
         shard: None,
     };
-    common::ball::certify_any_sound(dir, &t.name, (&t.inputs[..], t.rows), spec, t.epsilon)
+    common::ball::certify_any_sound(
+        dir,
+        &t.name,
+        (&t.inputs[..], t.rows),
+        spec,
+        (t.epsilon, false),
+    )
 }
 
 /// Write the network and `rows` (storage values) as a bundle directory.

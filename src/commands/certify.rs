@@ -44,6 +44,8 @@ pub struct CertifyRequest {
     pub attack_witnesses: Option<PathBuf>,
     /// Write the per-instance certificates here.
     pub certificates: Option<PathBuf>,
+    /// Seconds the local bounds may take (`None`: no limit).
+    pub local_budget_s: Option<f64>,
 }
 
 /// The result of `lipfp certify` before it is published.
@@ -63,7 +65,10 @@ pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, Lipf
     }
     let subject = run::prepare(&req.spec, progress)?;
     progress.stage(&format!("certifying {} points", subject.n()));
-    let outcome = run::certify_with_progress(&subject, &req.radius, &req.modes, progress)?;
+    let options = run::CertifyOptions {
+        local_budget_s: req.local_budget_s,
+    };
+    let outcome = run::certify_with_options(&subject, &req.radius, &req.modes, &options, progress)?;
     let verdict = GateVerdict {
         passed: None,
         failures: vec![],

@@ -178,7 +178,10 @@ fn evaluate_gate(
         g.name,
         subject.n()
     ));
-    let outcome = run::certify_with_progress(subject, &g.radius, &g.modes, progress)
+    let options = run::CertifyOptions {
+        local_budget_s: g.local_budget_s,
+    };
+    let outcome = run::certify_with_options(subject, &g.radius, &g.modes, &options, progress)
         .map_err(|e| e.to_string())?;
     let facts = facts(subject, g.target.gram_iterations);
     let identity = Identity {

@@ -77,6 +77,14 @@ impl Defaults<'_> {
             super::check_attack_request(&radius, modes[0])
                 .map_err(|m| self.err(format!("{at} attack: {m}")))?;
         }
+        let local_budget_s = match g.local_budget_s {
+            Some(b) if !(b.is_finite() && b >= 0.0) => {
+                return Err(self.err(format!(
+                    "{at} local_budget_s: {b} is not a number of seconds (finite, >= 0)"
+                )))
+            }
+            b => b,
+        };
         let thresholds = self.thresholds(&g, &at)?;
         let (model_name, target) = self.target(&g, &at)?;
         self.check_needs_labels(&thresholds, &target, &at)?;
@@ -90,6 +98,7 @@ impl Defaults<'_> {
             thresholds,
             curve,
             attack,
+            local_budget_s,
         })
     }
 

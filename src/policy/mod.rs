@@ -132,6 +132,8 @@ struct RawGate {
     curve: Option<toml::Value>,
     #[serde(default)]
     attack: Option<bool>,
+    #[serde(default)]
+    local_budget_s: Option<f64>,
 }
 
 /// Thresholds of a gate (percentages, percentage points).
@@ -230,6 +232,9 @@ pub struct Gate {
     pub curve: Option<CurveGrid>,
     /// Run the falsifier on the points the first mode does not certify (`attack = true`).
     pub attack: bool,
+    /// Seconds the local bounds may take (`local_budget_s`); the points left then are not
+    /// certified by them. `None`: no limit.
+    pub local_budget_s: Option<f64>,
 }
 
 /// A validated policy; every path is resolved relative to the policy file.

@@ -11,13 +11,14 @@ use crate::gate::curve::CurveReport;
 const SIZE: (u32, u32) = (800, 480);
 
 /// Colours of the modes' lines, in `Mode::ALL` order.
-const PALETTE: [RGBColor; 6] = [
+const PALETTE: [RGBColor; Mode::ALL.len()] = [
     RGBColor(150, 150, 150),
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
     RGBColor(214, 39, 40),
+    RGBColor(23, 190, 207),
 ];
 
 /// The (radius, percent) points of `mode` in `c`; radii that do not parse are skipped.

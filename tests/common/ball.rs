@@ -143,14 +143,15 @@ pub fn check_deviation(
 }
 
 /// lipfp's certificate for `spec` (whose `inputs` is replaced by `rows` of `inputs`, written as
-/// `<name>-x.npy` in `dir` in the model's input shape) at radius `epsilon` in every sound mode:
+/// `<name>-x.npy` in `dir` in the model's input shape) at radius `epsilon` in every sound mode
+/// (with `local` too when `local` is set):
 /// the subject, whether any sound mode certifies each point, and the inputs as storage values.
 pub fn certify_any_sound(
     dir: &std::path::Path,
     name: &str,
     (inputs, rows): (&[f64], usize),
     mut spec: lipfp::engine::run::SubjectSpec,
-    epsilon: &str,
+    (epsilon, local): (&str, bool),
 ) -> (Subject, Vec<bool>, Vec<f64>) {
     use lipfp::bounds::certify::Mode;
     use lipfp::engine::run;
@@ -164,7 +165,9 @@ pub fn certify_any_sound(
     let progress = lipfp::progress::Progress::silent();
     let subject = run::prepare(&spec, &progress).unwrap_or_else(|e| panic!("{e}"));
     let radius = lipfp::policy::Radius::parse_decimal(epsilon).unwrap();
-    let outcome = run::certify(&subject, &radius, &Mode::SOUND).unwrap();
+    let extra = local.then_some(Mode::Local);
+    let modes: Vec<Mode> = Mode::SOUND.into_iter().chain(extra).collect();
+    let outcome = run::certify(&subject, &radius, &modes).unwrap();
     let mut any = vec![false; subject.n()];
     for m in outcome.modes.iter().filter(|m| m.mode.is_sound()) {
         for (a, &v) in any.iter_mut().zip(&m.verdicts) {

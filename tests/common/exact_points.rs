@@ -280,6 +280,7 @@ pub fn certify(c: &PCase, p: &Point, mode: Mode, eps: f64, abs_norms: &[f64]) ->
         x_norm: p.x_norm,
         hi: Some(hi),
         decided: None,
+        local: None,
     };
     Certifier {
         fmt: &c.mb,

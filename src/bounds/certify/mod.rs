@@ -9,6 +9,7 @@ pub mod affine;
 pub mod componentwise;
 pub mod head;
 mod layer_bounds;
+mod local;
 pub mod modes;
 pub mod quantities;
 pub mod tensor_core;
@@ -24,6 +25,7 @@ use crate::bounds::norms::LayerNorms;
 use crate::onnx::model::{DenseNet, HeadOp};
 
 use layer_bounds::{dense_layer_bounds, layer_terms, pair_table, step_layer_bounds};
+pub use local::LocalMargins;
 pub use modes::{Centre, Certifier, HiCentre, PointResult};
 use quantities::{deviation_step, overflow_free, radius_step, OverflowConstants};
 
@@ -46,6 +48,9 @@ pub enum Mode {
     Float64Centre,
     /// Per competing class, the best sound centre bound and the smallest sound ball bound.
     Best,
+    /// Beyond the paper: local bounds on the real margins over the ball (linear bound
+    /// propagation, [`crate::bounds::local`]) minus the ball deviation.
+    Local,
 }
 
 impl Mode {
@@ -58,6 +63,7 @@ impl Mode {
             Mode::Measured => "measured",
             Mode::Float64Centre => "float64-centre",
             Mode::Best => "best",
+            Mode::Local => "local",
         }
     }
 
@@ -70,13 +76,14 @@ impl Mode {
     }
 
     /// Every mode, in report order.
-    pub const ALL: [Mode; 6] = [
+    pub const ALL: [Mode; 7] = [
         Mode::Real,
         Mode::Standard,
         Mode::Hybrid,
         Mode::Measured,
         Mode::Float64Centre,
         Mode::Best,
+        Mode::Local,
     ];
 
     /// The sound modes `lipfp certify` computes when no mode is given.
@@ -100,7 +107,7 @@ impl Mode {
 }
 
 /// The names accepted for modes.
-pub const MODE_NAMES: &str = "standard, hybrid, measured, float64-centre, best, real";
+pub const MODE_NAMES: &str = "standard, hybrid, measured, float64-centre, best, local, real";
 
 /// Parse a comma-separated list of modes (duplicates dropped, order kept).
 pub fn parse_mode_list(text: &str) -> Result<Vec<Mode>, String> {
@@ -142,6 +149,9 @@ pub enum Refusal {
     /// mode needed: the points were chosen for other modes or radii (a per-instance radii file
     /// that changed between the forward passes and the certificates).
     NoReference,
+    /// The local bounds were not computed at this point (their time budget ran out, or the
+    /// network has layers they do not cover).
+    NoLocal,
 }
 
 impl Refusal {
@@ -155,6 +165,7 @@ impl Refusal {
             Refusal::ReferenceOverflow(l) => format!("reference_overflow:{l}"),
             Refusal::Model => "model".into(),
             Refusal::NoReference => "no_reference".into(),
+            Refusal::NoLocal => "no_local".into(),
         }
     }
 
@@ -170,6 +181,7 @@ impl Refusal {
                 "non_finite_logits" => Some(Refusal::NonFiniteLogits),
                 "model" => Some(Refusal::Model),
                 "no_reference" => Some(Refusal::NoReference),
+                "no_local" => Some(Refusal::NoLocal),
                 _ => None,
             },
         }
@@ -187,6 +199,7 @@ impl fmt::Display for Refusal {
             }
             Refusal::Model => f.write_str("model cannot be certified"),
             Refusal::NoReference => f.write_str("float64 reference not computed at this point"),
+            Refusal::NoLocal => f.write_str("local bounds not computed at this point"),
         }
     }
 }
@@ -491,7 +504,7 @@ mod tests {
         );
     }
 
-    /// Three dense layers `2 -> 2 -> 2 -> 2`, each `||W|| <= 2`.
+    /// Three dense layers `2 -> 2 -> 2 -> 2`, each `||W|| = 2`, with norm bounds 2, 3 and 5.
     fn three_layers() -> (DenseNet, Vec<LayerNorms>) {
         let layer = |l: usize| crate::onnx::model::Dense {
             w: ndarray::arr2(&[[2.0, 0.0], [0.0, 1.0]]),
@@ -515,13 +528,14 @@ mod tests {
             converted_changed: 0,
             path: "three.onnx".into(),
         };
-        let norms = vec![
-            LayerNorms {
-                spectral: 2.0,
-                abs_spectral: 2.0,
-            };
-            3
-        ];
+        // distinct bounds per layer (each above the true norm 2), so that a prefix reading
+        // the wrong layer's norm shows
+        let norms = [2.0, 3.0, 5.0]
+            .map(|s| LayerNorms {
+                spectral: s,
+                abs_spectral: s,
+            })
+            .to_vec();
         (net, norms)
     }
 
@@ -530,10 +544,10 @@ mod tests {
         let (net, norms) = three_layers();
         let exec = ExecutionModel::deployed(Format::Float32, None, false).unwrap();
         let mut b = ModelBounds::new(&net, &norms, &exec);
-        // without a merge: prefix[l] = 2^l rounded up once per step
+        // without a merge: prefix = 1, 2, 2 * 3, rounded up once per step
         assert_eq!(b.lip_prefix[0], 1.0);
-        assert!(b.lip_prefix[2] >= 4.0 && b.lip_prefix[2] <= 4.0 * (1.0 + 1e-15));
-        // layers 0 and 1 composed with norm 1.5: prefix[2] = min(prefix[1] 2, 1.5)
+        assert!(b.lip_prefix[2] >= 6.0 && b.lip_prefix[2] <= 6.0 * (1.0 + 1e-15));
+        // layers 0 and 1 composed with norm 1.5: prefix[2] = min(prefix[1] 3, 1.5)
         b.use_merged_norms(&[None, Some(1.5), None]);
         assert!(b.lip_prefix[1] >= 2.0 && b.lip_prefix[1] <= 2.0 * (1.0 + 1e-15));
         assert!(b.lip_prefix[2] >= 1.5 && b.lip_prefix[2] <= 1.5 * (1.0 + 1e-15));
@@ -543,7 +557,7 @@ mod tests {
         // a merge that is not tighter changes nothing; merged[0] has no earlier prefix
         let mut c = ModelBounds::new(&net, &norms, &exec);
         let before = c.lip_prefix.clone();
-        c.use_merged_norms(&[Some(0.1), Some(5.0), None]);
+        c.use_merged_norms(&[Some(0.1), Some(7.0), None]);
         assert_eq!(c.lip_prefix, before);
     }
 

@@ -23,6 +23,7 @@
 //! | standard: `E_ball` | deterministic radii from `||x|| + eps` |
 //! | measured: `E_ball^meas` | Lemma "Measured radii" |
 
+use super::local::LocalSource;
 use crate::arith::sound::{add_up, mul_up, sub_down};
 use crate::bounds::certify::componentwise;
 use crate::bounds::certify::quantities::final_pair_bounds;
@@ -57,6 +58,8 @@ pub struct Centre<'a> {
     pub hi: Option<HiCentre<'a>>,
     /// Where the forward passes skipped the reference, `best`'s verdict as they decided it.
     pub decided: Option<Decided>,
+    /// Local bounds on the real margins over the ball, where they were computed.
+    pub local: Option<super::local::LocalMargins<'a>>,
 }
 
 /// `best`'s verdict at a point, decided at radius `eps` without the float64 reference
@@ -82,7 +85,7 @@ pub struct PointResult {
 }
 
 impl PointResult {
-    fn refused(r: Refusal) -> Self {
+    pub(super) fn refused(r: Refusal) -> Self {
         PointResult {
             verdict: Err(r),
             slack: None,
@@ -134,14 +137,14 @@ impl CentreBound<'_> {
 /// A ball-deviation source: `b_j = E(d, r)` in the deployment format (componentwise with
 /// `cw`, as for [`CentreBound`]).
 #[derive(Clone, Copy)]
-struct BallBound<'a> {
-    cw: Option<&'a [f64]>,
-    d: f64,
-    r: f64,
+pub(super) struct BallBound<'a> {
+    pub(super) cw: Option<&'a [f64]>,
+    pub(super) d: f64,
+    pub(super) r: f64,
 }
 
 impl BallBound<'_> {
-    fn error(&self, fmt: &ModelBounds, i: usize, j: usize) -> f64 {
+    pub(super) fn error(&self, fmt: &ModelBounds, i: usize, j: usize) -> f64 {
         let p = fmt.pair(i, j);
         match self.cw {
             Some(v) => last_layer_cw_error(fmt, p, v, (i, j), self.d, self.r),
@@ -175,6 +178,13 @@ type Reference<'a> = (
     Result<(Vec<f64>, Vec<f64>), Refusal>,
 );
 
+/// The centre and ball bounds a certificate combines (each one's bound or why it could not be
+/// computed).
+type GatheredSources<'s, 'a> = (
+    &'s [Result<CentreBound<'a>, Refusal>],
+    &'s [Result<BallBound<'a>, Refusal>],
+);
+
 /// The centre and ball bounds gathered for one point, per source (each one's bound or why it
 /// could not be computed), in the order the sources were consulted.
 struct Sources<'a> {
@@ -194,6 +204,9 @@ impl Certifier<'_> {
         let fmt = self.fmt;
         if fmt.vacuous.is_some() {
             return PointResult::refused(Refusal::Model);
+        }
+        if mode == Mode::Local {
+            return self.local(c, i, eps);
         }
         if mode == Mode::Best && c.hi.is_none() {
             return self.best_skipped(c, i, eps);
@@ -229,7 +242,10 @@ impl Certifier<'_> {
                 return PointResult::refused(r);
             }
         }
-        self.combine(c, i, eps, &sources.centres, &sources.balls)
+        let local = (mode == Mode::Best)
+            .then(|| self.local_source(c, eps))
+            .flatten();
+        self.combine(c, i, eps, (&sources.centres, &sources.balls), local)
     }
 
     /// `best`'s verdict at centre `c` (whose `hi` and `decided` are not read) and radius `eps`
@@ -254,6 +270,12 @@ impl Certifier<'_> {
         let verdict = match c.decided {
             Some(d) if d.eps.to_bits() == eps.to_bits() => Some(d.verdict),
             _ => self.standard_decision(c, i, eps),
+        };
+        // with local bounds at this radius, `best` certifies where `local` does (it takes the
+        // local source beside the others, docs/soundness.md "Local bounds")
+        let verdict = match verdict {
+            Some(Err(_)) if self.local(c, i, eps).verdict.is_ok() => Some(Ok(())),
+            v => v,
         };
         match verdict {
             Some(verdict) => PointResult {
@@ -289,7 +311,7 @@ impl Certifier<'_> {
             r: r_ball,
         };
         if self
-            .combine(c, i, eps, &[Ok(centre)], &[Ok(ball)])
+            .combine(c, i, eps, (&[Ok(centre)], &[Ok(ball)]), None)
             .verdict
             .is_ok()
         {
@@ -425,8 +447,8 @@ impl Certifier<'_> {
         c: &Centre<'_>,
         i: usize,
         eps: f64,
-        centres: &[Result<CentreBound<'_>, Refusal>],
-        balls: &[Result<BallBound<'_>, Refusal>],
+        (centres, balls): GatheredSources<'_, '_>,
+        local: Option<LocalSource<'_>>,
     ) -> PointResult {
         let ok_centres: Vec<&CentreBound<'_>> =
             centres.iter().filter_map(|x| x.as_ref().ok()).collect();
@@ -451,7 +473,13 @@ impl Certifier<'_> {
                 .map(|b| b.error(fmt, i, j))
                 .fold(f64::INFINITY, f64::min);
             let l_eps = mul_up(p.lip, eps);
-            let s = sub_down(sub_down(sub_down(lower, l_eps), ball), fmt.head_margin);
+            // a lower bound on the real margin over the ball, and the ball deviation
+            let (mut reach, mut dev) = (sub_down(lower, l_eps), ball);
+            if let Some(l) = &local {
+                reach = reach.max(l.lower.get(j).copied().unwrap_or(f64::NEG_INFINITY));
+                dev = dev.min(l.ball.map_or(f64::INFINITY, |b| b.error(fmt, i, j)));
+            }
+            let s = sub_down(sub_down(reach, dev), fmt.head_margin);
             slack = nan_safe_min(slack, s);
             deg += (c.logits[i] - c.logits[j]) - lower + ball;
             leps += l_eps;
@@ -485,7 +513,7 @@ impl Certifier<'_> {
 
 /// Certified exactly when the slack is positive (strictly: the theorems need a strict margin; a
 /// NaN slack refuses).
-fn verdict_of(slack: f64) -> Verdict {
+pub(super) fn verdict_of(slack: f64) -> Verdict {
     if slack > 0.0 {
         Ok(())
     } else {
@@ -495,7 +523,7 @@ fn verdict_of(slack: f64) -> Verdict {
 
 /// The smaller slack, NaN when either is (`f64::min` would drop a NaN): a class pair whose
 /// slack is NaN leaves the point uncertified.
-fn nan_safe_min(a: f64, b: f64) -> f64 {
+pub(super) fn nan_safe_min(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
     } else {

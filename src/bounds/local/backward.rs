@@ -13,7 +13,7 @@ use ndarray::{Array1, Array2, ArrayView1, Axis};
 use super::interval::{nonneg_sum_up, underflow_slack, Bounds};
 use super::relax::{gamma_up, UnitRelaxation, UNIT_ROUNDOFF};
 use super::LocalNet;
-use crate::arith::sound::{add_down, add_up, l2_norm_up, mul_up, sub_down};
+use crate::arith::sound::{add_down, add_up, mul_up, sqrt_up, sub_down};
 
 /// What the substitution carries per target row besides the coefficients.
 struct Carried {
@@ -71,10 +71,10 @@ pub(super) fn lower_bounds(
         } else {
             pre[l - 1].hi.iter().map(|h| h.max(0.0)).collect()
         };
-        let m = substitute_layer(layer, &lam, &input_mag, &mut carried);
         if l == 0 {
-            return concretise(&m, carried, x0, eps);
+            return concretise(net, &lam, carried, x0, eps);
         }
+        let m = substitute_layer(layer, &lam, &input_mag, &mut carried);
         lam = relax_rows(&m, &relax[l - 1], &pre[l - 1].magnitude(), &mut carried);
     }
     unreachable!("the loop returns at layer 0")
@@ -161,23 +161,65 @@ fn relax_rows(
     next
 }
 
-/// At the input: `min over ||x - x0|| <= eps of M x = M x0 - eps ||M_r||_2` (Cauchy-Schwarz,
-/// attained), so each row's lower bound is `cst + fl(M x0) - eps ||M_r|| - err`, with
-/// `gamma_{n+1} |M| |x0|` for the product's rounding and every error sum inflated.
-fn concretise(m: &Array2<f64>, mut carried: Carried, x0: ArrayView1<f64>, eps: f64) -> Vec<f64> {
-    let n = x0.len();
-    let centre = m.dot(&x0);
-    let centre_mag = m.mapv(f64::abs).dot(&x0.mapv(f64::abs));
-    let g = gamma_up(n + 1);
-    carried.add_error(
-        centre_mag
-            .iter()
-            .map(|&v| add_up(mul_up(g, nonneg_sum_up(v, n)), underflow_slack(n + 1))),
-    );
+/// At the input, for `Lambda z_1(x) = M x + Lambda b_1` with `M = Lambda W_1` (never formed):
+/// `min over ||x - x0|| <= eps of M x = M x0 - eps ||M_r||_2` (Cauchy-Schwarz, attained). With
+/// `c = fl(W_1 x0)` (within `e = gamma_n |W_1| |x0| + n eta` of `W_1 x0`), `M x0` is within
+/// `gamma_m |Lambda| |c| + |Lambda| e + m eta` of `fl(Lambda c)`; and
+/// `||M_r||^2 = Lambda_r G Lambda_r^T` with `G = W_1 W_1^T`, whose float64 value `G_hat` is within
+/// `gamma_n |W_1| |W_1|^T + n eta` of it, so with the quadratic form's own rounding
+/// `||M_r||^2 <= fl(Lambda_r G_hat Lambda_r^T) + (gamma_n + 2 gamma_{2m}) 2 ||W_1||_F^2 ||Lambda_r||^2`
+/// (`|Lambda_r| |W_1| |W_1|^T |Lambda_r|^T = || |W_1|^T |Lambda_r| ||^2 <= ||W_1||_F^2 ||Lambda_r||^2`)
+/// plus the underflow slack. The result is `cst + fl(Lambda c) - eps ||M_r||_up - err`.
+fn concretise(
+    net: &LocalNet,
+    lam: &Array2<f64>,
+    mut carried: Carried,
+    x0: ArrayView1<f64>,
+    eps: f64,
+) -> Vec<f64> {
+    let layer = &net.layers[0];
+    let (m, n) = layer.w.dim();
+    let abs_lam = lam.mapv(f64::abs);
+    let c = layer.w.dot(&x0);
+    let c_err: Array1<f64> = layer
+        .abs_w
+        .dot(&x0.mapv(f64::abs))
+        .mapv(|v| add_up(mul_up(gamma_up(n), nonneg_sum_up(v, n)), underflow_slack(n)));
+    let bias = lam.dot(&layer.b);
+    let centre = lam.dot(&c);
+    let centre_mag = abs_lam.dot(&c.mapv(f64::abs));
+    let from_c = abs_lam.dot(&c_err);
+    let bias_mag = abs_lam.dot(&layer.abs_b);
+    let lam_sums = abs_lam.sum_axis(Axis(1));
+    let quad = (lam.dot(&net.input_gram) * lam).sum_axis(Axis(1));
+    let g = gamma_up(m + 1);
+    let g_quad = mul_up(2.0, add_up(gamma_up(n), mul_up(2.0, gamma_up(2 * m + 1))));
+    carried.add_constant(bias.as_slice().expect("a new array is contiguous"));
+    let slack = underflow_slack(m + n + 2);
+    carried.add_error((0..lam.nrows()).map(|r| {
+        let rounding = mul_up(
+            g,
+            add_up(
+                nonneg_sum_up(centre_mag[r], m),
+                nonneg_sum_up(bias_mag[r], m),
+            ),
+        );
+        let lam_mass = nonneg_sum_up(lam_sums[r], m);
+        add_up(
+            add_up(rounding, nonneg_sum_up(from_c[r], m)),
+            mul_up(slack, mul_up(4.0, add_up(1.0, lam_mass))),
+        )
+    }));
     let terms = carried.terms;
-    (0..m.nrows())
+    (0..lam.nrows())
         .map(|r| {
-            let norm = l2_norm_up(m.row(r).iter().copied());
+            let lam_sq = nonneg_sum_up(lam.row(r).iter().map(|v| v * v).sum(), m);
+            let lam_mass = nonneg_sum_up(lam_sums[r], m);
+            let quad_err = add_up(
+                mul_up(g_quad, mul_up(net.input_frob2, lam_sq)),
+                mul_up(slack, mul_up(4.0, add_up(1.0, mul_up(lam_mass, lam_mass)))),
+            );
+            let norm = sqrt_up(add_up(quad[r].max(0.0), quad_err));
             let err = nonneg_sum_up(carried.err[r], terms);
             let value = add_down(carried.cst[r], centre[r]);
             sub_down(sub_down(value, mul_up(eps, norm)), err)

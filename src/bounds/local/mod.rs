@@ -38,6 +38,11 @@ pub struct LocalLayer<'a> {
 /// A network prepared for local bounds.
 pub struct LocalNet<'a> {
     layers: Vec<LocalLayer<'a>>,
+    /// `fl(W_1 W_1^T)`: the input layer's Gram matrix, so that `||Lambda W_1||` costs a product
+    /// with `m_1` columns instead of `n_1` (`backward::concretise`).
+    input_gram: Array2<f64>,
+    /// `||W_1||_F^2`, rounded up.
+    input_frob2: f64,
     /// `prod_{k<l} ||W_k||` per layer `l` (upper bounds; index 0 is 1; infinite when unknown).
     lip_prefix: Vec<f64>,
 }
@@ -91,7 +96,18 @@ impl<'a> LocalNet<'a> {
                 .take(depth)
                 .collect(),
         };
-        Ok(LocalNet { layers, lip_prefix })
+        let w1 = &net.layers[0].w;
+        let input_gram = w1.dot(&w1.t());
+        let input_frob2 = mul_up(
+            l2_norm_up(w1.iter().copied()),
+            l2_norm_up(w1.iter().copied()),
+        );
+        Ok(LocalNet {
+            layers,
+            input_gram,
+            input_frob2,
+            lip_prefix,
+        })
     }
 
     /// Number of classes.
@@ -170,9 +186,15 @@ impl<'a> LocalNet<'a> {
     /// Lower bounds on the real margins `z_i(x) - z_j(x)` over `||x - x0||_2 <= eps`, one per
     /// class `j` (`+inf` at `j = i`, `-inf` where no finite bound holds).
     pub fn margin_lower_bounds(&self, x0: &[f64], eps: f64, i: usize) -> Vec<f64> {
+        self.point_bounds(x0, eps, i).0
+    }
+
+    /// [`LocalNet::margin_lower_bounds`] with the hidden layers' bounds they rest on (`None`
+    /// when a bound was not finite: then every margin bound is `-inf`).
+    pub fn point_bounds(&self, x0: &[f64], eps: f64, i: usize) -> (Vec<f64>, Option<HiddenBounds>) {
         let classes = self.classes();
         let Some(hidden) = self.hidden_bounds(x0, eps) else {
-            return (0..classes)
+            let none = (0..classes)
                 .map(|j| {
                     if j == i {
                         f64::INFINITY
@@ -181,6 +203,7 @@ impl<'a> LocalNet<'a> {
                     }
                 })
                 .collect();
+            return (none, None);
         };
         let others: Vec<usize> = (0..classes).filter(|&j| j != i).collect();
         let mut c = Array2::zeros((others.len(), classes));
@@ -195,6 +218,6 @@ impl<'a> LocalNet<'a> {
         for (t, &j) in others.iter().enumerate() {
             out[j] = lower[t];
         }
-        out
+        (out, Some(hidden))
     }
 }

@@ -29,9 +29,8 @@ pub use gradient::{runner_up, GradNet};
 use crate::arith::format::Format;
 use crate::arith::sound::rational_to_f64_down;
 use crate::bounds::certify::{predicted_class, Mode};
-use crate::engine::data::InputStream;
 use crate::engine::exec::{Executor, Hidden};
-use crate::engine::run::{CertifyOutcome, Subject, STREAM_ROWS};
+use crate::engine::run::{CertifyOutcome, Subject};
 use crate::error::LipfpError;
 use crate::policy::{check_attack_request, parse_decimal_exact, Radius};
 use crate::progress::Progress;
@@ -99,24 +98,11 @@ pub fn targets(subject: &Subject, verdicts: &[bool]) -> Vec<usize> {
 
 /// The converted inputs of the subject's points `indices` (ascending), re-read from its file.
 fn centre_rows(subject: &Subject, indices: &[usize]) -> Result<Vec<f64>, LipfpError> {
-    let dim = subject.inputs.dim;
-    let mut out = Vec::with_capacity(indices.len() * dim);
-    if indices.is_empty() {
-        return Ok(out);
-    }
-    let mut stream = InputStream::open(&subject.inputs.path, &subject.net, subject.net.format)?;
-    stream.skip(subject.first)?;
-    let (mut pos, mut next) = (0, 0);
-    while next < indices.len() && pos < subject.n() {
-        let block = stream.next_rows(STREAM_ROWS.min(subject.n() - pos))?;
-        let rows = block.len() / dim;
-        while next < indices.len() && indices[next] < pos + rows {
-            let at = (indices[next] - pos) * dim;
-            out.extend_from_slice(&block[at..at + dim]);
-            next += 1;
-        }
-        pos += rows;
-    }
+    let mut out = Vec::with_capacity(indices.len() * subject.inputs.dim);
+    subject.visit_rows(indices, |_, rows| {
+        out.extend_from_slice(rows);
+        Ok(())
+    })?;
     Ok(out)
 }
 

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
+use super::local::{local_pass, LocalPass};
 use super::Subject;
 use crate::bounds::certify::{Centre, Certifier, Mode, PointResult, Refusal};
 use crate::engine::data;
@@ -150,7 +151,38 @@ pub(super) fn centre_of(subject: &Subject, i: usize) -> Centre<'_> {
             .reference
             .as_ref()
             .and_then(|r| r.decided.get(i).copied().flatten()),
+        local: None,
     }
+}
+
+/// [`centre_of`] with the local bounds of the pass `local` at radius `eps`, where computed.
+fn centre_with_local<'a>(
+    subject: &'a Subject,
+    i: usize,
+    local: Option<&'a LocalPass>,
+    eps: f64,
+) -> Centre<'a> {
+    let mut c = centre_of(subject, i);
+    c.local = local
+        .and_then(|p| p.points[i].as_ref())
+        .map(|p| p.margins(eps));
+    c
+}
+
+/// The local-bounds pass at the points `indices` (each at its radius in `eps`, within
+/// `budget_s` seconds), when `modes` has `local` and the model is certifiable.
+fn local_for(
+    subject: &Subject,
+    modes: &[Mode],
+    (eps, indices): (&[f64], &[usize]),
+    budget_s: Option<f64>,
+    progress: &Progress,
+) -> Result<Option<LocalPass>, LipfpError> {
+    let certifiable = subject.bounds.as_ref().is_ok_and(|b| b.vacuous.is_none());
+    if !modes.contains(&Mode::Local) || !certifiable {
+        return Ok(None);
+    }
+    local_pass(subject, eps, indices, budget_s, progress).map(Some)
 }
 
 /// Whether each of the points `indices` (into `subject`) is certified in `mode`: the same
@@ -175,13 +207,15 @@ pub fn certify_points(
         fmt: mb,
         hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
     };
+    let mut sorted = indices.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let local = local_for(subject, &[mode], (&eps, &sorted), None, &Progress::silent())?;
     Ok(indices
         .iter()
         .map(|&i| {
-            certifier
-                .certify(mode, &centre_of(subject, i), eps[i])
-                .verdict
-                .is_ok()
+            let c = centre_with_local(subject, i, local.as_ref(), eps[i]);
+            certifier.certify(mode, &c, eps[i]).verdict.is_ok()
         })
         .collect())
 }
@@ -231,11 +265,29 @@ pub fn certify(
     certify_with_progress(subject, radius, modes, &Progress::silent())
 }
 
+/// How a certification runs beyond its modes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CertifyOptions {
+    /// Seconds the local bounds may take (`None`: no limit).
+    pub local_budget_s: Option<f64>,
+}
+
 /// [`certify`], showing progress per mode.
 pub fn certify_with_progress(
     subject: &Subject,
     radius: &Radius,
     modes: &[Mode],
+    progress: &Progress,
+) -> Result<CertifyOutcome, LipfpError> {
+    certify_with_options(subject, radius, modes, &CertifyOptions::default(), progress)
+}
+
+/// [`certify_with_progress`] with `options`.
+pub fn certify_with_options(
+    subject: &Subject,
+    radius: &Radius,
+    modes: &[Mode],
+    options: &CertifyOptions,
     progress: &Progress,
 ) -> Result<CertifyOutcome, LipfpError> {
     let (eps, radii_hash) = radii(subject, radius)?;
@@ -248,15 +300,22 @@ pub fn certify_with_progress(
     }
     let mut outcomes = Vec::with_capacity(all.len());
     let start = Instant::now();
+    let every: Vec<usize> = (0..subject.n()).collect();
+    let local = local_for(
+        subject,
+        &all,
+        (&eps, &every),
+        options.local_budget_s,
+        progress,
+    )?;
     for mode in all {
         let t = Instant::now();
-        let results = point_results(subject, mode, &eps, progress);
-        outcomes.push(mode_outcome(
-            subject,
-            mode,
-            &results,
-            t.elapsed().as_secs_f64(),
-        ));
+        let results = point_results(subject, mode, &eps, local.as_ref(), progress);
+        let mut seconds = t.elapsed().as_secs_f64();
+        if mode == Mode::Local {
+            seconds += local.as_ref().map_or(0.0, |l| l.seconds);
+        }
+        outcomes.push(mode_outcome(subject, mode, &results, seconds));
     }
     let model_refusal = match &subject.bounds {
         Err(e) => Some(e.clone()),
@@ -292,6 +351,7 @@ fn point_results(
     subject: &Subject,
     mode: Mode,
     eps: &[f64],
+    local: Option<&LocalPass>,
     progress: &Progress,
 ) -> Vec<PointResult> {
     let task = progress.task(&format!("{mode} certificates"), subject.n() as u64);
@@ -313,7 +373,8 @@ fn point_results(
                 .into_par_iter()
                 .with_min_len(64)
                 .map(|i| {
-                    let r = certifier.certify(mode, &centre_of(subject, i), eps[i]);
+                    let c = centre_with_local(subject, i, local, eps[i]);
+                    let r = certifier.certify(mode, &c, eps[i]);
                     if i % 1024 == 1023 {
                         task.add(1024);
                     }

@@ -246,6 +246,13 @@ pub fn certify_curve(
     grid: &CurveGrid,
     modes: &[Mode],
 ) -> Result<CurveOutcome, LipfpError> {
+    if modes.contains(&Mode::Local) {
+        return Err(LipfpError::Usage(
+            "robustness curves do not cover mode `local` yet (its bounds are computed per radius): \
+             certify `local` at single radii"
+                .into(),
+        ));
+    }
     let start = std::time::Instant::now();
     let mut all = vec![Mode::Real];
     all.extend(modes.iter().copied().filter(|m| *m != Mode::Real));

@@ -4,6 +4,7 @@
 
 mod certify;
 mod curve;
+mod local;
 mod passes;
 mod reference;
 
@@ -204,10 +205,11 @@ impl Subject {
 }
 
 pub use certify::{
-    certify, certify_points, certify_with_progress, conservatism_ratio, tally_classes,
-    CertifyOutcome, ClassCount, ModeOutcome,
+    certify, certify_points, certify_with_options, certify_with_progress, conservatism_ratio,
+    tally_classes, CertifyOptions, CertifyOutcome, ClassCount, ModeOutcome,
 };
 pub use curve::{certify_curve, decimal_text, CurveOutcome, CurvePoint, ModeCurve};
+pub use local::{local_pass, LocalPass};
 pub use reference::{ReferenceData, ReferencePlan};
 
 /// Rows read per step when streaming inputs from a file: memory stays bounded by this many

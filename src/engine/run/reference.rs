@@ -200,6 +200,7 @@ impl<'a> Selection<'a> {
                     x_norm,
                     hi: None,
                     decided: None,
+                    local: None,
                 };
                 let mut decided = None;
                 for r in radii {

@@ -1,0 +1,114 @@
+//! Mode `local` against the real-arithmetic CROWN reference and a PGD attack
+//! (`tests/local/crown_reference.py`, an independent float64 CROWN that agrees with auto_LiRPA's
+//! to 1e-11) on a naturally trained network: `tests/local/digits-32x2.onnx`, 64-32-32-10, trained
+//! with plain cross-entropy by `tests/local/train_natural.py` on rows 0..299 of the digits example
+//! and evaluated here on rows 300..449. At radii 0.02, 0.1 and 0.3 lipfp's sound `local` must
+//! certify at least 95% as many points as the reference's real-arithmetic CROWN (it also pays for
+//! the float32 execution's deviation) and never a point the attack falsifies.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::runtime::{python, read_npy, write_f64_npy, write_npy};
+use lipfp::arith::format::Format;
+use lipfp::bounds::certify::Mode;
+use lipfp::engine::run::{self, ReferencePlan, SubjectSpec};
+use lipfp::policy::Radius;
+use lipfp::progress::Progress;
+
+const FIRST: usize = 300;
+
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "no Python with onnxruntime, onnx and numpy (set LIPFP_PYTHON): the CROWN reference needs it"
+)]
+fn local_certifies_what_crown_does_and_nothing_an_attack_falsifies() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::temp_dir().join(format!("lipfp-local-ref-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (x, rows) = common::runtime::read_inputs(&root.join("examples/digits/x_test.npy"));
+    let dim = x.len() / rows;
+    let (y, _) = read_npy::<i64>(&root.join("examples/digits/y_test.npy"));
+    let n = rows - FIRST;
+    let (xs, ys) = (dir.join("x.npy"), dir.join("y.npy"));
+    write_f64_npy(&xs, n, &[dim], &x[FIRST * dim..]);
+    write_npy(&ys, &[n as u64], &y[FIRST..]);
+    let model = root.join("tests/local/digits-32x2.onnx");
+    let report = dir.join("crown.json");
+    let out = Command::new(python())
+        .arg(root.join("tests/local/crown_reference.py"))
+        .args(["--model".as_ref(), model.as_os_str()])
+        .args(["--inputs".as_ref(), xs.as_os_str()])
+        .args(["--labels".as_ref(), ys.as_os_str()])
+        .args([
+            "--count",
+            &n.to_string(),
+            "--radii",
+            "0.02,0.1,0.3",
+            "--pgd-restarts",
+            "3",
+        ])
+        .args(["--out".as_ref(), report.as_os_str()])
+        .output()
+        .expect("start Python");
+    assert!(
+        out.status.success(),
+        "crown_reference.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let spec = SubjectSpec {
+        model,
+        format: Some(Format::Float32),
+        accumulate: None,
+        ftz: false,
+        runtime: None,
+        inputs: xs,
+        labels: Some(ys),
+        gram_iterations: 12,
+        reference: ReferencePlan::None,
+        shard: None,
+    };
+    let subject = run::prepare(&spec, &Progress::silent()).unwrap();
+    for eps in ["0.02", "0.1", "0.3"] {
+        let at = &json["radii"][eps];
+        let indices = |key: &str| -> Vec<usize> {
+            at[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as usize)
+                .collect()
+        };
+        let (crown, falsified) = (indices("crown_certified"), indices("pgd_falsified"));
+        let radius = Radius::parse_decimal(eps).unwrap();
+        let outcome = run::certify(&subject, &radius, &[Mode::Local]).unwrap();
+        let local = outcome.mode(Mode::Local).unwrap();
+        eprintln!(
+            "eps {eps}: local {} (of {n}), CROWN {}, PGD falsified {}",
+            local.certified,
+            crown.len(),
+            falsified.len()
+        );
+        assert!(
+            local.certified * 100 >= crown.len() * 95,
+            "eps {eps}: local certifies {} of CROWN's {}",
+            local.certified,
+            crown.len()
+        );
+        for &k in &falsified {
+            assert!(
+                !local.verdicts[k],
+                "eps {eps}: point {k} certified but falsified"
+            );
+        }
+        assert!(
+            crown.len() > 10 && !falsified.is_empty(),
+            "eps {eps}: nothing to compare"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
