@@ -28,7 +28,7 @@ use crate::commands::report::ReportRequest;
 use crate::engine::run::{ReferencePlan, Shard, SubjectSpec};
 use crate::error::LipfpError;
 use crate::files;
-use crate::policy::{Policy, Radius};
+use crate::policy::{Decision, Policy, Radius};
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
 use crate::report::certificates;
@@ -193,6 +193,10 @@ pub struct CertifyArgs {
     /// With --attack: write the adversarial inputs found here (.npy), their indices beside it.
     #[arg(long, requires = "attack")]
     pub attack_witnesses: Option<PathBuf>,
+    /// Which output names the predicted class: `argmax` (the largest) or `argmin` (the smallest,
+    /// as in ACAS Xu); every certificate, the accuracy and the falsifier follow it.
+    #[arg(long, value_name = "RULE", default_value = "argmax", value_parser = Decision::parse)]
+    pub decision: Decision,
     /// With mode `local`: stop computing local bounds after this many seconds; the points left
     /// are not certified by them (reported as `local bounds not computed`).
     #[arg(long, value_name = "SECONDS", value_parser = parse_budget)]
@@ -415,6 +419,7 @@ fn certify_request(a: &CertifyArgs) -> Result<CertifyRequest, LipfpError> {
         gram_iterations: a.gram_iterations,
         reference: ReferencePlan::for_run(&modes, &radius, a.curve.is_some()),
         shard: parse_shard(a.shard.as_deref())?,
+        decision: a.decision,
     };
     Ok(CertifyRequest {
         spec,

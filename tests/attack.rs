@@ -46,6 +46,7 @@ fn prepare(model: &Path, x: &Path, y: &Path) -> Subject {
         gram_iterations: 12,
         reference: ReferencePlan::None,
         shard: None,
+        decision: lipfp::policy::Decision::Argmax,
     };
     run::prepare(&spec, &Progress::silent()).unwrap()
 }

@@ -40,6 +40,7 @@ fn subject(format: Format, dir: &Path) -> Subject {
         gram_iterations: 12,
         reference: ReferencePlan::Every { products: true },
         shard: None,
+        decision: lipfp::policy::Decision::Argmax,
     };
     run::prepare(&spec, &Progress::silent()).unwrap()
 }

@@ -33,6 +33,7 @@ use lipfp::engine::exec::{Executor, Hidden};
 use lipfp::engine::run::{ReferencePlan, Subject, SubjectSpec};
 use lipfp::onnx::model::DenseNet;
 use lipfp::onnx::reader::proto::tensor_proto::DataType;
+use lipfp::policy::Decision;
 use ndarray::ArrayView2;
 use rug::Rational;
 
@@ -62,6 +63,9 @@ struct Case {
     ball_points: usize,
     /// Whether mode `local` certifies too.
     local: bool,
+    /// The decision rule (with `argmin` the runtimes' outputs are negated, exactly, before they
+    /// are compared with lipfp's, which certifies the negated outputs' argmax).
+    decision: Decision,
 }
 
 fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
@@ -76,10 +80,20 @@ fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         gram_iterations: 12,
         reference: ReferencePlan::Every { products: true },
         shard: None,
+        decision: case.decision,
     };
     let data = (&case.inputs[..], case.rows);
     let radius = (case.epsilon, case.local);
     common::ball::certify_any_sound(dir, &case.name, data, spec, radius)
+}
+
+/// A runtime's outputs as lipfp certifies them: negated (exactly) for `argmin`, whose class is
+/// then their first largest.
+fn read_as(decision: Decision, y: Vec<f64>) -> Vec<f64> {
+    match decision {
+        Decision::Argmax => y,
+        Decision::Argmin => y.into_iter().map(|v| -v).collect(),
+    }
 }
 
 /// Run every check of `case` against onnxruntime (both optimisation levels) and tract.
@@ -97,10 +111,13 @@ fn check_case(python: &Path, case: Case) -> Figures {
         let mut flags = vec!["--opt", opt];
         flags.extend_from_slice(daz);
         let y = ort_logits(python, &case.model, rows, dim, &x, &flags);
-        runtimes.push((format!("onnxruntime --opt {opt}"), y));
+        runtimes.push((
+            format!("onnxruntime --opt {opt}"),
+            read_as(case.decision, y),
+        ));
     }
     match tract_logits(&case.model, &subject.net.input_shape, rows, &x) {
-        Ok(y) if !case.ftz => runtimes.push(("tract".into(), y)),
+        Ok(y) if !case.ftz => runtimes.push(("tract".into(), read_as(case.decision, y))),
         Ok(_) => eprintln!(
             "{}: tract not compared (it does not flush subnormals)",
             case.name
@@ -147,18 +164,12 @@ fn check_case(python: &Path, case: Case) -> Figures {
             .iter()
             .flat_map(|(_, p)| p.iter().copied())
             .collect();
-        let mut ball_runs = vec![ort_logits(
-            python,
-            &case.model,
-            samples.len(),
-            dim,
-            &flat,
-            daz,
-        )];
+        let y = ort_logits(python, &case.model, samples.len(), dim, &flat, daz);
+        let mut ball_runs = vec![read_as(case.decision, y)];
         if !case.ftz {
             if let Ok(y) = tract_logits(&case.model, &subject.net.input_shape, samples.len(), &flat)
             {
-                ball_runs.push(y);
+                ball_runs.push(read_as(case.decision, y));
             }
         }
         for y in &ball_runs {
@@ -213,7 +224,32 @@ fn case(name: &str, model: PathBuf, inputs: Vec<f64>, rows: usize, epsilon: &'st
         exact_points: rows,
         ball_points: rows,
         local: false,
+        decision: Decision::Argmax,
     }
+}
+
+/// ACAS Xu style: a network whose decision is the *smallest* output, certified with
+/// `decision = "argmin"` (the naturally trained fixture read that way, standard and local
+/// modes): at every certified point, at the attacked points of its ball and at random points of
+/// it, onnxruntime's and tract's argmin is the certified class.
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "needs a Python with onnxruntime (set LIPFP_PYTHON)"
+)]
+fn argmin_decision_holds_on_the_runtimes() {
+    let py = python();
+    let (_, inputs, rows) = common::runtime::example("digits");
+    let model = root().join("tests/local/digits-32x2.onnx");
+    let fig = check_case(
+        &py,
+        Case {
+            local: true,
+            decision: Decision::Argmin,
+            ..case("digits-32x2-argmin", model, inputs, rows, "0.05")
+        },
+    );
+    assert!(fig.certified > 100 && fig.ball_samples > 100, "{fig:?}");
 }
 
 /// Mode `local` on a naturally trained network (the fixture of `tests/local_reference.rs`), where

@@ -36,6 +36,7 @@ fn spec(model: &Path, x: &Path, y: &Path) -> SubjectSpec {
         gram_iterations: 12,
         reference: ReferencePlan::None,
         shard: None,
+        decision: lipfp::policy::Decision::Argmax,
     }
 }
 

@@ -37,6 +37,7 @@ fn spec(model: &Path, x: &Path, y: &Path, reference: bool) -> SubjectSpec {
             ReferencePlan::None
         },
         shard: None,
+        decision: lipfp::policy::Decision::Argmax,
     }
 }
 

@@ -56,6 +56,7 @@ fn figures(example: &str, eps: &str) -> (f64, f64) {
         gram_iterations: 12,
         reference: ReferencePlan::None,
         shard: None,
+        decision: lipfp::policy::Decision::Argmax,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();
     let out = run::certify(

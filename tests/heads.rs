@@ -80,6 +80,7 @@ fn prepare(model: &Path, x: &[f64], dim: usize, reference: bool) -> Subject {
             ReferencePlan::None
         },
         shard: None,
+        decision: lipfp::policy::Decision::Argmax,
     };
     run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"))
 }

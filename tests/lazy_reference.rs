@@ -58,6 +58,7 @@ fn shard_subject(
         gram_iterations: 12,
         reference: plan,
         shard,
+        decision: lipfp::policy::Decision::Argmax,
     };
     run::prepare(&spec, &Progress::silent()).unwrap()
 }

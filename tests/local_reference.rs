@@ -71,6 +71,7 @@ fn local_certifies_what_crown_does_and_nothing_an_attack_falsifies() {
         gram_iterations: 12,
         reference: ReferencePlan::None,
         shard: None,
+        decision: lipfp::policy::Decision::Argmax,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();
     for eps in ["0.02", "0.1", "0.3"] {

@@ -33,6 +33,7 @@ fn run_set(
         gram_iterations: iterations,
         reference: ReferencePlan::Every { products: true },
         shard: None,
+        decision: lipfp::policy::Decision::Argmax,
     };
     let subject = run::prepare(&spec, &Progress::silent()).expect("benchmark loads");
     let outcome = run::certify(&subject, radius, &Mode::SOUND).expect("certifies");

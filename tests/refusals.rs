@@ -863,6 +863,7 @@ fn classes(path: &Path, inputs: &Path) -> Vec<i64> {
         gram_iterations: 12,
         reference: ReferencePlan::None,
         shard: None,
+        decision: lipfp::policy::Decision::Argmax,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"));
     subject

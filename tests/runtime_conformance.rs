@@ -67,6 +67,7 @@ fn certify(t: &Target, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         gram_iterations: 12,
         reference: ReferencePlan::Every { products: true },
         shard: None,
+        decision: lipfp::policy::Decision::Argmax,
     };
     common::ball::certify_any_sound(
         dir,

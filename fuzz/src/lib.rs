@@ -219,6 +219,7 @@ fn certify_loaded(net: DenseNet, ftz: bool) {
             gram_iterations: 4,
             reference: plan,
             shard: None,
+            decision: lipfp::policy::Decision::Argmax,
         };
         let labels = Some(labels.clone());
         let progress = Progress::silent();

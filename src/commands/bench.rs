@@ -180,6 +180,7 @@ fn spec(model: &Path, reference: ReferencePlan) -> SubjectSpec {
         gram_iterations: DEFAULT_GRAM_ITERATIONS,
         reference,
         shard: None,
+        decision: crate::policy::Decision::Argmax,
     }
 }
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{
-    parse_format, CurveGrid, Gate, Radius, RawData, RawGate, RawModel, Target, Thresholds,
+    parse_format, CurveGrid, Decision, Gate, Radius, RawData, RawGate, RawModel, Target, Thresholds,
 };
 use crate::arith::runtime::RuntimeKeys;
 use crate::bounds::certify::parse_mode_list;
@@ -206,6 +206,14 @@ impl Defaults<'_> {
             .choice()
             .map_err(|m| self.err(format!("{at} {m}")))?,
             gram_iterations: self.gram_iterations,
+            decision: g
+                .decision
+                .as_deref()
+                .or(model.decision.as_deref())
+                .map(Decision::parse)
+                .transpose()
+                .map_err(|m| self.err(format!("{at} decision: {m}")))?
+                .unwrap_or_default(),
             inputs: self.resolve(g.inputs.as_deref().or(data.inputs.as_deref()).ok_or_else(
                 || {
                     self.err(format!(

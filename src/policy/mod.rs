@@ -14,6 +14,9 @@ use crate::error::LipfpError;
 mod gate;
 mod radius;
 use gate::Defaults;
+
+mod decision;
+pub use decision::Decision;
 pub use radius::{parse_decimal_exact, CurveGrid, Radius};
 
 #[derive(Debug, Deserialize)]
@@ -62,6 +65,8 @@ struct RawModel {
     reduced_precision_reduction: Option<bool>,
     #[serde(default)]
     operand_rounding: Option<String>,
+    #[serde(default)]
+    decision: Option<String>,
 }
 
 impl RawModel {
@@ -110,6 +115,8 @@ struct RawGate {
     reduced_precision_reduction: Option<bool>,
     #[serde(default)]
     operand_rounding: Option<String>,
+    #[serde(default)]
+    decision: Option<String>,
     #[serde(default)]
     epsilon: Option<toml::Value>,
     #[serde(default)]
@@ -209,6 +216,8 @@ pub struct Target {
     pub inputs: PathBuf,
     /// Test labels.
     pub labels: Option<PathBuf>,
+    /// How the model's outputs name the class (`decision`, default argmax).
+    pub decision: Decision,
 }
 
 /// One `[[gate]]`.

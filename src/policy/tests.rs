@@ -121,3 +121,34 @@ fn decimal_parsing_is_exact() {
     assert!(parse_decimal_exact("0.3.1").is_none());
     assert!(Radius::parse_decimal("-1").is_err());
 }
+
+#[test]
+fn decision_and_local_budget_are_read_and_checked() {
+    let p = Policy::parse(Path::new("/p/lipfp.toml"), GOOD).unwrap();
+    assert_eq!(p.gates[0].target.decision, Decision::Argmax);
+    assert_eq!(p.gates[0].local_budget_s, None);
+    let text = GOOD.replace(
+        "format = \"float32\"",
+        "format = \"float32\"\ndecision = \"argmin\"",
+    ) + "local_budget_s = 30\n";
+    let p = Policy::parse(Path::new("/p/lipfp.toml"), &text).unwrap();
+    assert_eq!(p.gates[0].target.decision, Decision::Argmin);
+    assert_eq!(p.gates[0].local_budget_s, Some(30.0));
+    // a gate's own decision overrides [model]'s
+    let gate = GOOD.to_string() + "decision = \"argmin\"\n";
+    let p = Policy::parse(Path::new("/p/lipfp.toml"), &gate).unwrap();
+    assert_eq!(p.gates[0].target.decision, Decision::Argmin);
+    let bad = GOOD.to_string() + "decision = \"median\"\n";
+    let e = Policy::parse(Path::new("/p/lipfp.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("decision") && e.contains("median") && e.contains("argmin"),
+        "{e}"
+    );
+    let bad = GOOD.to_string() + "local_budget_s = -1\n";
+    let e = Policy::parse(Path::new("/p/lipfp.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("local_budget_s"), "{e}");
+}

@@ -21,6 +21,7 @@ use crate::bounds::norms::{self, NetworkNorms};
 use crate::engine::data::{self, InputStream, Inputs};
 use crate::error::LipfpError;
 use crate::onnx::model::{self, DenseNet};
+use crate::policy::Decision;
 use crate::policy::Target;
 use crate::progress::Progress;
 
@@ -47,6 +48,8 @@ pub struct SubjectSpec {
     pub reference: ReferencePlan,
     /// Certify only this slice of the test set.
     pub shard: Option<Shard>,
+    /// How the model's outputs are read: the class of the largest (`argmax`) or the smallest.
+    pub decision: Decision,
 }
 
 impl SubjectSpec {
@@ -64,6 +67,7 @@ impl SubjectSpec {
             gram_iterations: t.gram_iterations,
             reference,
             shard,
+            decision: t.decision,
         }
     }
 }
@@ -387,6 +391,17 @@ fn compute(
         mut notes,
         span: (first, total),
     } = loaded;
+    let mut net = net;
+    if spec.decision == Decision::Argmin {
+        net.read_as_argmin()
+            .map_err(|m| LipfpError::model(&spec.model, m))?;
+        notes.push(
+            "decision rule: argmin (the certified class is the smallest output; lipfp certifies the \
+             largest of the negated outputs, which floating point computes exactly as the negated \
+             outputs, docs/soundness.md \"Decision rules\")"
+                .into(),
+        );
+    }
     let execution = deployment(spec, net.format, &mut notes)?;
     notes.push(format!("execution model: {execution}"));
     let (norms, bounds, norms_s) = norms_and_bounds(spec, &net, &execution, &mut notes, progress);

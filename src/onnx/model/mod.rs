@@ -168,6 +168,33 @@ pub struct DenseNet {
 }
 
 impl DenseNet {
+    /// Read the outputs by their smallest (`decision = "argmin"`): negate the output layer's weights and bias
+    /// (exact). Floating-point rounding is symmetric (`fl(-a) = -fl(a)`, in every summation
+    /// order, with or without FMA), so the negated layer's deployed outputs are exactly the
+    /// negated outputs, and the first largest of them is the first smallest of the originals: the
+    /// argmax certificates then certify the argmin decision (docs/soundness.md "Decision rules").
+    /// Refused for a model with a classifier head (its ops rank the largest first) or an output
+    /// layer that is an affine step.
+    pub fn read_as_argmin(&mut self) -> Result<(), String> {
+        if !self.head.is_empty() {
+            return Err(
+                "decision = \"argmin\" needs a model that outputs its scores; this one ends in a \
+                 classifier head (Softmax/LogSoftmax/ArgMax), which ranks the largest first"
+                    .into(),
+            );
+        }
+        let last = self
+            .layers
+            .last_mut()
+            .ok_or_else(|| "the model has no layer".to_string())?;
+        if last.affine.is_some() {
+            return Err("decision = \"argmin\" is not supported when the output layer is an elementwise affine step".into());
+        }
+        last.w.mapv_inplace(|v| -v);
+        last.b.iter_mut().for_each(|v| *v = -*v);
+        Ok(())
+    }
+
     /// Input dimension `n_1`.
     pub fn input_dim(&self) -> usize {
         self.layers[0].n()
