@@ -28,7 +28,7 @@ use crate::commands::report::ReportRequest;
 use crate::engine::run::{ReferencePlan, Shard, SubjectSpec};
 use crate::error::LipfpError;
 use crate::files;
-use crate::policy::{Decision, Policy, Radius};
+use crate::policy::{CurveGrid, Decision, Policy, Radius};
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
 use crate::report::certificates;
@@ -201,6 +201,12 @@ pub struct CertifyArgs {
     /// are not certified by them (reported as `local bounds not computed`).
     #[arg(long, value_name = "SECONDS", value_parser = parse_budget)]
     pub local_budget: Option<f64>,
+}
+
+/// The `--curve` grid for planning the reference pass (a list that does not parse plans the
+/// automatic grid's pass; it is reported as a usage error after the certification).
+fn curve_grid(text: Option<&str>) -> Option<CurveGrid> {
+    text.map(|t| CurveGrid::parse_list(t).unwrap_or(CurveGrid::Auto))
 }
 
 /// A time budget in seconds: finite and `>= 0`.
@@ -417,7 +423,7 @@ fn certify_request(a: &CertifyArgs) -> Result<CertifyRequest, LipfpError> {
         inputs: a.inputs.clone(),
         labels: a.labels.clone(),
         gram_iterations: a.gram_iterations,
-        reference: ReferencePlan::for_run(&modes, &radius, a.curve.is_some()),
+        reference: ReferencePlan::for_run(&modes, &radius, curve_grid(a.curve.as_deref()).as_ref()),
         shard: parse_shard(a.shard.as_deref())?,
         decision: a.decision,
     };

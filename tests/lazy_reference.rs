@@ -16,7 +16,7 @@ use lipfp::bounds::certify::modes::refuted;
 use lipfp::bounds::certify::quantities::final_pair_bounds;
 use lipfp::bounds::certify::{predicted_class, Mode, Refusal};
 use lipfp::engine::run::{self, ReferencePlan, Shard, Subject, SubjectSpec, STREAM_ROWS};
-use lipfp::policy::Radius;
+use lipfp::policy::{CurveGrid, Radius};
 use lipfp::progress::Progress;
 use rug::Rational;
 
@@ -97,7 +97,7 @@ fn lazy_equals_full_on(
     radius: &Radius,
     shard: Option<Shard>,
 ) -> Split {
-    let lazy_plan = ReferencePlan::for_run(&[Mode::Best], radius, false);
+    let lazy_plan = ReferencePlan::for_run(&[Mode::Best], radius, None);
     assert!(matches!(lazy_plan, ReferencePlan::Undecided(_)));
     let lazy = shard_subject(files.clone(), format, lazy_plan, shard);
     let full = shard_subject(
@@ -287,7 +287,7 @@ fn componentwise_products_are_measured_only_for_best() {
     let radius = Radius::parse_decimal("0.3").unwrap();
     let format = (Format::Float16, Some(Format::Float32));
     let modes = [Mode::Hybrid, Mode::Measured, Mode::Float64Centre];
-    let plan = ReferencePlan::for_run(&modes, &radius, false);
+    let plan = ReferencePlan::for_run(&modes, &radius, None);
     assert_eq!(plan, ReferencePlan::Every { products: false });
     let without = subject(files("digits"), format, plan);
     let with = subject(
@@ -326,16 +326,23 @@ fn componentwise_products_are_measured_only_for_best() {
 fn plans_combine_as_the_modes_need() {
     let r = Radius::parse_decimal("0.1").unwrap();
     let s = Radius::parse_decimal("0.2").unwrap();
-    let best = |r: &Radius| ReferencePlan::for_run(&[Mode::Best], r, false);
-    let hybrid = ReferencePlan::for_run(&[Mode::Standard, Mode::Hybrid], &r, false);
+    let best = |r: &Radius| ReferencePlan::for_run(&[Mode::Best], r, None);
+    let hybrid = ReferencePlan::for_run(&[Mode::Standard, Mode::Hybrid], &r, None);
     assert_eq!(
-        ReferencePlan::for_run(&[Mode::Standard], &r, true),
+        ReferencePlan::for_run(&[Mode::Standard], &r, Some(&CurveGrid::Auto)),
         ReferencePlan::None
     );
     assert_eq!(best(&r), ReferencePlan::Undecided(vec![r.clone()]));
     assert_eq!(
-        ReferencePlan::for_run(&[Mode::Best], &r, true),
+        ReferencePlan::for_run(&[Mode::Best], &r, Some(&CurveGrid::Auto)),
         ReferencePlan::Every { products: true }
+    );
+    // a given grid: undecided at the radius or at any grid radius (each once)
+    let grid = CurveGrid::given(&["0.2", "0.1", "0.3"]).unwrap();
+    let t = Radius::parse_decimal("0.3").unwrap();
+    assert_eq!(
+        ReferencePlan::for_run(&[Mode::Best], &r, Some(&grid)),
+        ReferencePlan::Undecided(vec![r.clone(), s.clone(), t])
     );
     assert_eq!(hybrid, ReferencePlan::Every { products: false });
     assert_eq!(
@@ -359,10 +366,10 @@ fn lazy_best_planned_for_two_radii_gives_the_full_verdicts_at_both() {
         Radius::parse_decimal("0.2").unwrap(),
         Radius::parse_decimal("0.45").unwrap(),
     );
-    let plan = ReferencePlan::for_run(&[Mode::Best], &r1, false).union(ReferencePlan::for_run(
+    let plan = ReferencePlan::for_run(&[Mode::Best], &r1, None).union(ReferencePlan::for_run(
         &[Mode::Best],
         &r2,
-        false,
+        None,
     ));
     let lazy = subject(files("digits"), format, plan);
     let full = subject(
@@ -379,5 +386,47 @@ fn lazy_best_planned_for_two_radii_gives_the_full_verdicts_at_both() {
         let (l, f) = (l.mode(Mode::Best).unwrap(), f.mode(Mode::Best).unwrap());
         assert_eq!(l.verdicts, f.verdicts, "{r:?}");
         assert_eq!(l.refusal_of, f.refusal_of, "{r:?}");
+    }
+}
+
+/// A curve over `best` on given radii runs the reference only where standard leaves a radius
+/// undecided, and its counts at every grid radius equal those of the curve with the full pass;
+/// its per-point radii are lower bounds of the full ones (standard's, where the reference did
+/// not run).
+#[test]
+fn lazy_curve_counts_equal_the_full_curve() {
+    use lipfp::engine::run::certify_curve;
+    let grid = CurveGrid::given(&["0.05", "0.1", "0.2", "0.3", "0.45"]).unwrap();
+    let r = Radius::parse_decimal("0.1").unwrap();
+    for format in [
+        (Format::Float32, None),
+        (Format::Float16, Some(Format::Float32)),
+    ] {
+        let modes = [Mode::Standard, Mode::Best];
+        let plan = ReferencePlan::for_run(&modes, &r, Some(&grid));
+        let lazy = subject(files("digits"), format, plan);
+        let full = subject(
+            files("digits"),
+            format,
+            ReferencePlan::Every { products: true },
+        );
+        let ran = lazy.reference.as_ref().unwrap().points();
+        assert!(ran < lazy.n(), "{format:?}: the reference ran everywhere");
+        let (a, b) = (
+            certify_curve(&lazy, &grid, &modes).unwrap(),
+            certify_curve(&full, &grid, &modes).unwrap(),
+        );
+        for (ma, mb) in a.modes.iter().zip(&b.modes) {
+            assert_eq!(ma.mode, mb.mode);
+            assert_eq!(ma.points, mb.points, "{format:?} {}", ma.mode);
+            for (ra, rb) in ma.radii.iter().zip(&mb.radii) {
+                assert!(
+                    ra.unwrap_or(0.0) <= rb.unwrap_or(0.0) * (1.0 + 1e-3),
+                    "{format:?} {}",
+                    ma.mode
+                );
+            }
+        }
+        eprintln!("{format:?}: reference at {ran} of {} points", lazy.n());
     }
 }

@@ -104,7 +104,7 @@ fn prepare(
         .filter_map(|g| {
             let m = merged.iter().find(|m| m.name == g.name)?;
             let modes: Vec<Mode> = m.outcome.modes.iter().map(|mo| mo.mode).collect();
-            Some(ReferencePlan::for_run(&modes, &g.radius, false))
+            Some(ReferencePlan::for_run(&modes, &g.radius, None))
         })
         .fold(ReferencePlan::None, ReferencePlan::union);
     let plan = crate::commands::check::reference_plan(policy, t).union(in_files);

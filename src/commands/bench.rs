@@ -213,7 +213,7 @@ impl Suite<'_> {
         let mut certified = None;
         for _ in 0..self.runs.max(1) {
             let t = Instant::now();
-            let plan = ReferencePlan::for_run(modes, radius, grid.is_some());
+            let plan = ReferencePlan::for_run(modes, radius, grid);
             let subject = run::prepare_loaded(
                 &spec(&self.net.path, plan),
                 self.net.clone(),

@@ -62,7 +62,7 @@ pub fn reference_plan(policy: &Policy, t: &Target) -> ReferencePlan {
         .gates
         .iter()
         .filter(|g| g.target == *t)
-        .map(|g| ReferencePlan::for_run(&g.modes, &g.radius, g.curve.is_some()))
+        .map(|g| ReferencePlan::for_run(&g.modes, &g.radius, g.curve.as_ref()))
         .fold(ReferencePlan::None, ReferencePlan::union)
 }
 

@@ -265,17 +265,52 @@ pub fn certify_curve(
         fmt: mb,
         hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
     };
+    let of_mode = |mode: Mode| -> Vec<Threshold> {
+        (0..subject.n())
+            .into_par_iter()
+            .with_min_len(64)
+            .map(|i| threshold(&certifier, mode, &centre_of(subject, i)))
+            .collect()
+    };
+    let standard = all.contains(&Mode::Best).then(|| of_mode(Mode::Standard));
     let thresholds: Vec<Vec<Threshold>> = all
         .iter()
-        .map(|&mode| {
-            (0..subject.n())
-                .into_par_iter()
-                .with_min_len(64)
-                .map(|i| threshold(&certifier, mode, &centre_of(subject, i)))
-                .collect()
+        .map(|&mode| match (mode, &standard) {
+            (Mode::Standard, Some(std)) => std.clone(),
+            (Mode::Best, Some(std)) => best_thresholds(subject, &certifier, std),
+            _ => of_mode(mode),
         })
         .collect();
     finish(subject, grid, &all, thresholds, Some(&certifier), start)
+}
+
+/// `best`'s thresholds: searched where the float64 reference ran; elsewhere the standard
+/// certificate's (`std`). There `best` certifies exactly where standard does and is undecided
+/// (never certified) up to the radius where it is refuted (docs/soundness.md "Lazy float64
+/// reference"), so standard's bracket is `best`'s: `lo` is certified by `best` (which takes every
+/// standard source), and a grid radius inside the bracket is decided by running `best` there.
+fn best_thresholds(
+    subject: &Subject,
+    certifier: &Certifier<'_>,
+    std: &[Threshold],
+) -> Vec<Threshold> {
+    let ran = |i: usize| {
+        subject
+            .reference
+            .as_ref()
+            .is_some_and(|r| r.slot.get(i).copied().flatten().is_some())
+    };
+    (0..subject.n())
+        .into_par_iter()
+        .with_min_len(64)
+        .map(|i| {
+            if ran(i) {
+                threshold(certifier, Mode::Best, &centre_of(subject, i))
+            } else {
+                std[i]
+            }
+        })
+        .collect()
 }
 
 /// Counts at every grid radius from the thresholds (certificates run where they decide).

@@ -1,15 +1,15 @@
 //! The float64 reference execution: which points it runs on, and what it measured there.
 //!
 //! The pre-deployment modes `hybrid`, `measured` and `float64-centre` read it at every point, as
-//! does a robustness curve over `best` (its search visits every radius). At fixed radii, `best`
-//! reads it only where the standard certificate does not decide the point (docs/soundness.md
-//! "Lazy float64 reference"), so the pass runs on those points alone and every figure stays
-//! the one the full pass gives.
+//! does a robustness curve over `best` on the automatic grid. At fixed radii (the certified
+//! radius and a curve's given radii), `best` reads it only where the standard certificate does
+//! not decide the point (docs/soundness.md "Lazy float64 reference"), so the pass runs on those
+//! points alone and every figure at those radii stays the one the full pass gives.
 
 use super::certify::point_radii;
 use crate::bounds::certify::modes::Decided;
 use crate::bounds::certify::{Centre, Certifier, HiCentre, Mode, ModelBounds};
-use crate::policy::Radius;
+use crate::policy::{CurveGrid, Radius};
 
 /// Which points the float64 reference execution runs on.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,20 +27,30 @@ pub enum ReferencePlan {
 }
 
 impl ReferencePlan {
-    /// The plan for certificates in `modes` at `radius`, with a robustness curve over them
-    /// when `curve`.
-    pub fn for_run(modes: &[Mode], radius: &Radius, curve: bool) -> ReferencePlan {
+    /// The plan for certificates in `modes` at `radius`, with a robustness curve over them on
+    /// `curve`'s grid. A curve over `best` with given radii needs the reference only where the
+    /// standard certificate leaves one of them undecided (its counts at the grid radii are then
+    /// exact; its per-point radii are sound lower bounds, docs/soundness.md "Lazy float64
+    /// reference"); the automatic grid is known only after the thresholds, so it runs everywhere.
+    pub fn for_run(modes: &[Mode], radius: &Radius, curve: Option<&CurveGrid>) -> ReferencePlan {
         let best = modes.contains(&Mode::Best);
         if modes
             .iter()
             .any(|&m| m.needs_reference() && m != Mode::Best)
-            || (best && curve)
         {
-            ReferencePlan::Every { products: best }
-        } else if best {
-            ReferencePlan::Undecided(vec![radius.clone()])
-        } else {
-            ReferencePlan::None
+            return ReferencePlan::Every { products: best };
+        }
+        if !best {
+            return ReferencePlan::None;
+        }
+        match curve {
+            None => ReferencePlan::Undecided(vec![radius.clone()]),
+            Some(CurveGrid::Given(grid)) => {
+                let mut radii = vec![radius.clone()];
+                radii.extend(grid.iter().filter(|r| *r != radius).cloned());
+                ReferencePlan::Undecided(radii)
+            }
+            Some(CurveGrid::Auto) => ReferencePlan::Every { products: true },
         }
     }
 
