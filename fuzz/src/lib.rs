@@ -245,7 +245,7 @@ fn certify_loaded(net: DenseNet, ftz: bool) {
         assert!(m.certified <= rows);
     }
     // `best` with the reference only where standard does not decide: the same verdicts
-    let lazy = prepare(run::ReferencePlan::for_run(&[Mode::Best], &radius, false))
+    let lazy = prepare(run::ReferencePlan::for_run(&[Mode::Best], &radius, None))
         .expect("prepares as it did with the full reference pass");
     let lazy = run::certify(&lazy, &radius, &[Mode::Best]).expect("certifies as the full pass did");
     if let (Some(l), Some(f)) = (lazy.mode(Mode::Best), outcome.mode(Mode::Best)) {
