@@ -197,6 +197,10 @@ pub struct CertifyArgs {
     /// as in ACAS Xu); every certificate, the accuracy and the falsifier follow it.
     #[arg(long, value_name = "RULE", default_value = "argmax", value_parser = Decision::parse)]
     pub decision: Decision,
+    /// Let mode `best` consult local bounds (linear bound propagation) at the points it does not
+    /// otherwise certify, where a first-order estimate says they can help.
+    #[arg(long)]
+    pub best_local: bool,
     /// With mode `local`: stop computing local bounds after this many seconds; the points left
     /// are not certified by them (reported as `local bounds not computed`).
     #[arg(long, value_name = "SECONDS", value_parser = parse_budget)]
@@ -437,6 +441,7 @@ fn certify_request(a: &CertifyArgs) -> Result<CertifyRequest, LipfpError> {
         attack_witnesses: a.attack_witnesses.clone(),
         certificates: a.certificates.clone(),
         local_budget_s: a.local_budget,
+        best_local: a.best_local,
     })
 }
 

@@ -113,3 +113,53 @@ fn local_certifies_what_crown_does_and_nothing_an_attack_falsifies() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `best_local`: `best` consults local bounds where it does not otherwise certify, lazily, and so
+/// certifies at least what `best` and (up to the points its first-order filter skips) `local`
+/// certify; the report says where they ran.
+#[test]
+fn best_consults_local_bounds_where_it_does_not_certify() {
+    use lipfp::engine::run::CertifyOptions;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::temp_dir().join(format!("lipfp-best-local-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (x, rows) = common::runtime::read_inputs(&root.join("examples/digits/x_test.npy"));
+    let dim = x.len() / rows;
+    let xs = dir.join("x.npy");
+    write_f64_npy(&xs, rows, &[dim], &x);
+    let spec = SubjectSpec {
+        model: root.join("tests/local/digits-32x2.onnx"),
+        format: Some(Format::Float32),
+        accumulate: None,
+        ftz: false,
+        runtime: None,
+        inputs: xs,
+        labels: None,
+        gram_iterations: 12,
+        reference: ReferencePlan::Undecided(vec![Radius::parse_decimal("0.1").unwrap()]),
+        shard: None,
+        decision: lipfp::policy::Decision::Argmax,
+    };
+    let subject = run::prepare(&spec, &Progress::silent()).unwrap();
+    let radius = Radius::parse_decimal("0.1").unwrap();
+    let plain = run::certify(&subject, &radius, &[Mode::Best, Mode::Local]).unwrap();
+    let options = CertifyOptions {
+        local_budget_s: None,
+        best_local: true,
+    };
+    let lazy =
+        run::certify_with_options(&subject, &radius, &[Mode::Best], &options, &Progress::silent())
+            .unwrap();
+    let count = |o: &run::CertifyOutcome, m: Mode| o.mode(m).unwrap().certified;
+    let (best_only, local_only) = {
+        let b = run::certify(&subject, &radius, &[Mode::Best]).unwrap();
+        (count(&b, Mode::Best), count(&plain, Mode::Local))
+    };
+    let with_local = count(&lazy, Mode::Best);
+    eprintln!("best {best_only}, local {local_only}, best consulting local {with_local}; {:?}", lazy.notes);
+    assert!(with_local >= best_only && with_local * 100 >= local_only * 95);
+    assert!(with_local > best_only, "local bounds certified nothing more");
+    assert!(count(&plain, Mode::Best) >= with_local);
+    assert!(lazy.notes.iter().any(|n| n.contains("best consulted local bounds")));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -46,6 +46,8 @@ pub struct CertifyRequest {
     pub certificates: Option<PathBuf>,
     /// Seconds the local bounds may take (`None`: no limit).
     pub local_budget_s: Option<f64>,
+    /// Let `best` consult local bounds where it does not otherwise certify.
+    pub best_local: bool,
 }
 
 /// The result of `lipfp certify` before it is published.
@@ -67,6 +69,7 @@ pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, Lipf
     progress.stage(&format!("certifying {} points", subject.n()));
     let options = run::CertifyOptions {
         local_budget_s: req.local_budget_s,
+        best_local: req.best_local,
     };
     let outcome = run::certify_with_options(&subject, &req.radius, &req.modes, &options, progress)?;
     let verdict = GateVerdict {

@@ -180,6 +180,7 @@ fn evaluate_gate(
     ));
     let options = run::CertifyOptions {
         local_budget_s: g.local_budget_s,
+        best_local: g.best_local,
     };
     let outcome = run::certify_with_options(subject, &g.radius, &g.modes, &options, progress)
         .map_err(|e| e.to_string())?;

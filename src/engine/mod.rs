@@ -1,6 +1,7 @@
 //! The engine: test data ([`data`]), lipfp's own centre execution ([`exec`]), runs of the
 //! certifier over a test set with outcomes per mode and curve ([`run`]), digests of what was
-//! certified ([`digest`]) and the falsifier ([`attack`]). It returns outcomes
+//! certified ([`digest`]), margin gradients of the network ([`gradient`], the falsifier's search
+//! direction and the local bounds' first-order filter) and the falsifier ([`attack`]). It returns outcomes
 //! ([`run::CertifyOutcome`], [`run::CurveOutcome`], [`attack::AttackOutcome`]); it never renders
 //! them.
 //!
@@ -11,4 +12,5 @@ pub mod attack;
 pub mod data;
 pub mod digest;
 pub mod exec;
+pub mod gradient;
 pub mod run;

@@ -275,6 +275,7 @@ mod tests {
             reference_s: 0.0,
             model_refusal: None,
             radii_hash: None,
+            notes: Vec::new(),
         }
     }
 

@@ -99,6 +99,7 @@ impl Defaults<'_> {
             curve,
             attack,
             local_budget_s,
+            best_local: g.best_local.unwrap_or(false),
         })
     }
 

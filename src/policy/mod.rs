@@ -141,6 +141,8 @@ struct RawGate {
     attack: Option<bool>,
     #[serde(default)]
     local_budget_s: Option<f64>,
+    #[serde(default)]
+    best_local: Option<bool>,
 }
 
 /// Thresholds of a gate (percentages, percentage points).
@@ -244,6 +246,8 @@ pub struct Gate {
     /// Seconds the local bounds may take (`local_budget_s`); the points left then are not
     /// certified by them. `None`: no limit.
     pub local_budget_s: Option<f64>,
+    /// Let `best` consult local bounds where it does not otherwise certify (`best_local = true`).
+    pub best_local: bool,
 }
 
 /// A validated policy; every path is resolved relative to the policy file.

@@ -522,6 +522,7 @@ fn merge_gate(
             reference_s: parts.iter().map(|(_, g)| g.reference_s).sum(),
             model_refusal: None,
             radii_hash: None,
+            notes: Vec::new(),
         },
         radius,
         mode,

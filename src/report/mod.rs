@@ -285,6 +285,7 @@ impl GateReport {
                 notes.push(r.clone());
             }
         }
+        notes.extend(outcome.notes.iter().cloned());
         GateReport {
             name: name.to_string(),
             status: GateStatus::of(verdict.passed),

@@ -14,7 +14,6 @@
 //! points are searched in fixed blocks: the result does not depend on the thread count.
 
 mod ball;
-mod gradient;
 pub mod witnesses;
 
 use std::time::Instant;
@@ -23,8 +22,8 @@ use ndarray::{Array2, ArrayView2, Axis};
 use rayon::prelude::*;
 use rug::Rational;
 
+pub use crate::engine::gradient::{runner_up, GradNet};
 pub use ball::{in_ball_exact, round_towards_centre, SplitMix};
-pub use gradient::{runner_up, GradNet};
 
 use crate::arith::format::Format;
 use crate::arith::sound::rational_to_f64_down;

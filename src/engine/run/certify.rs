@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::local::{local_pass, LocalPass};
+use super::local::{local_pass, promising, LocalPass};
 use super::Subject;
 use crate::bounds::certify::{Centre, Certifier, Mode, PointResult, Refusal};
 use crate::engine::data;
@@ -127,6 +127,9 @@ pub struct CertifyOutcome {
     /// SHA-256 of the per-instance radii of the whole test set (float64 bits, little-endian),
     /// when the radius is per instance.
     pub radii_hash: Option<String>,
+    /// What the run did beyond the modes' figures (where `best` consulted local bounds, a local
+    /// time budget that ran out).
+    pub notes: Vec<String>,
 }
 
 impl CertifyOutcome {
@@ -270,6 +273,9 @@ pub fn certify(
 pub struct CertifyOptions {
     /// Seconds the local bounds may take (`None`: no limit).
     pub local_budget_s: Option<f64>,
+    /// Let `best` consult local bounds at the points it does not otherwise certify (lazily:
+    /// where a first-order estimate says they can help), when `local` is not computed anyway.
+    pub best_local: bool,
 }
 
 /// [`certify`], showing progress per mode.
@@ -308,9 +314,22 @@ pub fn certify_with_options(
         options.local_budget_s,
         progress,
     )?;
+    let mut notes = Vec::new();
+    if let Some(l) = &local {
+        notes.extend(budget_note(l, subject.n()));
+    }
     for mode in all {
         let t = Instant::now();
-        let results = point_results(subject, mode, &eps, local.as_ref(), progress);
+        let mut results = point_results(subject, mode, &eps, local.as_ref(), progress);
+        if mode == Mode::Best && options.best_local && local.is_none() {
+            notes.extend(best_with_local(
+                subject,
+                &eps,
+                &mut results,
+                options,
+                progress,
+            )?);
+        }
         let mut seconds = t.elapsed().as_secs_f64();
         if mode == Mode::Local {
             seconds += local.as_ref().map_or(0.0, |l| l.seconds);
@@ -331,8 +350,82 @@ pub fn certify_with_options(
         reference_s,
         model_refusal,
         radii_hash,
+        notes,
     })
 }
+
+/// A note when the local time budget left points without local bounds.
+fn budget_note(pass: &LocalPass, n: usize) -> Option<String> {
+    (pass.over_budget > 0).then(|| {
+        format!(
+            "local bounds: the time budget ran out with {} of {n} points left; they are not \
+             certified by local bounds",
+            pass.over_budget
+        )
+    })
+}
+
+/// `best` with the local bounds as one more source (docs/modes.md), computed lazily: at the
+/// points `best` did not certify whose first-order estimate is positive ([`promising`]), within
+/// the options' budget. Returns the notes saying where they ran and what they changed.
+fn best_with_local(
+    subject: &Subject,
+    eps: &[f64],
+    results: &mut [PointResult],
+    options: &CertifyOptions,
+    progress: &Progress,
+) -> Result<Vec<String>, LipfpError> {
+    let Ok(mb) = &subject.bounds else {
+        return Ok(Vec::new());
+    };
+    let open: Vec<usize> = (0..subject.n())
+        .filter(|&i| results[i].verdict.is_err() && subject.predictions[i].is_some())
+        .collect();
+    let promising = promising(subject, eps, &open)?;
+    let certifier = Certifier {
+        fmt: mb,
+        hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
+    };
+    let (probe, rest) = promising.split_at(promising.len().min(LOCAL_PROBE));
+    let mut notes = Vec::new();
+    let (mut tried, mut gained) = (0, 0);
+    for (k, part) in [probe, rest].into_iter().enumerate() {
+        if k == 1 && gained == 0 && !rest.is_empty() {
+            notes.push(format!(
+                "best: local bounds certified none of the first {} promising points, so the \
+                 other {} were not tried (local bounds are rarely tighter than the Lipschitz \
+                 bound on networks trained for it)",
+                probe.len(),
+                rest.len()
+            ));
+            break;
+        }
+        let pass = local_pass(subject, eps, part, options.local_budget_s, progress)?;
+        for &i in part.iter().filter(|&&i| pass.points[i].is_some()) {
+            let c = centre_with_local(subject, i, Some(&pass), eps[i]);
+            let r = certifier.certify(Mode::Best, &c, eps[i]);
+            gained += usize::from(r.verdict.is_ok());
+            tried += 1;
+            results[i] = r;
+        }
+        notes.extend(budget_note(&pass, subject.n()));
+        notes.extend(pass.refused.map(|why| format!("best: {why}")));
+    }
+    notes.insert(
+        0,
+        format!(
+            "best consulted local bounds at {tried} of the {} points it did not otherwise certify \
+             ({} with a positive first-order margin estimate) and certified {gained} of them",
+            open.len(),
+            promising.len()
+        ),
+    );
+    Ok(notes)
+}
+
+/// How many promising points `best` tries local bounds at before deciding, from whether they
+/// certified any, to try the others.
+const LOCAL_PROBE: usize = 4;
 
 /// The real ceiling first, then `modes` in the order asked, each once.
 fn with_real(modes: &[Mode]) -> Vec<Mode> {

@@ -15,6 +15,7 @@ use crate::bounds::certify::componentwise::AbsWeights;
 use crate::bounds::certify::LocalMargins;
 use crate::bounds::local::LocalNet;
 use crate::engine::data::InputStream;
+use crate::engine::gradient::{runner_up, GradNet};
 use crate::error::LipfpError;
 use crate::progress::Progress;
 
@@ -143,6 +144,40 @@ fn measure(net: &LocalNet, abs: &AbsWeights, x: &[f64], eps: f64, class: usize) 
         abs_norms: products.norms,
         abs_last: products.last,
     }
+}
+
+/// Of the points `candidates` (ascending), those where local bounds may certify at radius
+/// `eps[i]`: the float64 margin against the runner-up minus `eps` times its gradient's norm is
+/// positive (the first-order estimate of the margin's minimum over the ball; local bounds are
+/// below the true minimum). A choice of where to spend time only: it never decides a verdict.
+pub fn promising(
+    subject: &Subject,
+    eps: &[f64],
+    candidates: &[usize],
+) -> Result<Vec<usize>, LipfpError> {
+    let grad = GradNet::new(&subject.net);
+    let dim = subject.inputs.dim;
+    let mut out = Vec::new();
+    subject.visit_rows(candidates, |chosen, rows| {
+        let x = Array2::from_shape_vec((chosen.len(), dim), rows.to_vec())
+            .map_err(|e| LipfpError::Usage(format!("internal: {e}")))?;
+        let classes: Vec<usize> = chosen
+            .iter()
+            .map(|&i| subject.predictions[i].unwrap_or(0))
+            .collect();
+        let (logits, g) = grad.margin_gradient(&x, &classes);
+        for (k, &i) in chosen.iter().enumerate() {
+            let row = logits.row(k).to_vec();
+            let c = classes[k];
+            let margin = row[c] - row[runner_up(&row, c)];
+            let slope = g.row(k).iter().map(|v| v * v).sum::<f64>().sqrt();
+            if margin - eps[i] * slope > 0.0 {
+                out.push(i);
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 impl Subject {
