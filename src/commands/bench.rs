@@ -195,6 +195,9 @@ struct Suite<'a> {
     runs: usize,
 }
 
+/// Points of the `mnist-local` suite (mode `local` on the first MNIST points).
+const LOCAL_POINTS: usize = 500;
+
 /// MNIST phases take a tenth of a second, where scheduling noise is large: the median of this
 /// many runs is reported.
 const MNIST_RUNS: usize = 5;
@@ -347,6 +350,21 @@ pub fn run_bench(opts: &BenchOptions, progress: &Progress) -> Result<BenchReport
             ("0.3", &radii),
             &[Mode::Standard, Mode::Best],
         )?);
+        // local bounds cost milliseconds per point: timed on the first points only
+        let few = LOCAL_POINTS.min(inputs.n);
+        let head = data::Inputs {
+            n: few,
+            values: inputs.values[..few * inputs.dim].to_vec(),
+            ..inputs.clone()
+        };
+        let local = Suite {
+            name: "mnist-local",
+            inputs: &head,
+            labels: &labels[..few],
+            runs: 1,
+            ..suite
+        };
+        phases.extend(bench_suite(&local, "0.3", &[Mode::Local], progress)?);
     } else {
         skipped.push(format!("mnist: {} not found", mnist.display()));
     }
