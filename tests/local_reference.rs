@@ -147,19 +147,82 @@ fn best_consults_local_bounds_where_it_does_not_certify() {
         local_budget_s: None,
         best_local: true,
     };
-    let lazy =
-        run::certify_with_options(&subject, &radius, &[Mode::Best], &options, &Progress::silent())
-            .unwrap();
+    let lazy = run::certify_with_options(
+        &subject,
+        &radius,
+        &[Mode::Best],
+        &options,
+        &Progress::silent(),
+    )
+    .unwrap();
     let count = |o: &run::CertifyOutcome, m: Mode| o.mode(m).unwrap().certified;
     let (best_only, local_only) = {
         let b = run::certify(&subject, &radius, &[Mode::Best]).unwrap();
         (count(&b, Mode::Best), count(&plain, Mode::Local))
     };
     let with_local = count(&lazy, Mode::Best);
-    eprintln!("best {best_only}, local {local_only}, best consulting local {with_local}; {:?}", lazy.notes);
+    eprintln!(
+        "best {best_only}, local {local_only}, best consulting local {with_local}; {:?}",
+        lazy.notes
+    );
     assert!(with_local >= best_only && with_local * 100 >= local_only * 95);
-    assert!(with_local > best_only, "local bounds certified nothing more");
+    assert!(
+        with_local > best_only,
+        "local bounds certified nothing more"
+    );
     assert!(count(&plain, Mode::Best) >= with_local);
-    assert!(lazy.notes.iter().any(|n| n.contains("best consulted local bounds")));
+    assert!(lazy
+        .notes
+        .iter()
+        .any(|n| n.contains("best consulted local bounds")));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Local verdicts in a CI matrix: two shards' certificate files (`local,best` and `best` with
+/// `best_local`), merged by `lipfp report --config --verify`, which re-certifies sampled points
+/// with local bounds and accepts them.
+#[test]
+fn sharded_local_certificates_merge_and_verify() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::temp_dir().join(format!("lipfp-local-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (x, rows) = common::runtime::read_inputs(&root.join("examples/digits/x_test.npy"));
+    let dim = x.len() / rows;
+    write_f64_npy(&dir.join("x.npy"), rows, &[dim], &x);
+    std::fs::copy(root.join("examples/digits/y_test.npy"), dir.join("y.npy")).unwrap();
+    let model = root.join("tests/local/digits-32x2.onnx");
+    let policy = format!(
+        "[model]\npath = {model:?}\n\n[data]\ninputs = \"x.npy\"\nlabels = \"y.npy\"\n\n\
+         [[gate]]\nname = \"local\"\nepsilon = \"0.1\"\nmode = \"local,best\"\nmin_certified_pct = 50\n\n\
+         [[gate]]\nname = \"lazy\"\nepsilon = \"0.1\"\nmode = \"best\"\nbest_local = true\nmin_certified_pct = 50\n"
+    );
+    std::fs::write(dir.join("lipfp.toml"), policy).unwrap();
+    let lipfp = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_lipfp"))
+            .current_dir(&dir)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    for (k, file) in [("1/2", "a.pb"), ("2/2", "b.pb")] {
+        let (code, out) = lipfp(&["check", "-q", "--shard", k, "--certificates", file]);
+        assert_eq!(code, Some(0), "{out}");
+    }
+    let (code, out) = lipfp(&[
+        "report",
+        "-q",
+        "a.pb",
+        "b.pb",
+        "--config",
+        "lipfp.toml",
+        "--verify",
+        "40",
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("points re-certified"), "{out}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -189,12 +189,15 @@ fn local_for(
 }
 
 /// Whether each of the points `indices` (into `subject`) is certified in `mode`: the same
-/// computation as [`certify`], for a sample (used to re-check certificate files).
+/// computation as [`certify`], for a sample (used to re-check certificate files). `local` and,
+/// with `best_local`, `best` compute local bounds at every point of the sample (no time budget,
+/// no first-order filter): where the run skipped them these verdicts may certify more.
 pub fn certify_points(
     subject: &Subject,
     radius: &Radius,
     mode: Mode,
     indices: &[usize],
+    best_local: bool,
 ) -> Result<Vec<bool>, LipfpError> {
     let (eps, _) = radii(subject, radius)?;
     let Ok(mb) = &subject.bounds else {
@@ -213,7 +216,18 @@ pub fn certify_points(
     let mut sorted = indices.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
-    let local = local_for(subject, &[mode], (&eps, &sorted), None, &Progress::silent())?;
+    let with_local = if mode == Mode::Best && best_local {
+        vec![Mode::Best, Mode::Local]
+    } else {
+        vec![mode]
+    };
+    let local = local_for(
+        subject,
+        &with_local,
+        (&eps, &sorted),
+        None,
+        &Progress::silent(),
+    )?;
     Ok(indices
         .iter()
         .map(|&i| {
