@@ -226,3 +226,60 @@ fn sharded_local_certificates_merge_and_verify() {
     assert!(out.contains("points re-certified"), "{out}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A robustness curve over `local`: at every grid radius its counts are those of a run at that
+/// radius, and every point's reported radius is one its certificate holds at.
+#[test]
+fn local_curves_match_fixed_radius_runs() {
+    use lipfp::policy::CurveGrid;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::temp_dir().join(format!("lipfp-local-curve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (x, rows) = common::runtime::read_inputs(&root.join("examples/digits/x_test.npy"));
+    let dim = x.len() / rows;
+    let xs = dir.join("x.npy");
+    write_f64_npy(&xs, rows, &[dim], &x);
+    let spec = SubjectSpec {
+        model: root.join("tests/local/digits-32x2.onnx"),
+        format: Some(Format::Float32),
+        accumulate: None,
+        ftz: false,
+        runtime: None,
+        inputs: xs,
+        labels: None,
+        gram_iterations: 12,
+        reference: ReferencePlan::None,
+        shard: None,
+        decision: lipfp::policy::Decision::Argmax,
+    };
+    let subject = run::prepare(&spec, &Progress::silent()).unwrap();
+    let texts = ["0.03", "0.1", "0.25"];
+    let curve =
+        run::certify_curve(&subject, &CurveGrid::given(&texts).unwrap(), &[Mode::Local]).unwrap();
+    let local = curve.modes.iter().find(|m| m.mode == Mode::Local).unwrap();
+    for (p, text) in local.points.iter().zip(texts) {
+        let fixed = run::certify(
+            &subject,
+            &Radius::parse_decimal(text).unwrap(),
+            &[Mode::Local],
+        )
+        .unwrap();
+        assert_eq!(
+            p.certified,
+            fixed.mode(Mode::Local).unwrap().certified,
+            "{text}"
+        );
+    }
+    // each reported radius is certified when the certificate runs there
+    let sample: Vec<usize> = (0..subject.n()).step_by(15).collect();
+    for &i in &sample {
+        if let Some(r) = local.radii[i].filter(|r| *r > 0.0) {
+            let text = format!("{r:e}");
+            let radius = Radius::parse_decimal(&text).unwrap();
+            let ok = run::certify_points(&subject, &radius, Mode::Local, &[i], false).unwrap();
+            assert!(ok[0], "point {i}: not certified at its reported radius {r}");
+        }
+    }
+    eprintln!("{:?}", local.points);
+    std::fs::remove_dir_all(&dir).ok();
+}

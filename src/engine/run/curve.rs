@@ -12,6 +12,7 @@
 use rayon::prelude::*;
 
 use super::certify::centre_of;
+use super::local_curve;
 use super::Subject;
 use crate::bounds::certify::{margin_lower, predicted_class, Centre, Certifier, Mode};
 use crate::error::LipfpError;
@@ -71,13 +72,13 @@ pub struct CurveOutcome {
 
 /// One point's threshold in one mode: certified at `lo` (`None`: not even at 0), not at `hi`.
 #[derive(Clone, Copy, Debug)]
-struct Threshold {
-    lo: Option<f64>,
-    hi: f64,
+pub(super) struct Threshold {
+    pub(super) lo: Option<f64>,
+    pub(super) hi: f64,
 }
 
 /// A first guess of a point's threshold: its real-arithmetic radius `min_j m_hat_ij / L_ij`.
-fn guess(certifier: &Certifier<'_>, c: &Centre<'_>) -> f64 {
+pub(super) fn guess(certifier: &Certifier<'_>, c: &Centre<'_>) -> f64 {
     let Some(i) = predicted_class(c.logits) else {
         return 1.0;
     };
@@ -130,6 +131,12 @@ fn threshold(certifier: &Certifier<'_>, mode: Mode, c: &Centre<'_>) -> Threshold
         let r = certifier.certify(mode, c, eps);
         (r.verdict.is_ok(), r.slack.filter(|s| !s.is_nan()))
     };
+    threshold_by(run, guess(certifier, c))
+}
+
+/// [`threshold`] for any certificate `run(eps) -> (certified, slack)`, starting from the radius
+/// `first`.
+pub(super) fn threshold_by(run: impl Fn(f64) -> (bool, Option<f64>), first: f64) -> Threshold {
     let (ok0, s0) = run(0.0);
     if !ok0 {
         return Threshold { lo: None, hi: 0.0 };
@@ -140,7 +147,7 @@ fn threshold(certifier: &Certifier<'_>, mode: Mode, c: &Centre<'_>) -> Threshold
         hi: f64::INFINITY,
         s_hi: None,
     };
-    let mut e = guess(certifier, c);
+    let mut e = first;
     for _ in 0..BRACKET_STEPS {
         let (ok, s) = run(e);
         if ok {
@@ -246,13 +253,6 @@ pub fn certify_curve(
     grid: &CurveGrid,
     modes: &[Mode],
 ) -> Result<CurveOutcome, LipfpError> {
-    if modes.contains(&Mode::Local) {
-        return Err(LipfpError::Usage(
-            "robustness curves do not cover mode `local` yet (its bounds are computed per radius): \
-             certify `local` at single radii"
-                .into(),
-        ));
-    }
     let start = std::time::Instant::now();
     let mut all = vec![Mode::Real];
     all.extend(modes.iter().copied().filter(|m| *m != Mode::Real));
@@ -276,11 +276,12 @@ pub fn certify_curve(
     let thresholds: Vec<Vec<Threshold>> = all
         .iter()
         .map(|&mode| match (mode, &standard) {
-            (Mode::Standard, Some(std)) => std.clone(),
-            (Mode::Best, Some(std)) => best_thresholds(subject, &certifier, std),
-            _ => of_mode(mode),
+            (Mode::Standard, Some(std)) => Ok(std.clone()),
+            (Mode::Best, Some(std)) => Ok(best_thresholds(subject, &certifier, std)),
+            (Mode::Local, _) => local_curve::thresholds(subject, &certifier),
+            _ => Ok(of_mode(mode)),
         })
-        .collect();
+        .collect::<Result<_, LipfpError>>()?;
     finish(subject, grid, &all, thresholds, Some(&certifier), start)
 }
 
@@ -325,6 +326,27 @@ fn finish(
     let radii = grid_radii(grid, &thresholds)?;
     let mut modes = Vec::with_capacity(all.len());
     for (&mode, th) in all.iter().zip(&thresholds) {
+        if mode == Mode::Local {
+            let points = match certifier {
+                Some(c) => local_curve::grid_points(subject, c, &radii)?,
+                None => vec![vec![false; subject.n()]; radii.len()],
+            };
+            let points = radii
+                .iter()
+                .zip(points)
+                .map(|((text, _), ok)| CurvePoint {
+                    epsilon: text.clone(),
+                    certified: ok.iter().filter(|&&b| b).count(),
+                    vra: subject.count_correct(&ok),
+                })
+                .collect();
+            modes.push(ModeCurve {
+                mode,
+                radii: th.iter().map(|t| t.lo).collect(),
+                points,
+            });
+            continue;
+        }
         let points = radii
             .iter()
             .map(|(text, eps)| {

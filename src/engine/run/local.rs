@@ -117,7 +117,13 @@ pub fn local_pass(
 }
 
 /// The local bounds at `x` for class `class` and the componentwise products over them.
-fn measure(net: &LocalNet, abs: &AbsWeights, x: &[f64], eps: f64, class: usize) -> LocalPoint {
+pub(super) fn measure(
+    net: &LocalNet,
+    abs: &AbsWeights,
+    x: &[f64],
+    eps: f64,
+    class: usize,
+) -> LocalPoint {
     let (lower, hidden) = net.point_bounds(x, eps, class);
     let Some(hidden) = hidden else {
         return LocalPoint {

@@ -5,6 +5,7 @@
 mod certify;
 mod curve;
 mod local;
+mod local_curve;
 mod passes;
 mod reference;
 

@@ -1,0 +1,97 @@
+//! Robustness curves of mode `local`. Local bounds are computed per radius, and the local
+//! certificate need not be monotone in the radius (CROWN's relaxations change with the bounds),
+//! so a point's radius is found by bisection with every probe computing the bounds at that radius
+//! (the radius reported is one the certificate was run and held at), and the counts at every grid
+//! radius come from running the certificate there, never from the bracket.
+
+use rayon::prelude::*;
+
+use super::certify::centre_of;
+use super::curve::{guess, threshold_by, Threshold};
+use super::local::measure;
+use super::Subject;
+use crate::bounds::certify::componentwise::AbsWeights;
+use crate::bounds::certify::{Certifier, Mode};
+use crate::bounds::local::LocalNet;
+use crate::error::LipfpError;
+
+/// The local certificate at point `i` (row `x`) at radius `eps`: certified, and its slack.
+fn certify_at(
+    (subject, certifier): (&Subject, &Certifier<'_>),
+    (net, abs): (&LocalNet, &AbsWeights),
+    i: usize,
+    x: &[f64],
+    eps: f64,
+) -> (bool, Option<f64>) {
+    let Some(class) = subject.predictions[i] else {
+        return (false, None);
+    };
+    let point = measure(net, abs, x, eps, class);
+    let mut c = centre_of(subject, i);
+    c.local = Some(point.margins(eps));
+    let r = certifier.certify(Mode::Local, &c, eps);
+    (r.verdict.is_ok(), r.slack.filter(|s| !s.is_nan()))
+}
+
+/// Calls `f(i, row)` for every point of the subject (in parallel within each read block).
+fn every_point<T: Send>(
+    subject: &Subject,
+    f: impl Fn(usize, &[f64]) -> T + Sync,
+) -> Result<Vec<T>, LipfpError> {
+    let dim = subject.inputs.dim;
+    let all: Vec<usize> = (0..subject.n()).collect();
+    let mut out = Vec::with_capacity(subject.n());
+    subject.visit_rows(&all, |chosen, rows| {
+        let block: Vec<T> = chosen
+            .par_iter()
+            .enumerate()
+            .map(|(k, &i)| f(i, &rows[k * dim..(k + 1) * dim]))
+            .collect();
+        out.extend(block);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The network prepared for local bounds, or every point uncertified when it is not covered.
+fn local_net<'a>(
+    subject: &'a Subject,
+    certifier: &Certifier<'_>,
+) -> Option<(LocalNet<'a>, AbsWeights)> {
+    let net = LocalNet::new(&subject.net, Some(&certifier.fmt.lip_prefix)).ok()?;
+    Some((net, AbsWeights::new(&subject.net, &subject.execution)))
+}
+
+/// Per point, the local certificate's threshold by bisection.
+pub(super) fn thresholds(
+    subject: &Subject,
+    certifier: &Certifier<'_>,
+) -> Result<Vec<Threshold>, LipfpError> {
+    let Some((net, abs)) = local_net(subject, certifier) else {
+        return Ok(vec![Threshold { lo: None, hi: 0.0 }; subject.n()]);
+    };
+    every_point(subject, |i, x| {
+        let run = |eps: f64| certify_at((subject, certifier), (&net, &abs), i, x, eps);
+        threshold_by(run, guess(certifier, &centre_of(subject, i)))
+    })
+}
+
+/// Per grid radius, whether each point is certified there (the certificate run at that radius).
+pub(super) fn grid_points(
+    subject: &Subject,
+    certifier: &Certifier<'_>,
+    radii: &[(String, f64)],
+) -> Result<Vec<Vec<bool>>, LipfpError> {
+    let Some((net, abs)) = local_net(subject, certifier) else {
+        return Ok(vec![vec![false; subject.n()]; radii.len()]);
+    };
+    let per_point = every_point(subject, |i, x| {
+        radii
+            .iter()
+            .map(|(_, eps)| certify_at((subject, certifier), (&net, &abs), i, x, *eps).0)
+            .collect::<Vec<bool>>()
+    })?;
+    Ok((0..radii.len())
+        .map(|k| per_point.iter().map(|p| p[k]).collect())
+        .collect())
+}
