@@ -228,6 +228,83 @@ fn case(name: &str, model: PathBuf, inputs: Vec<f64>, rows: usize, epsilon: &'st
     }
 }
 
+/// A ReLU on the output layer (the naturally trained fixture with a `Relu` appended by
+/// `tests/local/relu_output.py`): lipfp reads the zero floor as one more class that is never
+/// certified; at every point a sound mode (`local` included) certifies, and at the attacked and
+/// random points of its ball, onnxruntime's argmax of the ReLU outputs is the certified class.
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "needs a Python with onnxruntime (set LIPFP_PYTHON)"
+)]
+fn relu_output_certificates_hold_on_onnxruntime() {
+    let py = python();
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("relu-out.onnx");
+    let out = std::process::Command::new(&py)
+        .arg(root().join("tests/local/relu_output.py"))
+        .arg(root().join("tests/local/digits-32x2.onnx"))
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, inputs, rows) = common::runtime::example("digits");
+    let spec = SubjectSpec {
+        model: model.clone(),
+        format: None,
+        accumulate: None,
+        ftz: false,
+        runtime: None,
+        inputs: PathBuf::new(),
+        labels: None,
+        gram_iterations: 12,
+        reference: ReferencePlan::Every { products: true },
+        shard: None,
+        decision: Decision::Argmax,
+    };
+    let (subject, certified, x) = common::ball::certify_any_sound(
+        dir.path(),
+        "relu-out",
+        (&inputs, rows),
+        spec,
+        ("0.05", true),
+    );
+    assert_eq!(subject.net.floor_class(), Some(10));
+    let dim = subject.net.input_dim();
+    let real = subject.net.label_classes();
+    let (mut checked, mut samples) = (0, Vec::new());
+    for k in (0..rows).filter(|&k| certified[k]) {
+        let xk = &x[k * dim..(k + 1) * dim];
+        samples.push((k, xk.to_vec()));
+        samples.extend(common::ball::attack_sample(&subject, k, xk, 0.05).map(|p| (k, p)));
+        for p in common::ball::random_samples(xk, 0.05, subject.net.format, k as u64 + 1) {
+            samples.push((k, p));
+        }
+    }
+    let flat: Vec<f64> = samples
+        .iter()
+        .flat_map(|(_, p)| p.iter().copied())
+        .collect();
+    let y = ort_logits(&py, &model, samples.len(), dim, &flat, &[]);
+    for (s, (k, _)) in samples.iter().enumerate() {
+        let row = &y[s * real..(s + 1) * real];
+        assert!(row.iter().all(|v| *v >= 0.0), "not a ReLU output");
+        assert_eq!(
+            Some(argmax(row)),
+            subject.predictions[*k],
+            "point {k}, sample {s}"
+        );
+        checked += 1;
+    }
+    let n_cert = certified.iter().filter(|&&c| c).count();
+    eprintln!("relu output: {n_cert} of {rows} certified, {checked} runtime checks");
+    assert!(n_cert > 100 && checked > n_cert);
+}
+
 /// ACAS Xu style: a network whose decision is the *smallest* output, certified with
 /// `decision = "argmin"` (the naturally trained fixture read that way, standard and local
 /// modes): at every certified point, at the attacked points of its ball and at random points of

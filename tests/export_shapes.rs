@@ -1322,8 +1322,10 @@ fn rejects_a_residual_add() {
     assert!(msg.contains("residual"), "{msg}");
 }
 
+/// A ReLU on the output layer is read with the zero floor as one more class: an output row of
+/// zeros, the head op `Relu`, and the floor never a label.
 #[test]
-fn rejects_relu_on_the_output() {
+fn reads_relu_on_the_output_as_a_zero_floor() {
     let dir = tmp();
     let layers = random_layers(&WIDTHS, &[true, true, true], 37);
     let mut b = ModelBuilder::new();
@@ -1331,9 +1333,14 @@ fn rejects_relu_on_the_output() {
     let out = chain(&mut b, "x", &layers, gemm_trans_b1);
     b.node("Relu", "/act_out/Relu", &[&out], &["y"], vec![]);
     b.output_f32("y", 3);
-    let msg = load_err(&b.write(dir.path(), "m.onnx"), Format::Float32, false);
-    assert!(msg.contains("identity output"), "{msg}");
-    assert_names_node(&msg, "/act_out/Relu", "Relu");
+    let net = model::load(&b.write(dir.path(), "m.onnx"), Format::Float32, false).unwrap();
+    assert_eq!(net.classes(), 4);
+    assert_eq!(net.label_classes(), 3);
+    assert_eq!(net.floor_class(), Some(3));
+    assert_eq!(net.head, vec![lipfp::onnx::model::HeadOp::Relu]);
+    let last = net.layers.last().unwrap();
+    assert!(last.w.row(3).iter().all(|v| *v == 0.0) && last.b[3] == 0.0);
+    assert_eq!(last.act, lipfp::onnx::model::Activation::Identity);
 }
 
 #[test]

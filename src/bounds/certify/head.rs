@@ -163,7 +163,7 @@ pub fn head_margin(heads: &[HeadOp], format: Format, classes: u64) -> Option<f64
     let mut g = 0.0f64;
     for h in heads {
         let m = match h {
-            HeadOp::ArgMax => 0.0,
+            HeadOp::ArgMax | HeadOp::Relu => 0.0,
             HeadOp::Softmax => softmax_margin(format, classes)?,
             HeadOp::LogSoftmax => log_softmax_margin(format, classes),
         };

@@ -270,6 +270,9 @@ pub struct ModelBounds {
     pub head_margin: f64,
     /// When set, no instance can be certified in a sound mode, and why.
     pub vacuous: Option<String>,
+    /// The zero-floor class of a ReLU output ([`DenseNet::floor_class`]): a point whose
+    /// predicted class it is has no positive output and is never certified.
+    pub floor_class: Option<usize>,
 }
 
 impl ModelBounds {
@@ -313,7 +316,10 @@ impl ModelBounds {
         }
         if let Some(o) = exec.output_rounding {
             let elementwise = net.layers.iter().any(|l| l.affine.is_some())
-                || net.head.iter().any(|h| *h != HeadOp::ArgMax);
+                || net
+                    .head
+                    .iter()
+                    .any(|h| matches!(h, HeadOp::Softmax | HeadOp::LogSoftmax));
             if elementwise && vacuous.is_none() {
                 vacuous = Some(format!(
                     "elementwise steps and Softmax/LogSoftmax heads computed in the runtime's {o} \
@@ -338,6 +344,7 @@ impl ModelBounds {
             d0,
             head_margin: head_margin.unwrap_or(f64::INFINITY),
             vacuous,
+            floor_class: net.floor_class(),
         }
     }
 

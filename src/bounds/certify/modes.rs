@@ -198,6 +198,9 @@ impl Certifier<'_> {
         let Some(i) = predicted_class(c.logits) else {
             return PointResult::refused(Refusal::NonFiniteLogits);
         };
+        if Some(i) == self.fmt.floor_class {
+            return PointResult::refused(Refusal::Margin);
+        }
         if mode == Mode::Real {
             return self.real(c, i, eps);
         }
@@ -256,6 +259,9 @@ impl Certifier<'_> {
         let Some(i) = predicted_class(c.logits) else {
             return Some(Err(Refusal::NonFiniteLogits));
         };
+        if Some(i) == self.fmt.floor_class {
+            return Some(Err(Refusal::Margin));
+        }
         if self.fmt.vacuous.is_some() {
             return Some(Err(Refusal::Model));
         }

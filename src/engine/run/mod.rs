@@ -21,7 +21,7 @@ use crate::bounds::certify::{predicted_class, ModelBounds};
 use crate::bounds::norms::{self, NetworkNorms};
 use crate::engine::data::{self, InputStream, Inputs};
 use crate::error::LipfpError;
-use crate::onnx::model::{self, DenseNet};
+use crate::onnx::model::{self, DenseNet, HeadOp};
 use crate::policy::Decision;
 use crate::policy::Target;
 use crate::progress::Progress;
@@ -241,7 +241,7 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
         return Err(LipfpError::data(&spec.inputs, "the test set is empty"));
     }
     let mut labels = match &spec.labels {
-        Some(p) => Some(data::load_labels(p, total, net.classes())?),
+        Some(p) => Some(data::load_labels(p, total, net.label_classes())?),
         None => None,
     };
     let (first, count) = spec.shard.map(|s| s.range(total)).unwrap_or((0, total));
@@ -354,6 +354,14 @@ fn weight_notes(net: &DenseNet, format: Format) -> Vec<String> {
 fn head_note(net: &DenseNet, bounds: &ModelBounds) -> Option<String> {
     if net.head.is_empty() {
         return None;
+    }
+    if net.head == [HeadOp::Relu] {
+        return Some(
+            "the output layer has a ReLU: lipfp certifies the class ranked first among the outputs \
+             and a zero floor, read as one more class that is never certified (a point whose \
+             outputs are all <= 0 is refused; docs/soundness.md \"Classifier heads\")"
+                .into(),
+        );
     }
     let ops: Vec<&str> = net.head.iter().map(|h| h.name()).collect();
     Some(format!(

@@ -76,7 +76,7 @@ fn build_model(
     let mut head = std::mem::take(&mut b.head);
     head.sort();
     head.dedup();
-    let net = DenseNet {
+    let mut net = DenseNet {
         layers: b.finish()?,
         input_name: b.data_input.clone(),
         input_shape,
@@ -85,6 +85,7 @@ fn build_model(
         converted_changed: b.changed,
         path: path.to_path_buf(),
     };
+    net.read_relu_output();
     Ok((net, b.compute))
 }
 
@@ -278,7 +279,8 @@ impl<'a> Builder<'a> {
             Stage::Input => {
                 return Err(LipfpError::model(self.path, "the graph has no dense layer"))
             }
-            Stage::Activated => return Err(self.refuse_relu_output()),
+            Stage::Activated if !self.head.is_empty() => return Err(self.refuse_relu_output()),
+            Stage::Activated => {}
             Stage::Product | Stage::Biased => {}
         }
         self.check_logits_shape(out)

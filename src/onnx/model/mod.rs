@@ -87,6 +87,9 @@ const SUPPORTED_OP_TYPES: [&str; 22] = [
 /// "Classifier heads"): the certified class is the one it ranks first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum HeadOp {
+    /// `Relu` after the output layer: read as one more class whose output is 0 (the zero
+    /// floor), appended to the output layer ([`DenseNet::read_relu_output`]).
+    Relu,
     /// `Softmax` over the class axis.
     Softmax,
     /// `LogSoftmax` over the class axis.
@@ -99,6 +102,7 @@ impl HeadOp {
     /// The ONNX op type.
     pub fn name(self) -> &'static str {
         match self {
+            HeadOp::Relu => "Relu",
             HeadOp::Softmax => "Softmax",
             HeadOp::LogSoftmax => "LogSoftmax",
             HeadOp::ArgMax => "ArgMax",
@@ -193,6 +197,40 @@ impl DenseNet {
         last.w.mapv_inplace(|v| -v);
         last.b.iter_mut().for_each(|v| *v = -*v);
         Ok(())
+    }
+
+    /// A `Relu` after the output layer, read exactly: `argmax_k relu(z_k)` is class `i` when
+    /// `z_i > 0` and `z_i > z_j` for every `j != i`, that is when `i` is the first largest of
+    /// `(z_1, ..., z_m, 0)`. The output layer gets one more row (weights and bias 0, so its deployed
+    /// output is exactly 0 in every execution) and the head op [`HeadOp::Relu`] records it: the
+    /// argmax certificates of the augmented network then certify the ReLU classifier wherever the
+    /// certified class is a real one (docs/soundness.md "Classifier heads").
+    pub fn read_relu_output(&mut self) {
+        let Some(last) = self.layers.last_mut() else {
+            return;
+        };
+        if last.act != Activation::Relu || last.affine.is_some() {
+            return;
+        }
+        let (m, n) = last.w.dim();
+        let mut w = Array2::zeros((m + 1, n));
+        w.slice_mut(ndarray::s![..m, ..]).assign(&last.w);
+        last.w = w;
+        last.b.push(0.0);
+        last.act = Activation::Identity;
+        self.head.insert(0, HeadOp::Relu);
+    }
+
+    /// The zero-floor class a ReLU output adds ([`DenseNet::read_relu_output`]), never certified.
+    pub fn floor_class(&self) -> Option<usize> {
+        self.head
+            .contains(&HeadOp::Relu)
+            .then(|| self.classes() - 1)
+    }
+
+    /// The classes labels may name (the zero-floor class of a ReLU output excluded).
+    pub fn label_classes(&self) -> usize {
+        self.classes() - usize::from(self.floor_class().is_some())
     }
 
     /// Input dimension `n_1`.

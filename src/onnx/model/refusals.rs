@@ -239,7 +239,7 @@ impl Builder<'_> {
         LipfpError::model(self.path, message)
     }
 
-    /// A graph whose output layer has a ReLU.
+    /// A graph whose output layer has a ReLU followed by a head.
     pub(super) fn refuse_relu_output(&self) -> LipfpError {
         let relu = self
             .layers
@@ -250,7 +250,8 @@ impl Builder<'_> {
             path: self.path.to_path_buf(),
             node: Some((relu, "Relu".into())),
             message:
-                "the output layer has a ReLU; the certificate needs an identity output (logits)"
+                "the output layer has a ReLU followed by a classifier head; lipfp reads a ReLU \
+                 output (the zero floor as one more class) or a head on the logits, not both"
                     .into(),
         }
     }
