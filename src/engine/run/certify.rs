@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::local::{local_pass, promising, LocalPass};
+use super::best_local::best_with_local;
+use super::local::{local_pass, LocalPass};
 use super::Subject;
 use crate::bounds::certify::{Centre, Certifier, Mode, PointResult, Refusal};
 use crate::engine::data;
@@ -378,68 +379,6 @@ fn budget_note(pass: &LocalPass, n: usize) -> Option<String> {
         )
     })
 }
-
-/// `best` with the local bounds as one more source (docs/modes.md), computed lazily: at the
-/// points `best` did not certify whose first-order estimate is positive ([`promising`]), within
-/// the options' budget. Returns the notes saying where they ran and what they changed.
-fn best_with_local(
-    subject: &Subject,
-    eps: &[f64],
-    results: &mut [PointResult],
-    options: &CertifyOptions,
-    progress: &Progress,
-) -> Result<Vec<String>, LipfpError> {
-    let Ok(mb) = &subject.bounds else {
-        return Ok(Vec::new());
-    };
-    let open: Vec<usize> = (0..subject.n())
-        .filter(|&i| results[i].verdict.is_err() && subject.predictions[i].is_some())
-        .collect();
-    let promising = promising(subject, eps, &open)?;
-    let certifier = Certifier {
-        fmt: mb,
-        hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
-    };
-    let (probe, rest) = promising.split_at(promising.len().min(LOCAL_PROBE));
-    let mut notes = Vec::new();
-    let (mut tried, mut gained) = (0, 0);
-    for (k, part) in [probe, rest].into_iter().enumerate() {
-        if k == 1 && gained == 0 && !rest.is_empty() {
-            notes.push(format!(
-                "best: local bounds certified none of the first {} promising points, so the \
-                 other {} were not tried (local bounds are rarely tighter than the Lipschitz \
-                 bound on networks trained for it)",
-                probe.len(),
-                rest.len()
-            ));
-            break;
-        }
-        let pass = local_pass(subject, eps, part, options.local_budget_s, progress)?;
-        for &i in part.iter().filter(|&&i| pass.points[i].is_some()) {
-            let c = centre_with_local(subject, i, Some(&pass), eps[i]);
-            let r = certifier.certify(Mode::Best, &c, eps[i]);
-            gained += usize::from(r.verdict.is_ok());
-            tried += 1;
-            results[i] = r;
-        }
-        notes.extend(budget_note(&pass, subject.n()));
-        notes.extend(pass.refused.map(|why| format!("best: {why}")));
-    }
-    notes.insert(
-        0,
-        format!(
-            "best consulted local bounds at {tried} of the {} points it did not otherwise certify \
-             ({} with a positive first-order margin estimate) and certified {gained} of them",
-            open.len(),
-            promising.len()
-        ),
-    );
-    Ok(notes)
-}
-
-/// How many promising points `best` tries local bounds at before deciding, from whether they
-/// certified any, to try the others.
-const LOCAL_PROBE: usize = 4;
 
 /// The real ceiling first, then `modes` in the order asked, each once.
 fn with_real(modes: &[Mode]) -> Vec<Mode> {

@@ -15,7 +15,6 @@ use crate::bounds::certify::componentwise::AbsWeights;
 use crate::bounds::certify::LocalMargins;
 use crate::bounds::local::LocalNet;
 use crate::engine::data::InputStream;
-use crate::engine::gradient::{runner_up, GradNet};
 use crate::error::LipfpError;
 use crate::progress::Progress;
 
@@ -152,40 +151,6 @@ pub(super) fn measure(
     }
 }
 
-/// Of the points `candidates` (ascending), those where local bounds may certify at radius
-/// `eps[i]`: the float64 margin against the runner-up minus `eps` times its gradient's norm is
-/// positive (the first-order estimate of the margin's minimum over the ball; local bounds are
-/// below the true minimum). A choice of where to spend time only: it never decides a verdict.
-pub fn promising(
-    subject: &Subject,
-    eps: &[f64],
-    candidates: &[usize],
-) -> Result<Vec<usize>, LipfpError> {
-    let grad = GradNet::new(&subject.net);
-    let dim = subject.inputs.dim;
-    let mut out = Vec::new();
-    subject.visit_rows(candidates, |chosen, rows| {
-        let x = Array2::from_shape_vec((chosen.len(), dim), rows.to_vec())
-            .map_err(|e| LipfpError::Usage(format!("internal: {e}")))?;
-        let classes: Vec<usize> = chosen
-            .iter()
-            .map(|&i| subject.predictions[i].unwrap_or(0))
-            .collect();
-        let (logits, g) = grad.margin_gradient(&x, &classes);
-        for (k, &i) in chosen.iter().enumerate() {
-            let row = logits.row(k).to_vec();
-            let c = classes[k];
-            let margin = row[c] - row[runner_up(&row, c)];
-            let slope = g.row(k).iter().map(|v| v * v).sum::<f64>().sqrt();
-            if margin - eps[i] * slope > 0.0 {
-                out.push(i);
-            }
-        }
-        Ok(())
-    })?;
-    Ok(out)
-}
-
 impl Subject {
     /// Streams the subject's inputs once from its file and calls `f` with each block's points
     /// among `indices` (ascending) and their converted rows, concatenated.
@@ -193,6 +158,19 @@ impl Subject {
         &self,
         indices: &[usize],
         mut f: impl FnMut(&[usize], &[f64]) -> Result<(), LipfpError>,
+    ) -> Result<(), LipfpError> {
+        self.visit_rows_while(indices, STREAM_ROWS, |chosen, rows| {
+            f(chosen, rows).map(|()| true)
+        })
+    }
+
+    /// [`Subject::visit_rows`] reading `block_rows` rows at a time and stopping (without reading
+    /// further) as soon as `f` returns `false`.
+    pub fn visit_rows_while(
+        &self,
+        indices: &[usize],
+        block_rows: usize,
+        mut f: impl FnMut(&[usize], &[f64]) -> Result<bool, LipfpError>,
     ) -> Result<(), LipfpError> {
         if indices.is_empty() {
             return Ok(());
@@ -202,7 +180,7 @@ impl Subject {
         stream.skip(self.first)?;
         let (mut pos, mut next) = (0, 0);
         while next < indices.len() && pos < self.n() {
-            let block = stream.next_rows(STREAM_ROWS.min(self.n() - pos))?;
+            let block = stream.next_rows(block_rows.max(1).min(self.n() - pos))?;
             let rows = block.len() / dim;
             if rows == 0 {
                 break;
@@ -214,7 +192,9 @@ impl Subject {
                 chosen.extend_from_slice(&block[at..at + dim]);
                 next += 1;
             }
-            f(&indices[first..next], &chosen)?;
+            if next > first && !f(&indices[first..next], &chosen)? {
+                break;
+            }
             pos += rows;
         }
         Ok(())

@@ -1,0 +1,164 @@
+//! `best` consulting local bounds lazily (`best_local`, docs/modes.md): only at the points it
+//! does not otherwise certify, only where a first-order estimate says they can help, and only
+//! while they help. The inputs are streamed in small blocks, so that when the first points tried
+//! gain nothing the rest of the file is not read.
+
+use std::time::Instant;
+
+use ndarray::Array2;
+use rayon::prelude::*;
+
+use super::certify::{centre_of, CertifyOptions};
+use super::local::{measure, LocalPoint};
+use super::Subject;
+use crate::bounds::certify::componentwise::AbsWeights;
+use crate::bounds::certify::{Certifier, Mode, PointResult};
+use crate::bounds::local::LocalNet;
+use crate::engine::gradient::{runner_up, GradNet};
+use crate::error::LipfpError;
+use crate::progress::Progress;
+
+/// How many promising points `best` tries local bounds at before deciding, from whether they
+/// certified any, to try the others.
+const LOCAL_PROBE: usize = 4;
+
+/// Rows read at a time while looking for promising points.
+const BLOCK_ROWS: usize = 256;
+
+/// What the lazy pass did.
+#[derive(Default)]
+struct Tally {
+    open: usize,
+    promising: usize,
+    tried: usize,
+    gained: usize,
+    over_budget: usize,
+    gave_up: bool,
+}
+
+/// Of the points `chosen` (rows `rows`), the positions of those where local bounds may certify
+/// at their radius: the float64 margin against the runner-up minus `eps` times its gradient's
+/// norm is positive (the first-order estimate of the margin's minimum over the ball; local bounds
+/// are below the true minimum). A choice of where to spend time only: it never decides a verdict.
+fn promising(
+    subject: &Subject,
+    grad: &GradNet,
+    eps: &[f64],
+    (chosen, rows): (&[usize], &[f64]),
+) -> Result<Vec<usize>, LipfpError> {
+    let x = Array2::from_shape_vec((chosen.len(), subject.inputs.dim), rows.to_vec())
+        .map_err(|e| LipfpError::Usage(format!("internal: {e}")))?;
+    let classes: Vec<usize> = chosen
+        .iter()
+        .map(|&i| subject.predictions[i].unwrap_or(0))
+        .collect();
+    let (logits, g) = grad.margin_gradient(&x, &classes);
+    Ok((0..chosen.len())
+        .filter(|&k| {
+            let row = logits.row(k).to_vec();
+            let c = classes[k];
+            let margin = row[c] - row[runner_up(&row, c)];
+            let slope = g.row(k).iter().map(|v| v * v).sum::<f64>().sqrt();
+            margin - eps[chosen[k]] * slope > 0.0
+        })
+        .collect())
+}
+
+/// `best` with the local bounds as one more source, computed lazily (module docs), within the
+/// options' time budget; `results` are `best`'s, updated where local bounds certify. Returns the
+/// notes saying where they ran and what they changed.
+pub(super) fn best_with_local(
+    subject: &Subject,
+    eps: &[f64],
+    results: &mut [PointResult],
+    options: &CertifyOptions,
+    progress: &Progress,
+) -> Result<Vec<String>, LipfpError> {
+    let Ok(mb) = &subject.bounds else {
+        return Ok(Vec::new());
+    };
+    let net = match LocalNet::new(&subject.net, Some(&mb.lip_prefix)) {
+        Ok(net) => net,
+        Err(why) => return Ok(vec![format!("best: {why}")]),
+    };
+    let certifier = Certifier {
+        fmt: mb,
+        hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
+    };
+    let (abs, grad) = (
+        AbsWeights::new(&subject.net, &subject.execution),
+        GradNet::new(&subject.net),
+    );
+    let open: Vec<usize> = (0..subject.n())
+        .filter(|&i| results[i].verdict.is_err() && subject.predictions[i].is_some())
+        .collect();
+    let mut tally = Tally {
+        open: open.len(),
+        ..Tally::default()
+    };
+    let (start, dim) = (Instant::now(), subject.inputs.dim);
+    let over = || {
+        options
+            .local_budget_s
+            .is_some_and(|b| start.elapsed().as_secs_f64() > b)
+    };
+    let task = progress.task("best: local bounds", open.len() as u64);
+    subject.visit_rows_while(&open, BLOCK_ROWS, |chosen, rows| {
+        let picked = promising(subject, &grad, eps, (chosen, rows))?;
+        tally.promising += picked.len();
+        let points: Vec<Option<LocalPoint>> = picked
+            .par_iter()
+            .map(|&k| {
+                let i = chosen[k];
+                let class = subject.predictions[i]?;
+                (!over()).then(|| {
+                    let x = &rows[k * dim..(k + 1) * dim];
+                    measure(&net, &abs, x, eps[i], class)
+                })
+            })
+            .collect();
+        for (&k, point) in picked.iter().zip(points) {
+            let i = chosen[k];
+            let Some(point) = point else {
+                tally.over_budget += 1;
+                continue;
+            };
+            let mut c = centre_of(subject, i);
+            c.local = Some(point.margins(eps[i]));
+            let r = certifier.certify(Mode::Best, &c, eps[i]);
+            tally.gained += usize::from(r.verdict.is_ok());
+            tally.tried += 1;
+            results[i] = r;
+        }
+        task.add(chosen.len() as u64);
+        tally.gave_up = tally.tried >= LOCAL_PROBE && tally.gained == 0;
+        Ok(!tally.gave_up)
+    })?;
+    task.finish();
+    Ok(notes(&tally))
+}
+
+/// The notes of a lazy pass.
+fn notes(t: &Tally) -> Vec<String> {
+    let mut notes = vec![format!(
+        "best consulted local bounds at {} of the {} points it did not otherwise certify ({} of \
+         those read had a positive first-order margin estimate) and certified {} of them",
+        t.tried, t.open, t.promising, t.gained
+    )];
+    if t.gave_up {
+        notes.push(format!(
+            "best: local bounds certified none of the first {} promising points, so the others \
+             were not tried (local bounds are rarely tighter than the Lipschitz bound on networks \
+             trained for it)",
+            t.tried
+        ));
+    }
+    if t.over_budget > 0 {
+        notes.push(format!(
+            "local bounds: the time budget ran out with {} promising points left; they are not \
+             certified by local bounds",
+            t.over_budget
+        ));
+    }
+    notes
+}
