@@ -105,6 +105,10 @@ pub struct ReportOutputs {
     /// Write a JUnit XML report here (one testcase per gate).
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Write a pull-request comment body here (Markdown, at most 64 KiB, with a marker line for
+    /// updating one comment in place).
+    #[arg(long, value_name = "PATH")]
+    pub pr_comment: Option<PathBuf>,
 }
 
 /// `lipfp check`.
@@ -298,6 +302,7 @@ pub fn run(cli: Cli) -> Exit {
                 let to = report::publish::Destinations {
                     json: None,
                     junit: out.junit.as_deref(),
+                    pr_comment: out.pr_comment.as_deref(),
                     suite: &suite,
                     policy_file: config.as_deref(),
                 };
@@ -323,6 +328,9 @@ fn check_outputs(out: &ReportOutputs, certificates: Option<&PathBuf>) -> Result<
     }
     if let Some(p) = &out.junit {
         files::check_target(p, "JUnit report")?;
+    }
+    if let Some(p) = &out.pr_comment {
+        files::check_target(p, "pull-request comment")?;
     }
     if let Some(p) = certificates {
         files::check_target(p, "certificate file")?;
@@ -370,6 +378,7 @@ fn emit_with(
     let to = report::publish::Destinations {
         json: out.json.as_deref(),
         junit: out.junit.as_deref(),
+        pr_comment: out.pr_comment.as_deref(),
         suite,
         policy_file,
     };

@@ -184,3 +184,45 @@ fn baseline_regression_names_the_vra_drop() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.json"));
 }
+
+/// `--pr-comment`: the body a workflow posts, written beside the other reports: the marker, one
+/// row per gate with its verdict; after a policy error, the error and no verdict.
+#[test]
+fn pr_comment_body_is_written_for_a_run_and_for_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = root().join("examples/digits");
+    let policy = TWO_GATES
+        .replace("MODEL", &d.join("model.onnx").display().to_string())
+        .replace("INPUTS", &d.join("x_test.npy").display().to_string())
+        .replace("LABELS", &d.join("y_test.npy").display().to_string());
+    let policy_path = tmp.path().join("lipfp.toml");
+    std::fs::write(&policy_path, policy).unwrap();
+    let comment = tmp.path().join("comment.md");
+    let run = |config: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_lipfp"))
+            .args(["check", "-q", "--config"])
+            .arg(config)
+            .arg("--pr-comment")
+            .arg(&comment)
+            .env_remove("GITHUB_ACTIONS")
+            .output()
+            .unwrap()
+    };
+    let out = run(&policy_path);
+    assert_eq!(out.status.code(), Some(1));
+    let body = std::fs::read_to_string(&comment).unwrap();
+    assert!(body.starts_with("<!-- lipfp-pr-comment -->"), "{body}");
+    assert!(
+        body.contains("digits-pass") && body.contains("digits-fail"),
+        "{body}"
+    );
+    assert!(body.contains("❌"), "{body}");
+    let out = run(&tmp.path().join("missing.toml"));
+    assert_eq!(out.status.code(), Some(2));
+    let body = std::fs::read_to_string(&comment).unwrap();
+    assert!(
+        body.starts_with("<!-- lipfp-pr-comment -->") && body.contains("⛔"),
+        "{body}"
+    );
+    assert!(!body.contains("✅"), "{body}");
+}

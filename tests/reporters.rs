@@ -1189,3 +1189,35 @@ fn show_rendered_reports() {
     println!("{}", github::error_annotations(&r, "lipfp.toml").join("\n"));
     println!("{}", github::outputs(&r));
 }
+
+/// The pull-request comment: the marker first, one row per gate with its verdict, and never
+/// above 64 KiB (with 200 gates of long names, the rows that do not fit are counted).
+#[test]
+fn pr_comment_is_marked_and_bounded() {
+    use lipfp::report::pr_comment::{render, MARKER, PR_COMMENT_LIMIT_BYTES};
+    let report = two_gates();
+    let body = render(&report);
+    assert!(body.starts_with(MARKER), "{body}");
+    for g in &report.gates {
+        assert!(body.contains(&g.name), "{body}");
+    }
+    assert!(body.contains("❌"), "{body}");
+    let mut big = two_gates();
+    big.gates = (0..200)
+        .map(|i| {
+            gate(
+                &format!("gate {i} {}", "x".repeat(300)),
+                Some(i % 3 != 0),
+                &FAILURES,
+            )
+        })
+        .collect();
+    let body = render(&big);
+    assert!(body.len() <= PR_COMMENT_LIMIT_BYTES, "{}", body.len());
+    assert!(
+        body.contains("more gates not shown"),
+        "{}",
+        &body[body.len() - 300..]
+    );
+    assert!(body.starts_with(MARKER));
+}

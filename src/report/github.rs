@@ -48,7 +48,7 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// Text safe inside a Markdown table cell or list item: one line, HTML special characters as
 /// entities, Markdown punctuation and `|` backslash-escaped.
-fn md(s: &str) -> String {
+pub(super) fn md(s: &str) -> String {
     let mut out = String::new();
     for c in truncate(&one_line(s), MAX_CELL_BYTES).chars() {
         match c {
@@ -65,7 +65,7 @@ fn md(s: &str) -> String {
     out
 }
 
-fn pct(x: Option<f64>) -> String {
+pub(super) fn pct(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.2}%"))
         .unwrap_or_else(|| "n/a".into())
 }
@@ -77,7 +77,7 @@ fn fp_cost_pp(g: &GateReport) -> Option<f64> {
     Some(real.certified_pct - m.certified_pct)
 }
 
-fn result_cell(status: GateStatus) -> &'static str {
+pub(super) fn result_cell(status: GateStatus) -> &'static str {
     match status {
         GateStatus::Pass => "✅ pass",
         GateStatus::Fail => "❌ fail",
@@ -109,7 +109,7 @@ fn threshold_cell(c: &ThresholdCheck) -> String {
 }
 
 /// The thresholds cell of a gate: every threshold with its margin, else the failures, else —.
-fn thresholds_cell(g: &GateReport) -> String {
+pub(super) fn thresholds_cell(g: &GateReport) -> String {
     if !g.thresholds.is_empty() {
         g.thresholds
             .iter()
@@ -253,7 +253,7 @@ pub fn step_summary(report: &Report) -> String {
 }
 
 /// The summary heading's title: `lipfp check: <policy>` or `lipfp certify`.
-fn summary_title(policy: Option<&str>) -> String {
+pub(super) fn summary_title(policy: Option<&str>) -> String {
     policy
         .map(|p| format!("lipfp check: {}", md(p)))
         .unwrap_or_else(|| "lipfp certify".into())

@@ -15,6 +15,7 @@ pub mod json;
 pub mod junit;
 pub mod mermaid;
 pub mod plot;
+pub mod pr_comment;
 pub mod publish;
 
 use std::collections::BTreeMap;

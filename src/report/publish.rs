@@ -15,6 +15,8 @@ pub struct Destinations<'a> {
     pub json: Option<&'a Path>,
     /// `--junit`.
     pub junit: Option<&'a Path>,
+    /// `--pr-comment`.
+    pub pr_comment: Option<&'a Path>,
     /// The JUnit suite name.
     pub suite: &'a str,
     /// The policy file named by GitHub annotations (none for `certify`).
@@ -38,6 +40,10 @@ pub fn publish(
     if let Some(p) = to.junit {
         let xml = report::junit::render(report, to.suite);
         artifacts.push(Artifact::new(p, xml, "JUnit report"));
+    }
+    if let Some(p) = to.pr_comment {
+        let body = report::pr_comment::render(report);
+        artifacts.push(Artifact::new(p, body, "pull-request comment"));
     }
     let mut stdout = report::console::render(report);
     let mut appends = Vec::new();
@@ -69,6 +75,10 @@ pub fn publish_error(message: &str, to: &Destinations<'_>) -> Result<(), LipfpEr
     if let Some(p) = to.junit {
         let xml = report::junit::render_error(to.suite, message);
         artifacts.push(Artifact::new(p, xml, "JUnit report"));
+    }
+    if let Some(p) = to.pr_comment {
+        let body = report::pr_comment::render_error(to.policy_file, message);
+        artifacts.push(Artifact::new(p, body, "pull-request comment"));
     }
     let mut stdout = String::new();
     let mut appends = Vec::new();
