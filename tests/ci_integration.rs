@@ -226,3 +226,58 @@ fn pr_comment_body_is_written_for_a_run_and_for_an_error() {
     );
     assert!(!body.contains("✅"), "{body}");
 }
+
+/// A retrained digits model that keeps its mean VRA above the gate but lost its certificates on
+/// one class (class 3's output row halved by `tests/conformance/scale_class.py`) fails a
+/// `min_class_vra_pct` gate that names the class, while `min_vra_pct` alone passes.
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "needs a Python with onnx (set LIPFP_PYTHON) to write the retrained model"
+)]
+fn a_class_that_lost_its_certificates_fails_the_per_class_gate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = root().join("examples/digits");
+    let model = tmp.path().join("retrained.onnx");
+    let python = std::env::var_os("LIPFP_PYTHON").unwrap_or_else(|| "python3".into());
+    let out = Command::new(python)
+        .arg(root().join("tests/conformance/scale_class.py"))
+        .arg(d.join("model.onnx"))
+        .arg(&model)
+        .args(["3", "0.5"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let policy = format!(
+        "[model]\npath = {model:?}\n[data]\ninputs = {:?}\nlabels = {:?}\n\n\
+         [[gate]]\nname = \"mean\"\nepsilon = \"0.1\"\nmin_vra_pct = 80\n\n\
+         [[gate]]\nname = \"per-class\"\nepsilon = \"0.1\"\nmin_vra_pct = 80\nmin_class_vra_pct = 50\n",
+        d.join("x_test.npy"),
+        d.join("y_test.npy")
+    );
+    let policy_path = tmp.path().join("lipfp.toml");
+    std::fs::write(&policy_path, policy).unwrap();
+    let json = tmp.path().join("r.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_lipfp"))
+        .args(["check", "-q", "--config"])
+        .arg(&policy_path)
+        .arg("--json")
+        .arg(&json)
+        .env_remove("GITHUB_ACTIONS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let gates = report["gates"].as_array().unwrap();
+    assert_eq!(gates[0]["status"], "pass", "{}", gates[0]);
+    assert_eq!(gates[1]["status"], "fail", "{}", gates[1]);
+    let failure = gates[1]["failures"][0].as_str().unwrap();
+    assert!(
+        failure.contains("min_class_vra_pct") && failure.contains("class 3"),
+        "{failure}"
+    );
+}

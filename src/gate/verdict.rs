@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::bounds::certify::Mode;
 use crate::engine::run::CertifyOutcome;
 use crate::gate::baseline::BaselineFigures;
-use crate::policy::Thresholds;
+use crate::policy::{Thresholds, MIN_CLASS_POINTS};
 
 /// Percentage `100 * k / n`.
 pub fn pct(k: usize, n: usize) -> f64 {
@@ -137,6 +137,16 @@ fn specs(
             t.max_certified_drop_pp,
             format!("{mode} certified drop"),
         ),
+        (
+            "min_class_vra_pct",
+            t.min_class_vra_pct,
+            format!("{mode} VRA of the weakest class"),
+        ),
+        (
+            "min_class_certified_pct",
+            t.min_class_certified_pct,
+            format!("{mode} certified rate of the weakest class"),
+        ),
     ]
     .into_iter()
     .filter(|(_, limit, _)| limit.is_some())
@@ -151,7 +161,7 @@ fn specs(
 /// baseline's figure; `Err` says why it is unavailable.
 fn figure(
     key: &str,
-    mode: Mode,
+    (mode, min_points): (Mode, u64),
     outcome: &CertifyOutcome,
     baseline: &Result<&BaselineFigures, String>,
 ) -> (Result<f64, String>, Option<f64>) {
@@ -197,8 +207,95 @@ fn figure(
             None,
         ),
         "max_vra_drop_pp" => drop(true),
+        "min_class_vra_pct" => (worst_class(outcome, mode, true, min_points), None),
+        "min_class_certified_pct" => (worst_class(outcome, mode, false, min_points), None),
         _ => drop(false),
     }
+}
+
+/// Per true class with at least `min_points` points, its VRA (`vra`) or certified rate in
+/// `mode`, in percent, with the class index; `Err` when no class can be judged.
+fn class_rates(
+    outcome: &CertifyOutcome,
+    mode: Mode,
+    vra: bool,
+    min_points: u64,
+) -> Result<Vec<(usize, f64, usize)>, String> {
+    let mo = outcome
+        .mode(mode)
+        .ok_or_else(|| format!("mode {mode} was not computed"))?;
+    if mo.by_class.is_empty() {
+        return Err("no labels".into());
+    }
+    let rates: Vec<(usize, f64, usize)> = mo
+        .by_class
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.n as u64 >= min_points)
+        .map(|(k, c)| (k, pct(if vra { c.vra } else { c.certified }, c.n), c.n))
+        .collect();
+    if rates.is_empty() {
+        return Err(format!(
+            "no class has {min_points} points or more (min_class_points)"
+        ));
+    }
+    Ok(rates)
+}
+
+/// The weakest judged class's rate.
+fn worst_class(
+    outcome: &CertifyOutcome,
+    mode: Mode,
+    vra: bool,
+    min_points: u64,
+) -> Result<f64, String> {
+    class_rates(outcome, mode, vra, min_points)
+        .map(|r| r.iter().map(|(_, p, _)| *p).fold(f64::INFINITY, f64::min))
+}
+
+/// The failure line of a per-class threshold: every judged class below the limit (at most ten
+/// named), and how many classes were too small to judge.
+fn class_failure(
+    c: &ThresholdCheck,
+    outcome: &CertifyOutcome,
+    mode: Mode,
+    min_points: u64,
+) -> String {
+    let vra = c.key == "min_class_vra_pct";
+    let rates = class_rates(outcome, mode, vra, min_points).unwrap_or_default();
+    let below: Vec<String> = rates
+        .iter()
+        .filter(|(_, p, _)| *p < c.limit)
+        .map(|(k, p, n)| format!("class {k} ({p:.2}% of {n} points)"))
+        .collect();
+    let shown = below
+        .iter()
+        .take(10)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = below.len().saturating_sub(10);
+    let small = outcome.mode(mode).map_or(0, |m| {
+        m.by_class
+            .iter()
+            .filter(|k| k.n > 0 && (k.n as u64) < min_points)
+            .count()
+    });
+    let mut line = format!(
+        "{mode} {} below {} {} in {shown}",
+        if vra { "VRA" } else { "certified rate" },
+        c.key,
+        c.limit
+    );
+    if more > 0 {
+        line.push_str(&format!(" and {more} more classes"));
+    }
+    if small > 0 {
+        line.push_str(&format!(
+            " ({small} classes with fewer than {min_points} points not judged)"
+        ));
+    }
+    line
 }
 
 /// Evaluate `thresholds` against the figures of `mode` in `outcome` and, for the drop
@@ -219,11 +316,16 @@ pub fn evaluate(
     }
     let mut failures = Vec::new();
     let mut checks = Vec::new();
-    for (key, limit, what, value, before) in
-        specs(thresholds, mode, |k| figure(k, mode, outcome, &baseline))
-    {
+    let min_points = thresholds.min_class_points.unwrap_or(MIN_CLASS_POINTS);
+    for (key, limit, what, value, before) in specs(thresholds, mode, |k| {
+        figure(k, (mode, min_points), outcome, &baseline)
+    }) {
         let c = ThresholdCheck::judge(key, limit.unwrap_or_default(), what, value);
-        failures.extend(c.failure(before));
+        if key.starts_with("min_class_") && c.passed == Some(false) {
+            failures.push(class_failure(&c, outcome, mode, min_points));
+        } else {
+            failures.extend(c.failure(before));
+        }
         checks.push(c);
     }
     GateVerdict {

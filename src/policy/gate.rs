@@ -32,7 +32,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 
 impl Thresholds {
     /// Every threshold with its policy key, in the policy's order.
-    fn by_key(&self) -> [(&'static str, Option<f64>); 6] {
+    fn by_key(&self) -> [(&'static str, Option<f64>); 8] {
         [
             ("min_accuracy_pct", self.min_accuracy_pct),
             ("min_certified_pct", self.min_certified_pct),
@@ -40,6 +40,8 @@ impl Thresholds {
             ("max_fp_cost_pp", self.max_fp_cost_pp),
             ("max_vra_drop_pp", self.max_vra_drop_pp),
             ("max_certified_drop_pp", self.max_certified_drop_pp),
+            ("min_class_vra_pct", self.min_class_vra_pct),
+            ("min_class_certified_pct", self.min_class_certified_pct),
         ]
     }
 }
@@ -160,7 +162,13 @@ impl Defaults<'_> {
             max_fp_cost_pp: g.max_fp_cost_pp,
             max_vra_drop_pp: g.max_vra_drop_pp,
             max_certified_drop_pp: g.max_certified_drop_pp,
+            min_class_vra_pct: g.min_class_vra_pct,
+            min_class_certified_pct: g.min_class_certified_pct,
+            min_class_points: g.min_class_points,
         };
+        if thresholds.min_class_points == Some(0) {
+            return Err(self.err(format!("{at} min_class_points = 0: must be at least 1")));
+        }
         for (key, v) in thresholds.by_key() {
             if let Some(v) = v {
                 if !(0.0..=100.0).contains(&v) {

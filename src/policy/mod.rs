@@ -136,6 +136,12 @@ struct RawGate {
     #[serde(default)]
     max_certified_drop_pp: Option<f64>,
     #[serde(default)]
+    min_class_vra_pct: Option<f64>,
+    #[serde(default)]
+    min_class_certified_pct: Option<f64>,
+    #[serde(default)]
+    min_class_points: Option<u64>,
+    #[serde(default)]
     curve: Option<toml::Value>,
     #[serde(default)]
     attack: Option<bool>,
@@ -160,7 +166,17 @@ pub struct Thresholds {
     pub max_vra_drop_pp: Option<f64>,
     /// Maximum drop of the mode's certified rate against the baseline.
     pub max_certified_drop_pp: Option<f64>,
+    /// Minimum VRA of every true class (with at least `min_class_points` points).
+    pub min_class_vra_pct: Option<f64>,
+    /// Minimum certified rate of every true class (with at least `min_class_points` points).
+    pub min_class_certified_pct: Option<f64>,
+    /// Classes with fewer points are reported, not judged (default [`MIN_CLASS_POINTS`]).
+    pub min_class_points: Option<u64>,
 }
+
+/// Classes with fewer points than this are not judged by the per-class thresholds unless the
+/// policy sets `min_class_points`.
+pub const MIN_CLASS_POINTS: u64 = 20;
 
 impl Thresholds {
     /// True when the gate has no threshold (it reports but never fails).
@@ -175,6 +191,8 @@ impl Thresholds {
             ("min_accuracy_pct", self.min_accuracy_pct),
             ("min_certified_pct", self.min_certified_pct),
             ("min_vra_pct", self.min_vra_pct),
+            ("min_class_vra_pct", self.min_class_vra_pct),
+            ("min_class_certified_pct", self.min_class_certified_pct),
         ]
         .into_iter()
         .filter_map(|(key, v)| {

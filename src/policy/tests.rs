@@ -152,3 +152,22 @@ fn decision_and_local_budget_are_read_and_checked() {
         .to_string();
     assert!(e.contains("local_budget_s"), "{e}");
 }
+
+#[test]
+fn per_class_thresholds_are_read_and_checked() {
+    let text = GOOD.to_string() + "min_class_vra_pct = 50\nmin_class_points = 10\n";
+    let p = Policy::parse(Path::new("/p/lipfp.toml"), &text).unwrap();
+    let t = &p.gates[0].thresholds;
+    assert_eq!(t.min_class_vra_pct, Some(50.0));
+    assert_eq!(t.min_class_points, Some(10));
+    let bad = GOOD.to_string() + "min_class_certified_pct = 150\n";
+    let e = Policy::parse(Path::new("/p/lipfp.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("min_class_certified_pct"), "{e}");
+    let bad = GOOD.to_string() + "min_class_points = 0\n";
+    let e = Policy::parse(Path::new("/p/lipfp.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("min_class_points"), "{e}");
+}

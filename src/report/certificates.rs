@@ -41,6 +41,9 @@ fn to_proto_thresholds(t: &Thresholds) -> proto_gen::Thresholds {
         max_fp_cost_pp: t.max_fp_cost_pp,
         max_vra_drop_pp: t.max_vra_drop_pp,
         max_certified_drop_pp: t.max_certified_drop_pp,
+        min_class_vra_pct: t.min_class_vra_pct,
+        min_class_certified_pct: t.min_class_certified_pct,
+        min_class_points: t.min_class_points,
     }
 }
 
@@ -52,6 +55,9 @@ fn from_proto_thresholds(t: Option<&proto_gen::Thresholds>) -> Thresholds {
         max_fp_cost_pp: t.max_fp_cost_pp,
         max_vra_drop_pp: t.max_vra_drop_pp,
         max_certified_drop_pp: t.max_certified_drop_pp,
+        min_class_vra_pct: t.min_class_vra_pct,
+        min_class_certified_pct: t.min_class_certified_pct,
+        min_class_points: t.min_class_points,
     })
     .unwrap_or_default()
 }
