@@ -367,6 +367,51 @@ impl fmt::Display for ExecutionModel {
 mod tests {
     use super::*;
 
+    /// The centre execution's operand conversion, pinned on bit patterns worked out by hand:
+    /// TF32 keeps 10 fraction bits, bfloat16 7; nearest rounds ties to even.
+    #[test]
+    fn operand_conversion_rounds_the_dropped_bits_as_documented() {
+        let conv = |format, rounding| OperandConversion { format, rounding };
+        let tf32_near = conv(OperandFormat::Tf32, OperandRounding::Nearest);
+        let tf32_trunc = conv(OperandFormat::Tf32, OperandRounding::Truncate);
+        let bf16_near = conv(OperandFormat::Bfloat16, OperandRounding::Nearest);
+        let bf16_trunc = conv(OperandFormat::Bfloat16, OperandRounding::Truncate);
+        let p = |e: i32| 2f32.powi(e);
+        // representable: unchanged
+        for c in [tf32_near, tf32_trunc] {
+            assert_eq!(c.convert_f32(1.0 + p(-10)), 1.0 + p(-10));
+            assert_eq!(c.convert_f32(-3.5), -3.5);
+        }
+        // halfway between 1 and 1 + 2^-10: ties to even (1); truncation: 1
+        assert_eq!(tf32_near.convert_f32(1.0 + p(-11)), 1.0);
+        assert_eq!(tf32_trunc.convert_f32(1.0 + p(-11)), 1.0);
+        // halfway between 1 + 2^-10 (odd) and 1 + 2^-9 (even): up to the even one
+        assert_eq!(tf32_near.convert_f32(1.0 + 3.0 * p(-11)), 1.0 + p(-9));
+        assert_eq!(tf32_trunc.convert_f32(1.0 + 3.0 * p(-11)), 1.0 + p(-10));
+        // above halfway: up (nearest), down (truncation); signs are symmetric
+        let x = 1.0 + p(-11) + p(-20);
+        assert_eq!(tf32_near.convert_f32(x), 1.0 + p(-10));
+        assert_eq!(tf32_trunc.convert_f32(x), 1.0);
+        assert_eq!(tf32_near.convert_f32(-x), -(1.0 + p(-10)));
+        assert_eq!(tf32_trunc.convert_f32(-x), -1.0);
+        // bfloat16: 7 fraction bits
+        let y = 1.0 + p(-8) + p(-20);
+        assert_eq!(bf16_near.convert_f32(y), 1.0 + p(-7));
+        assert_eq!(bf16_trunc.convert_f32(y), 1.0);
+        assert_eq!(bf16_near.convert_f32(1.0 + p(-8)), 1.0);
+        // past the largest finite value: infinity (nearest), the largest TF32 value (truncation)
+        assert_eq!(tf32_near.convert_f32(f32::MAX), f32::INFINITY);
+        assert_eq!(tf32_trunc.convert_f32(f32::MAX), (2.0 - p(-10)) * p(127));
+        // non-finite values pass through
+        assert_eq!(tf32_near.convert_f32(f32::NEG_INFINITY), f32::NEG_INFINITY);
+        assert!(tf32_trunc.convert_f32(f32::NAN).is_nan());
+        // subnormals keep their (fixed-point) top bits
+        assert_eq!(
+            tf32_trunc.convert_f32(f32::from_bits(0x0000_3fff)),
+            f32::from_bits(0x0000_2000)
+        );
+    }
+
     #[test]
     fn default_covers_storage_and_the_wider_format() {
         let m = ExecutionModel::deployed(Format::Float16, None, false).unwrap();
