@@ -367,6 +367,42 @@ impl fmt::Display for ExecutionModel {
 mod tests {
     use super::*;
 
+    /// `is_ieee` holds for the IEEE model alone: any one extension makes it false.
+    #[test]
+    fn any_extension_leaves_the_ieee_model() {
+        let base = ExecutionModel::deployed(Format::Float32, None, false).unwrap();
+        assert!(base.is_ieee());
+        let operand = Some(OperandConversion {
+            format: OperandFormat::Tf32,
+            rounding: OperandRounding::Truncate,
+        });
+        let tensor_cores = Some(TensorCores {
+            gpu: None,
+            operands: TensorOperands::Tf32,
+        });
+        let variants = [
+            ExecutionModel {
+                operand,
+                ..base.clone()
+            },
+            ExecutionModel {
+                tensor_cores,
+                ..base.clone()
+            },
+            ExecutionModel {
+                split_k: Some(Format::Float16),
+                ..base.clone()
+            },
+            ExecutionModel {
+                output_rounding: Some(Format::Bfloat16),
+                ..base.clone()
+            },
+        ];
+        for v in variants {
+            assert!(!v.is_ieee(), "{v:?}");
+        }
+    }
+
     /// The centre execution's operand conversion, pinned on bit patterns worked out by hand:
     /// TF32 keeps 10 fraction bits, bfloat16 7; nearest rounds ties to even.
     #[test]
