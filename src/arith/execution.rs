@@ -381,21 +381,18 @@ mod tests {
             operands: TensorOperands::Tf32,
         });
         let variants = [
-            ExecutionModel {
-                operand,
-                ..base.clone()
-            },
+            ExecutionModel { operand, ..base },
             ExecutionModel {
                 tensor_cores,
-                ..base.clone()
+                ..base
             },
             ExecutionModel {
                 split_k: Some(Format::Float16),
-                ..base.clone()
+                ..base
             },
             ExecutionModel {
                 output_rounding: Some(Format::Bfloat16),
-                ..base.clone()
+                ..base
             },
         ];
         for v in variants {
