@@ -114,19 +114,15 @@ fn local_certifies_what_crown_does_and_nothing_an_attack_falsifies() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// `best_local`: `best` consults local bounds where it does not otherwise certify, lazily, and so
-/// certifies at least what `best` and (up to the points its first-order filter skips) `local`
-/// certify; the report says where they ran.
-#[test]
-fn best_consults_local_bounds_where_it_does_not_certify() {
-    use lipfp::engine::run::CertifyOptions;
+/// The naturally trained fixture on every digits point (inputs flattened into `dir`), without
+/// labels, in float32, with the reference as `plan` says.
+fn fixture_subject(name: &str, plan: ReferencePlan) -> (std::path::PathBuf, run::Subject) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = std::env::temp_dir().join(format!("lipfp-best-local-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (x, rows) = common::runtime::read_inputs(&root.join("examples/digits/x_test.npy"));
-    let dim = x.len() / rows;
     let xs = dir.join("x.npy");
-    write_f64_npy(&xs, rows, &[dim], &x);
+    write_f64_npy(&xs, rows, &[x.len() / rows], &x);
     let spec = SubjectSpec {
         model: root.join("tests/local/digits-32x2.onnx"),
         format: Some(Format::Float32),
@@ -136,11 +132,23 @@ fn best_consults_local_bounds_where_it_does_not_certify() {
         inputs: xs,
         labels: None,
         gram_iterations: 12,
-        reference: ReferencePlan::Undecided(vec![Radius::parse_decimal("0.1").unwrap()]),
+        reference: plan,
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
     };
-    let subject = run::prepare(&spec, &Progress::silent()).unwrap();
+    (dir, run::prepare(&spec, &Progress::silent()).unwrap())
+}
+
+/// `best_local`: `best` consults local bounds where it does not otherwise certify, lazily, and so
+/// certifies at least what `best` and (up to the points its first-order filter skips) `local`
+/// certify; the report says where they ran.
+#[test]
+fn best_consults_local_bounds_where_it_does_not_certify() {
+    use lipfp::engine::run::CertifyOptions;
+    let (dir, subject) = fixture_subject(
+        "lipfp-best-local",
+        ReferencePlan::Undecided(vec![Radius::parse_decimal("0.1").unwrap()]),
+    );
     let radius = Radius::parse_decimal("0.1").unwrap();
     let plain = run::certify(&subject, &radius, &[Mode::Best, Mode::Local]).unwrap();
     let options = CertifyOptions {
@@ -232,27 +240,7 @@ fn sharded_local_certificates_merge_and_verify() {
 #[test]
 fn local_curves_match_fixed_radius_runs() {
     use lipfp::policy::CurveGrid;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = std::env::temp_dir().join(format!("lipfp-local-curve-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (x, rows) = common::runtime::read_inputs(&root.join("examples/digits/x_test.npy"));
-    let dim = x.len() / rows;
-    let xs = dir.join("x.npy");
-    write_f64_npy(&xs, rows, &[dim], &x);
-    let spec = SubjectSpec {
-        model: root.join("tests/local/digits-32x2.onnx"),
-        format: Some(Format::Float32),
-        accumulate: None,
-        ftz: false,
-        runtime: None,
-        inputs: xs,
-        labels: None,
-        gram_iterations: 12,
-        reference: ReferencePlan::None,
-        shard: None,
-        decision: lipfp::policy::Decision::Argmax,
-    };
-    let subject = run::prepare(&spec, &Progress::silent()).unwrap();
+    let (dir, subject) = fixture_subject("lipfp-local-curve", ReferencePlan::None);
     let texts = ["0.03", "0.1", "0.25"];
     let curve =
         run::certify_curve(&subject, &CurveGrid::given(&texts).unwrap(), &[Mode::Local]).unwrap();

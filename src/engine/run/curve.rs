@@ -326,49 +326,38 @@ fn finish(
     let radii = grid_radii(grid, &thresholds)?;
     let mut modes = Vec::with_capacity(all.len());
     for (&mode, th) in all.iter().zip(&thresholds) {
-        if mode == Mode::Local {
-            let points = match certifier {
-                Some(c) => local_curve::grid_points(subject, c, &radii)?,
-                None => vec![vec![false; subject.n()]; radii.len()],
-            };
-            let points = radii
+        // local bounds are computed per radius and need not be monotone in it: every grid
+        // radius runs the certificate (local_curve); the others use the brackets
+        let verdicts: Vec<Vec<bool>> = match (mode, certifier) {
+            (Mode::Local, Some(c)) => local_curve::grid_points(subject, c, &radii)?,
+            (Mode::Local, None) => vec![vec![false; subject.n()]; radii.len()],
+            _ => radii
                 .iter()
-                .zip(points)
-                .map(|((text, _), ok)| CurvePoint {
-                    epsilon: text.clone(),
-                    certified: ok.iter().filter(|&&b| b).count(),
-                    vra: subject.count_correct(&ok),
+                .map(|(_, eps)| {
+                    (0..subject.n())
+                        .into_par_iter()
+                        .with_min_len(256)
+                        .map(|i| match th[i].lo {
+                            None => false,
+                            Some(lo) if *eps <= lo => true,
+                            Some(_) if *eps >= th[i].hi => false,
+                            Some(_) => certifier.is_some_and(|c| {
+                                c.certify(mode, &centre_of(subject, i), *eps)
+                                    .verdict
+                                    .is_ok()
+                            }),
+                        })
+                        .collect()
                 })
-                .collect();
-            modes.push(ModeCurve {
-                mode,
-                radii: th.iter().map(|t| t.lo).collect(),
-                points,
-            });
-            continue;
-        }
+                .collect(),
+        };
         let points = radii
             .iter()
-            .map(|(text, eps)| {
-                let ok: Vec<bool> = (0..subject.n())
-                    .into_par_iter()
-                    .with_min_len(256)
-                    .map(|i| match th[i].lo {
-                        None => false,
-                        Some(lo) if *eps <= lo => true,
-                        Some(_) if *eps >= th[i].hi => false,
-                        Some(_) => certifier.is_some_and(|c| {
-                            c.certify(mode, &centre_of(subject, i), *eps)
-                                .verdict
-                                .is_ok()
-                        }),
-                    })
-                    .collect();
-                CurvePoint {
-                    epsilon: text.clone(),
-                    certified: ok.iter().filter(|&&b| b).count(),
-                    vra: subject.count_correct(&ok),
-                }
+            .zip(verdicts)
+            .map(|((text, _), ok)| CurvePoint {
+                epsilon: text.clone(),
+                certified: ok.iter().filter(|&&b| b).count(),
+                vra: subject.count_correct(&ok),
             })
             .collect();
         modes.push(ModeCurve {
