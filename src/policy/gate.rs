@@ -253,6 +253,11 @@ impl Defaults<'_> {
             ("min_accuracy_pct", thresholds.min_accuracy_pct),
             ("min_vra_pct", thresholds.min_vra_pct),
             ("max_vra_drop_pp", thresholds.max_vra_drop_pp),
+            ("min_class_vra_pct", thresholds.min_class_vra_pct),
+            (
+                "min_class_certified_pct",
+                thresholds.min_class_certified_pct,
+            ),
         ] {
             if v.is_some() {
                 return Err(self.err(format!(

@@ -165,6 +165,18 @@ fn per_class_thresholds_are_read_and_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("min_class_certified_pct"), "{e}");
+    // per-class figures need the true classes
+    let unlabelled = GOOD
+        .replace("labels = \"y.npy\"\n", "")
+        .replace("min_vra_pct = 90\n", "")
+        + "min_class_certified_pct = 50\n";
+    let e = Policy::parse(Path::new("/p/lipfp.toml"), &unlabelled)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("min_class_certified_pct") && e.contains("labels"),
+        "{e}"
+    );
     let bad = GOOD.to_string() + "min_class_points = 0\n";
     let e = Policy::parse(Path::new("/p/lipfp.toml"), &bad)
         .unwrap_err()
