@@ -268,6 +268,18 @@ fn model_bounds_are_tight_upper_bounds_of_the_exact_constants() {
         for (l, (got, ex)) in mb.layers.iter().zip(&nr.layers).enumerate() {
             let w = format!("{w} layer {}", l + 1);
             check_upper(&format!("{w} spectral"), got.spectral, &ex.spectral);
+            let r = got.rounding.expect("a dense layer");
+            for (name, v, e) in [
+                ("rel_w", r.rel_w, 0),
+                ("rel_b", r.rel_b, 1),
+                ("abs", r.abs, 2),
+            ] {
+                check_upper(
+                    &format!("{w} {name}"),
+                    v,
+                    &Iv::exact(ex.rounding[e].clone()),
+                );
+            }
             check_upper(&format!("{w} kappa_abs"), got.kappa_abs, &ex.kappa_abs);
             check_upper(&format!("{w} alpha"), got.alpha, &ex.alpha);
             check_upper(&format!("{w} bias_l2"), got.bias_l2, &ex.bias_l2);

@@ -108,7 +108,7 @@ fn componentwise_errors_bound_the_deployed_margins_exactly() {
         let hb = s.reference.as_ref().unwrap().bounds.as_ref().unwrap();
         let exec = Executor::new(&s.net, &s.execution);
         let exact = ExactNet::new(&s.net);
-        let rel_w = fmt.layers.last().unwrap().rel_w.unwrap();
+        let rel_w = fmt.layers.last().unwrap().rounding.unwrap().rel_w;
         let (k, dim) = (s.net.classes(), s.net.input_dim());
         let xs = lipfp::engine::data::load_inputs(&digits("x_test.npy"), &s.net, format).unwrap();
         let mut checked = 0;

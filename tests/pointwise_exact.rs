@@ -543,7 +543,11 @@ fn componentwise_chain_and_pair_error_are_tight_upper_bounds() {
         let depth = c.net.layers.len();
         for (l, lb) in c.mb.layers.iter().enumerate() {
             let what = format!("{} rel_w layer {}", c.label, l + 1);
-            check_upper(&what, lb.rel_w.unwrap(), &Iv::exact(c.rel_w[l].clone()));
+            check_upper(
+                &what,
+                lb.rounding.unwrap().rel_w,
+                &Iv::exact(c.rel_w[l].clone()),
+            );
         }
         for (k, p) in points(&c.net).iter().enumerate() {
             let (radii_hi, dhi) = c.hb.deviation_profile(p.x_norm).unwrap();
@@ -567,7 +571,7 @@ fn componentwise_chain_and_pair_error_are_tight_upper_bounds() {
                 let (ed, erho) = cw_chain(&c, p, &p.abs_norms, &dhi_iv, eps, Cw::On);
                 check_upper(&format!("{w} chain D"), d, &ed);
                 check_upper(&format!("{w} chain rho"), rho, &erho);
-                let rel_w = c.mb.layers[depth - 1].rel_w.unwrap();
+                let rel_w = c.mb.layers[depth - 1].rounding.unwrap().rel_w;
                 for i in 0..c.nr.classes {
                     for j in (0..c.nr.classes).filter(|&j| j != i) {
                         let got = componentwise::pair_error(

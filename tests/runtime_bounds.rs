@@ -105,7 +105,7 @@ fn tf32_layers_cover_the_a100_block_fma_chain_with_and_without_split_k() {
     for (what, exec) in [("split-K", full), ("no split-K", no_split)] {
         let b = bounds(&m, &exec);
         assert!(b.vacuous.is_none(), "{what}: {:?}", b.vacuous);
-        let rel_w = b.layers[0].rel_w.expect("a dense layer");
+        let rel_w = b.layers[0].rounding.expect("a dense layer").rel_w;
         above(&format!("{what}: rel_w"), rel_w, &want, false);
         // converted products stay below half of float32's range; inputs below TF32's largest
         let o = &b.layers[0].overflow;
@@ -173,7 +173,7 @@ fn subnormal_float16_weights_widen_every_use_of_abs_w_on_tensor_cores() {
     let b = bounds(&m, &exec);
     assert!(b.vacuous.is_none(), "{:?}", b.vacuous);
     let lb = &b.layers[0];
-    let rel_w = lb.rel_w.expect("a dense layer");
+    let rel_w = lb.rounding.expect("a dense layer").rel_w;
     let two_lambda = q(2.0 * lambda);
     // || |W| || + 2 lambda sqrt(3): compare squares against the exact sqrt's enclosure
     let base = q(norms(&w).abs_spectral);

@@ -72,7 +72,7 @@ pub fn runtime_terms(
                         .iter()
                         .enumerate()
                         .filter_map(|(k, lb)| {
-                            lb.rel_w.map(|rel_w| LayerTerms {
+                            lb.rounding.map(|r| r.rel_w).map(|rel_w| LayerTerms {
                                 layer: k + 1,
                                 rel_w,
                                 beta_const: lb.beta_const,

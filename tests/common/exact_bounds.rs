@@ -538,6 +538,8 @@ pub fn norms_for(net: &DenseNet, dyadic: bool) -> Vec<LayerNorms> {
 // ---------------------------------------------------------------------------------------------
 
 pub struct LayerRef {
+    /// The componentwise error terms `(rel_w, rel_b, abs)`.
+    pub rounding: [Rational; 3],
     pub spectral: Iv,
     pub alpha: Iv,
     pub kappa_abs: Iv,
@@ -608,6 +610,7 @@ pub fn reference(
             .reduce(Rational::min)
             .unwrap();
         layers.push(LayerRef {
+            rounding: [rel_w.clone(), rel_b.clone(), abs.clone()],
             spectral,
             alpha,
             kappa_abs,

@@ -7,6 +7,7 @@ pub mod classifiers;
 pub mod exact;
 pub mod exact_bounds;
 pub mod exact_points;
+pub mod local_nets;
 pub mod mermaid;
 pub mod onnx_builder;
 pub mod runtime;

@@ -110,7 +110,7 @@ pub fn chain(
     for (l, lb) in fmt.layers[..depth - 1].iter().enumerate() {
         let norm_c = if l == 0 { x_norm } else { hi.norms[l - 1] };
         let spread = add_up(mul_up(fmt.lip_prefix[l], eps), dhi[l]);
-        let own = match (lb.rel_w, hi.abs_norms[l]) {
+        let own = match (lb.rounding.map(|r| r.rel_w), hi.abs_norms[l]) {
             (Some(rel_w), u) if u.is_finite() => mul_up(rel_w, u),
             _ => mul_up(lb.kappa_abs, norm_c),
         };

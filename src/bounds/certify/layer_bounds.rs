@@ -5,6 +5,7 @@
 use crate::arith::execution::{ExecutionModel, OperandConversion};
 use crate::arith::format::Format;
 use crate::arith::sound::{add_up, l2_norm_up, mul_up, sqrt_up};
+use crate::bounds::local::LayerRounding;
 use crate::bounds::norms::LayerNorms;
 use crate::onnx::model::Dense;
 
@@ -332,7 +333,11 @@ pub(super) fn dense_layer_bounds(
             checks,
             input_f_max,
         },
-        rel_w: Some(rel_w),
+        rounding: Some(LayerRounding {
+            rel_w,
+            rel_b: up(&err.rel_b),
+            abs: up(&err.abs),
+        }),
     }
 }
 
@@ -345,7 +350,7 @@ pub(super) fn step_layer_bounds(s: &affine::StepBounds) -> LayerBounds {
         beta_const: s.error_const,
         bias_l2: s.shift_l2,
         overflow: s.overflow.clone(),
-        rel_w: None,
+        rounding: None,
     }
 }
 

@@ -21,6 +21,7 @@ use serde::Serialize;
 use crate::arith::execution::ExecutionModel;
 use crate::arith::format::Format;
 use crate::arith::sound::{mul_up, sqrt_up, sub_down};
+use crate::bounds::local::LayerRounding;
 use crate::bounds::norms::LayerNorms;
 use crate::onnx::model::{DenseNet, HeadOp};
 
@@ -48,8 +49,8 @@ pub enum Mode {
     Float64Centre,
     /// Per competing class, the best sound centre bound and the smallest sound ball bound.
     Best,
-    /// Beyond the paper: local bounds on the real margins over the ball (linear bound
-    /// propagation, [`crate::bounds::local`]) minus the ball deviation.
+    /// Beyond the paper: local bounds on the deployed execution's margins over the ball (linear
+    /// bound propagation with each layer's rounding as a bounded input, [`crate::bounds::local`]).
     Local,
 }
 
@@ -223,9 +224,10 @@ pub struct LayerBounds {
     pub bias_l2: f64,
     /// Constants of the layer's overflow check.
     pub overflow: OverflowConstants,
-    /// `rel_w` of a dense layer (the componentwise bounds multiply `|| |W_l| |c| ||` by it);
+    /// The componentwise rounding model of a dense layer, `(rel_w, rel_b, abs)` rounded up (the
+    /// componentwise bounds multiply `|| |W_l| |c| ||` by `rel_w`; local bounds use all three);
     /// `None` for an affine step.
-    pub rel_w: Option<f64>,
+    pub rounding: Option<LayerRounding>,
 }
 
 /// Model-level constants of one ordered class pair `(i, j)` of the output layer.

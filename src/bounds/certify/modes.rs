@@ -58,7 +58,7 @@ pub struct Centre<'a> {
     pub hi: Option<HiCentre<'a>>,
     /// Where the forward passes skipped the reference, `best`'s verdict as they decided it.
     pub decided: Option<Decided>,
-    /// Local bounds on the real margins over the ball, where they were computed.
+    /// Local bounds on the deployed margins over the ball, where they were computed.
     pub local: Option<super::local::LocalMargins<'a>>,
 }
 
@@ -165,7 +165,8 @@ fn last_layer_cw_error(
     let rel_w = fmt
         .layers
         .last()
-        .and_then(|l| l.rel_w)
+        .and_then(|l| l.rounding)
+        .map(|r| r.rel_w)
         .unwrap_or(f64::INFINITY);
     componentwise::pair_error(p, rel_w, v, ij, d, rho)
 }
@@ -479,13 +480,13 @@ impl Certifier<'_> {
                 .map(|b| b.error(fmt, i, j))
                 .fold(f64::INFINITY, f64::min);
             let l_eps = mul_up(p.lip, eps);
-            // a lower bound on the real margin over the ball, and the ball deviation
-            let (mut reach, mut dev) = (sub_down(lower, l_eps), ball);
+            // a lower bound on the deployed margin over the ball: the real one's minus the ball
+            // deviation, or the local bound on the deployed margin itself
+            let mut deployed = sub_down(sub_down(lower, l_eps), ball);
             if let Some(l) = &local {
-                reach = reach.max(l.lower.get(j).copied().unwrap_or(f64::NEG_INFINITY));
-                dev = dev.min(l.ball.map_or(f64::INFINITY, |b| b.error(fmt, i, j)));
+                deployed = deployed.max(l.lower.get(j).copied().unwrap_or(f64::NEG_INFINITY));
             }
-            let s = sub_down(sub_down(reach, dev), fmt.head_margin);
+            let s = sub_down(deployed, fmt.head_margin);
             slack = nan_safe_min(slack, s);
             deg += (c.logits[i] - c.logits[j]) - lower + ball;
             leps += l_eps;

@@ -47,12 +47,15 @@ impl Carried {
 
 /// Lower bounds on the rows of `C z_k(x)` for every `x` with `||x - x0||_2 <= eps`, given
 /// bounds `pre[l]` on the pre-activations of the hidden layers `l < k` over the ball and their
-/// relaxations `relax[l]`. Each result rounds down; NaN where a value was not finite.
+/// relaxations `relax[l]`. For the deployed execution, `errors[l]` (`l <= k`) bounds its rounding
+/// error `e_l` componentwise and each row over `z_l` picks up `-|Lambda| errors[l]`
+/// ([`super::deployed`]); the real network has none. Each result rounds down; NaN where a
+/// value was not finite.
 pub(super) fn lower_bounds(
     net: &LocalNet,
     k: usize,
     c: Array2<f64>,
-    (pre, relax): (&[Bounds], &[Vec<UnitRelaxation>]),
+    (pre, relax, errors): (&[Bounds], &[Vec<UnitRelaxation>], &[Vec<f64>]),
     x0: ArrayView1<f64>,
     eps: f64,
 ) -> Vec<f64> {
@@ -65,6 +68,9 @@ pub(super) fn lower_bounds(
     };
     for l in (0..=k).rev() {
         let layer = &net.layers[l];
+        if let Some(e) = errors.get(l).filter(|e| !e.is_empty()) {
+            add_unit_errors(&lam, e, &mut carried);
+        }
         // the inputs of layer l are bounded in magnitude by |x0| + eps or by max(hi, 0)
         let input_mag: Array1<f64> = if l == 0 {
             x0.mapv(|v| add_up(v.abs(), eps))
@@ -78,6 +84,22 @@ pub(super) fn lower_bounds(
         lam = relax_rows(&m, &relax[l - 1], &pre[l - 1].magnitude(), &mut carried);
     }
     unreachable!("the loop returns at layer 0")
+}
+
+/// `Lambda e_l >= -|Lambda| eps_l` for the deployed execution's rounding errors
+/// `|e_l| <= eps_l`: the error grows by `|Lambda| eps_l`, a sum of `m_l` nonnegative products
+/// bounded above as computed.
+fn add_unit_errors(lam: &Array2<f64>, eps_l: &[f64], carried: &mut Carried) {
+    let m = eps_l.len();
+    let weighted = lam.mapv(f64::abs).dot(&ArrayView1::from(eps_l));
+    carried.add_error(weighted.iter().map(|&v| {
+        let up = nonneg_sum_up(v, m);
+        if up.is_nan() {
+            f64::INFINITY
+        } else {
+            up
+        }
+    }));
 }
 
 /// `Lambda z_l = (Lambda W_l) h_{l-1} + Lambda b_l`: returns `M = fl(Lambda W_l)` and adds
@@ -105,7 +127,8 @@ fn substitute_layer(
     carried.add_constant(bias.as_slice().expect("a new array is contiguous"));
     carried.add_error((0..lam.nrows()).map(|r| {
         // |Lambda| (|W| |h|max) from two float64 products of nonnegative terms: the exact value
-        // is at most 4 (fl + m eta) + 2 n eta sum|Lambda_r|
+        // is at most (fl + m eta) / (1 - gamma)^2 + n eta sum|Lambda_r| / (1 - gamma), below
+        // 4 (fl + m eta) + 2 n eta sum|Lambda_r|
         let two_level = nonneg_sum_up(nonneg_sum_up(lam_w_mag[r], m_l), n_l);
         let lam_mass = nonneg_sum_up(lam_sums[r], m_l);
         let rounding = mul_up(g, add_up(two_level, nonneg_sum_up(bias_mag[r], m_l)));
@@ -169,7 +192,8 @@ fn relax_rows(
 /// `gamma_n |W_1| |W_1|^T + n eta` of it, so with the quadratic form's own rounding
 /// `||M_r||^2 <= fl(Lambda_r G_hat Lambda_r^T) + (gamma_n + 2 gamma_{2m}) 2 ||W_1||_F^2 ||Lambda_r||^2`
 /// (`|Lambda_r| |W_1| |W_1|^T |Lambda_r|^T = || |W_1|^T |Lambda_r| ||^2 <= ||W_1||_F^2 ||Lambda_r||^2`)
-/// plus the underflow slack. The result is `cst + fl(Lambda c) - eps ||M_r||_up - err`.
+/// plus the underflow slack. The result is `cst + fl(Lambda c) - (eps + D_0) ||M_r||_up - err`:
+/// a deployed input flushed to zero is within `D_0` of `x` (0 for the real network).
 fn concretise(
     net: &LocalNet,
     lam: &Array2<f64>,
@@ -211,6 +235,7 @@ fn concretise(
         )
     }));
     let terms = carried.terms;
+    let reach = add_up(eps, net.d0);
     (0..lam.nrows())
         .map(|r| {
             let lam_sq = nonneg_sum_up(lam.row(r).iter().map(|v| v * v).sum(), m);
@@ -222,7 +247,7 @@ fn concretise(
             let norm = sqrt_up(add_up(quad[r].max(0.0), quad_err));
             let err = nonneg_sum_up(carried.err[r], terms);
             let value = add_down(carried.cst[r], centre[r]);
-            sub_down(sub_down(value, mul_up(eps, norm)), err)
+            sub_down(sub_down(value, mul_up(reach, norm)), err)
         })
         .map(|v| if v.is_nan() { f64::NEG_INFINITY } else { v })
         .collect()

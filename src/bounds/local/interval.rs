@@ -6,7 +6,7 @@ use ndarray::{Array1, ArrayView1};
 
 use super::relax::gamma_up;
 use super::LocalLayer;
-use crate::arith::sound::{add_up, mul_up, sub_down};
+use crate::arith::sound::{add_up, div_up, mul_up, sub_down};
 
 /// Componentwise bounds `lo <= v <= hi` of a vector over the ball.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,6 +44,27 @@ impl Bounds {
         }
     }
 
+    /// The bounds widened by `w_k` on each side (no change for an empty `w`).
+    pub fn widen(&self, w: &[f64]) -> Bounds {
+        if w.is_empty() {
+            return self.clone();
+        }
+        Bounds {
+            lo: self
+                .lo
+                .iter()
+                .zip(w)
+                .map(|(v, d)| nan_low(sub_down(*v, *d)))
+                .collect(),
+            hi: self
+                .hi
+                .iter()
+                .zip(w)
+                .map(|(v, d)| nan_high(add_up(*v, *d)))
+                .collect(),
+        }
+    }
+
     /// Largest magnitude per component, `max(|lo|, |hi|)`.
     pub fn magnitude(&self) -> Vec<f64> {
         self.lo
@@ -59,10 +80,15 @@ pub const ETA: f64 = f64::from_bits(1);
 
 /// An upper bound on the exact value of a sum of `n` nonnegative terms whose float64 evaluation
 /// (any order) returned `fl`: `fl >= (1 - gamma_n) exact - n eta / 2` (products that underflow
-/// lose at most `eta / 2` each, additions near zero are exact), and `1 / (1 - gamma_n) <= 2` for
-/// every `n` a network here has, so `exact <= 2 (fl + n eta)`.
+/// lose at most `eta / 2` each, additions near zero are exact), so
+/// `exact <= (fl + n eta) / (1 - gamma_n)` (infinite when `gamma_n` is).
 pub fn nonneg_sum_up(fl: f64, n: usize) -> f64 {
-    mul_up(add_up(fl, underflow_slack(n)), 2.0)
+    let keep = sub_down(1.0, gamma_up(n));
+    if keep > 0.0 {
+        div_up(add_up(fl, underflow_slack(n)), keep)
+    } else {
+        f64::INFINITY
+    }
 }
 
 /// `n eta` rounded up: the absolute error underflow can add to a dot product of length `n`.

@@ -1,23 +1,28 @@
-//! Local bounds: lower bounds on the **real** network's logit margins over the l2 ball around a
-//! point, by linear bound propagation (CROWN: per-layer pre-activation bounds, linear ReLU
-//! relaxations, backward substitution, the l2 dual norm at the input), computed in float64 with
-//! every rounding bounded (docs/soundness.md "Local bounds").
+//! Local bounds: lower bounds on a network's logit margins over the l2 ball around a point, by
+//! linear bound propagation (CROWN: per-layer pre-activation bounds, linear ReLU relaxations,
+//! backward substitution, the l2 dual norm at the input), computed in float64 with every rounding
+//! bounded (docs/soundness.md "Local bounds").
 //!
-//! The certificate of mode `local` subtracts from these the deployed execution's deviation over
-//! the ball (the same ball bounds as every other mode), so the local bound itself only has to
-//! be a rigorous bound on the real network. Pre-activation bounds of each hidden layer are the
+//! The network is the real one, or, with a [`Deployment`], the deployed execution: each layer's
+//! rounding error enters as a bounded input ([`deployed`]), so the bounds hold for every execution
+//! the model covers and the certificate of mode `local` subtracts nothing more. Pre-activation
+//! bounds of each hidden layer are the
 //! intersection of three sound sources: the per-unit Lipschitz bound around the centre
 //! (`|z_j(x) - z_j(x0)| <= ||W_j|| prod_{k<l} ||W_k|| eps`), interval propagation from the
 //! previous layer, and CROWN's backward substitution for the units the first two leave unstable.
 
 mod backward;
+mod deployed;
 pub mod interval;
 pub mod relax;
 
+pub use deployed::{Deployment, LayerRounding};
+
 use ndarray::{Array1, Array2, ArrayView1};
 
-use crate::arith::sound::{add_up, l2_norm_up, mul_up, sub_down};
+use crate::arith::sound::{add_up, l2_norm_up, mul_up};
 use crate::onnx::model::{Activation, DenseNet};
+use deployed::LayerErrorModel;
 use interval::{layer_box, point, Bounds};
 use relax::{relax_unit, UnitRelaxation};
 
@@ -33,6 +38,8 @@ pub struct LocalLayer<'a> {
     abs_b: Array1<f64>,
     /// `||W_{l,j}||_2` per row, rounded up.
     row_norms: Vec<f64>,
+    /// The deployed execution's rounding model of the layer (`None`: the real network).
+    rounding: Option<LayerErrorModel>,
 }
 
 /// A network prepared for local bounds.
@@ -45,6 +52,8 @@ pub struct LocalNet<'a> {
     input_frob2: f64,
     /// `prod_{k<l} ||W_k||` per layer `l` (upper bounds; index 0 is 1; infinite when unknown).
     lip_prefix: Vec<f64>,
+    /// `D_0` of the deployed execution (0 for the real network).
+    d0: f64,
 }
 
 /// Pre-activation bounds of every hidden layer over the ball, with their relaxations.
@@ -53,29 +62,38 @@ pub struct HiddenBounds {
     pub pre: Vec<Bounds>,
     /// Per hidden layer, each unit's relaxation.
     relax: Vec<Vec<UnitRelaxation>>,
+    /// Per hidden layer, the deployed execution's componentwise rounding bound (empty for the
+    /// real network).
+    errors: Vec<Vec<f64>>,
 }
 
 impl<'a> LocalNet<'a> {
     /// Prepares `net`; `lip_prefix` as in [`crate::bounds::certify::ModelBounds::lip_prefix`]
     /// (upper bounds of the products of the layers' spectral norms), `None` when the norms are
-    /// unknown. Refused, with the reason, for what local bounds do not cover: affine steps.
-    pub fn new(net: &'a DenseNet, lip_prefix: Option<&[f64]>) -> Result<LocalNet<'a>, String> {
+    /// unknown. With a `deployment`, the bounds are of the deployed execution's margins (its
+    /// rounding errors enter as bounded inputs, [`deployed`]); without, of the real network's.
+    /// Refused, with the reason, for what local bounds do not cover: affine steps.
+    pub fn new(
+        net: &'a DenseNet,
+        lip_prefix: Option<&[f64]>,
+        deployment: Option<Deployment>,
+    ) -> Result<LocalNet<'a>, String> {
         let depth = net.layers.len();
+        let (mut rounding, d0) = match deployment {
+            Some(d) if d.layers.len() == depth => (d.layers.into_iter().map(Some).collect(), d.d0),
+            Some(_) => return Err("the deployment does not describe every layer".into()),
+            None => (vec![None; depth], 0.0),
+        };
         let mut layers = Vec::with_capacity(depth);
         for (l, layer) in net.layers.iter().enumerate() {
-            if layer.affine.is_some() {
-                return Err(format!(
-                    "local bounds do not cover affine steps (layer {})",
-                    l + 1
-                ));
-            }
-            let hidden = l + 1 < depth;
-            if hidden != (layer.act == Activation::Relu) {
-                return Err(format!(
-                    "local bounds need ReLU on every hidden layer and none on the output (layer {})",
-                    l + 1
-                ));
-            }
+            check_layer(layer, l, depth)?;
+            let rounding = match rounding[l].take() {
+                Some((r, abs_w)) if abs_w.dim() == layer.w.dim() => {
+                    Some(LayerErrorModel::new(r, abs_w, &layer.b))
+                }
+                Some(_) => return Err(format!("deployment weights of layer {}", l + 1)),
+                None => None,
+            };
             layers.push(LocalLayer {
                 w: &layer.w,
                 abs_w: layer.w.mapv(f64::abs),
@@ -87,6 +105,7 @@ impl<'a> LocalNet<'a> {
                     .into_iter()
                     .map(|r| l2_norm_up(r.iter().copied()))
                     .collect(),
+                rounding,
             });
         }
         let lip_prefix = match lip_prefix {
@@ -107,6 +126,7 @@ impl<'a> LocalNet<'a> {
             input_gram,
             input_frob2,
             lip_prefix,
+            d0,
         })
     }
 
@@ -115,33 +135,47 @@ impl<'a> LocalNet<'a> {
         self.layers.last().map_or(0, |l| l.w.nrows())
     }
 
-    /// Bounds on every hidden pre-activation `z_l(x)` over `||x - x0||_2 <= eps` (`eps` an upper
-    /// bound of the radius, `x0` the exact input). `None` when a bound is not finite.
-    pub fn hidden_bounds(&self, x0: &[f64], eps: f64) -> Option<HiddenBounds> {
+    /// Bounds on every hidden pre-activation over `||x - x0||_2 <= eps` (`eps` an upper bound of
+    /// the radius, `x0` the exact input): of the real network's `z_l(x)`, or with a deployment of
+    /// the deployed execution's. `lip_slack[l]` bounds, for hidden layer `l >= 1`, the distance
+    /// of the deployed pre-activations from the real ones (`||z_hat_l - z_l||`, the standard
+    /// deviation chain): the per-unit Lipschitz source is widened by it, and dropped where it is
+    /// not given (the real network needs none). `None` when a bound is not finite.
+    pub fn hidden_bounds(&self, x0: &[f64], eps: f64, lip_slack: &[f64]) -> Option<HiddenBounds> {
         let x = ArrayView1::from(x0);
         let hidden = self.layers.len() - 1;
         let mut out = HiddenBounds {
             pre: Vec::with_capacity(hidden),
             relax: Vec::with_capacity(hidden),
+            errors: Vec::with_capacity(hidden),
         };
         // enclosure of the centre's activations h_{l-1}(x0)
         let mut centre = point(x);
         for l in 0..hidden {
             let layer = &self.layers[l];
             let at_centre = layer_box(layer, &centre);
+            let errors = self.unit_errors(l, &out.pre, x, eps);
+            let widen = match (&layer.rounding, l) {
+                (None, _) => 0.0,
+                (Some(_), 0) => 0.0,
+                (Some(_), _) => lip_slack.get(l).copied().unwrap_or(f64::INFINITY),
+            };
             let spread = mul_up(eps, self.lip_prefix[l]);
-            let lipschitz = Bounds {
-                lo: (at_centre.lo.iter().zip(&layer.row_norms))
-                    .map(|(c, n)| sub_down(*c, mul_up(spread, *n)))
-                    .collect(),
-                hi: (at_centre.hi.iter().zip(&layer.row_norms))
-                    .map(|(c, n)| add_up(*c, mul_up(spread, *n)))
-                    .collect(),
-            };
-            let mut bounds = match out.pre.last() {
-                None => lipschitz,
-                Some(prev) => lipschitz.intersect(&layer_box(layer, &prev.relu())),
-            };
+            let reach: Vec<f64> = (layer.row_norms.iter())
+                .map(|n| add_up(mul_up(spread, *n), widen))
+                .collect();
+            let mut bounds = at_centre.widen(&reach);
+            if l == 0 && layer.rounding.is_some() {
+                // the deployed first layer: its rounding, and a flushed input within D_0
+                let flushed: Vec<f64> = (errors.iter().zip(&layer.row_norms))
+                    .map(|(e, n)| add_up(*e, mul_up(self.d0, *n)))
+                    .collect();
+                bounds = bounds.widen(&flushed);
+            }
+            if let Some(prev) = out.pre.last() {
+                bounds = bounds.intersect(&layer_box(layer, &prev.relu()).widen(&errors));
+            }
+            out.errors.push(errors);
             if l > 0 {
                 self.tighten(l, &mut bounds, &out, x, eps);
             }
@@ -155,8 +189,24 @@ impl<'a> LocalNet<'a> {
         Some(out)
     }
 
+    /// The deployed execution's rounding bound `eps_l` for layer `l`, whose inputs are the ball
+    /// (`l = 0`) or the ReLU of `pre[l - 1]`; empty for the real network.
+    fn unit_errors(&self, l: usize, pre: &[Bounds], x: ArrayView1<f64>, eps: f64) -> Vec<f64> {
+        let Some(model) = &self.layers[l].rounding else {
+            return Vec::new();
+        };
+        match l.checked_sub(1).and_then(|p| pre.get(p)) {
+            None => model.input_errors(x, eps),
+            Some(below) => {
+                let mag: Array1<f64> = below.hi.iter().map(|h| h.max(0.0)).collect();
+                model.unit_errors(mag.view())
+            }
+        }
+    }
+
     /// CROWN bounds for the units of hidden layer `l` that `bounds` leaves unstable: one
-    /// backward substitution with rows `e_j` and `-e_j` per such unit.
+    /// backward substitution with rows `e_j` and `-e_j` per such unit (`below.errors` already
+    /// holds layer `l`'s rounding bound).
     fn tighten(
         &self,
         l: usize,
@@ -176,24 +226,44 @@ impl<'a> LocalNet<'a> {
             c[[2 * t, j]] = 1.0;
             c[[2 * t + 1, j]] = -1.0;
         }
-        let lower = backward::lower_bounds(self, l, c, (&below.pre, &below.relax), x, eps);
+        let lower = backward::lower_bounds(
+            self,
+            l,
+            c,
+            (&below.pre, &below.relax, &below.errors),
+            x,
+            eps,
+        );
         for (t, &j) in unstable.iter().enumerate() {
             bounds.lo[j] = bounds.lo[j].max(lower[2 * t]);
             bounds.hi[j] = bounds.hi[j].min(-lower[2 * t + 1]);
         }
     }
 
-    /// Lower bounds on the real margins `z_i(x) - z_j(x)` over `||x - x0||_2 <= eps`, one per
-    /// class `j` (`+inf` at `j = i`, `-inf` where no finite bound holds).
-    pub fn margin_lower_bounds(&self, x0: &[f64], eps: f64, i: usize) -> Vec<f64> {
-        self.point_bounds(x0, eps, i).0
+    /// Lower bounds on the margins `z_i(x) - z_j(x)` (real, or deployed with a deployment) over
+    /// `||x - x0||_2 <= eps`, one per class `j` (`+inf` at `j = i`, `-inf` where no finite bound
+    /// holds); `lip_slack` as in [`LocalNet::hidden_bounds`].
+    pub fn margin_lower_bounds(
+        &self,
+        x0: &[f64],
+        eps: f64,
+        i: usize,
+        lip_slack: &[f64],
+    ) -> Vec<f64> {
+        self.point_bounds(x0, eps, i, lip_slack).0
     }
 
     /// [`LocalNet::margin_lower_bounds`] with the hidden layers' bounds they rest on (`None`
     /// when a bound was not finite: then every margin bound is `-inf`).
-    pub fn point_bounds(&self, x0: &[f64], eps: f64, i: usize) -> (Vec<f64>, Option<HiddenBounds>) {
+    pub fn point_bounds(
+        &self,
+        x0: &[f64],
+        eps: f64,
+        i: usize,
+        lip_slack: &[f64],
+    ) -> (Vec<f64>, Option<HiddenBounds>) {
         let classes = self.classes();
-        let Some(hidden) = self.hidden_bounds(x0, eps) else {
+        let Some(mut hidden) = self.hidden_bounds(x0, eps, lip_slack) else {
             let none = (0..classes)
                 .map(|j| {
                     if j == i {
@@ -213,11 +283,35 @@ impl<'a> LocalNet<'a> {
         }
         let top = self.layers.len() - 1;
         let x = ArrayView1::from(x0);
-        let lower = backward::lower_bounds(self, top, c, (&hidden.pre, &hidden.relax), x, eps);
+        hidden
+            .errors
+            .push(self.unit_errors(top, &hidden.pre, x, eps));
+        let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
+        let lower = backward::lower_bounds(self, top, c, parts, x, eps);
+        hidden.errors.pop();
         let mut out = vec![f64::INFINITY; classes];
         for (t, &j) in others.iter().enumerate() {
             out[j] = lower[t];
         }
         (out, Some(hidden))
     }
+}
+
+/// Refuses a layer that local bounds do not cover: an affine step, or a layer whose activation
+/// is not ReLU on a hidden layer and none on the output.
+fn check_layer(layer: &crate::onnx::model::Dense, l: usize, depth: usize) -> Result<(), String> {
+    if layer.affine.is_some() {
+        return Err(format!(
+            "local bounds do not cover affine steps (layer {})",
+            l + 1
+        ));
+    }
+    let hidden = l + 1 < depth;
+    if hidden != (layer.act == Activation::Relu) {
+        return Err(format!(
+            "local bounds need ReLU on every hidden layer and none on the output (layer {})",
+            l + 1
+        ));
+    }
+    Ok(())
 }

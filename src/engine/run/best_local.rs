@@ -9,11 +9,9 @@ use ndarray::Array2;
 use rayon::prelude::*;
 
 use super::certify::{centre_of, CertifyOptions};
-use super::local::{measure, LocalPoint};
+use super::local::{LocalModel, LocalPoint};
 use super::Subject;
-use crate::bounds::certify::componentwise::AbsWeights;
 use crate::bounds::certify::{Certifier, Mode, PointResult};
-use crate::bounds::local::LocalNet;
 use crate::engine::gradient::{runner_up, GradNet};
 use crate::error::LipfpError;
 use crate::progress::Progress;
@@ -77,18 +75,15 @@ pub(super) fn best_with_local(
     let Ok(mb) = &subject.bounds else {
         return Ok(Vec::new());
     };
-    let net = match LocalNet::new(&subject.net, Some(&mb.lip_prefix)) {
-        Ok(net) => net,
+    let model = match LocalModel::new(subject) {
+        Ok(model) => model,
         Err(why) => return Ok(vec![format!("best: {why}")]),
     };
     let certifier = Certifier {
         fmt: mb,
         hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
     };
-    let (abs, grad) = (
-        AbsWeights::new(&subject.net, &subject.execution),
-        GradNet::new(&subject.net),
-    );
+    let grad = GradNet::new(&subject.net);
     let open: Vec<usize> = (0..subject.n())
         .filter(|&i| results[i].verdict.is_err() && subject.predictions[i].is_some())
         .collect();
@@ -113,7 +108,7 @@ pub(super) fn best_with_local(
                 let class = subject.predictions[i]?;
                 (!over()).then(|| {
                     let x = &rows[k * dim..(k + 1) * dim];
-                    measure(&net, &abs, x, eps[i], class)
+                    model.measure(x, eps[i], class)
                 })
             })
             .collect();

@@ -1,19 +1,18 @@
-//! The local-bounds pass: at chosen points, lower bounds on the real margins over each point's
-//! ball ([`crate::bounds::local`]), in parallel over the points, streaming the inputs once, within
-//! an optional time budget after which the remaining points are left without local bounds (and
-//! so never certified by them).
+//! The local-bounds pass: at chosen points, lower bounds on the deployed execution's margins over
+//! each point's ball ([`crate::bounds::local`]), in parallel over the points, streaming the inputs
+//! once, within an optional time budget after which the remaining points are left without local
+//! bounds (and so never certified by them).
 
 use std::time::Instant;
 
 use rayon::prelude::*;
 
-use ndarray::{Array2, ArrayView2};
-
 use super::{Subject, STREAM_ROWS};
-use crate::arith::sound::l2_norm_up;
-use crate::bounds::certify::componentwise::AbsWeights;
-use crate::bounds::certify::LocalMargins;
-use crate::bounds::local::LocalNet;
+use crate::arith::format::pow2;
+use crate::arith::sound::{add_up, l2_norm_up};
+use crate::bounds::certify::tensor_core::alignment_weight;
+use crate::bounds::certify::{LocalMargins, ModelBounds};
+use crate::bounds::local::{Deployment, LocalNet};
 use crate::engine::data::InputStream;
 use crate::error::LipfpError;
 use crate::progress::Progress;
@@ -25,10 +24,6 @@ pub struct LocalPoint {
     pub lower: Vec<f64>,
     /// Per hidden layer, an upper bound on `||a_l||`, `a_l = max(hi_l, 0)`.
     pub radii: Vec<f64>,
-    /// Per layer, an upper bound on `|| |W_l| a_{l-1} ||` (`a_0 = |x|`).
-    pub abs_norms: Vec<f64>,
-    /// Upper bounds on `|W_L| a_{L-1}`.
-    pub abs_last: Vec<f64>,
 }
 
 impl LocalPoint {
@@ -38,8 +33,6 @@ impl LocalPoint {
             eps,
             lower: &self.lower,
             radii: &self.radii,
-            abs_norms: &self.abs_norms,
-            abs_last: &self.abs_last,
         }
     }
 }
@@ -71,19 +64,13 @@ pub fn local_pass(
         points: vec![None; subject.n()],
         ..LocalPass::default()
     };
-    let lip_prefix = subject
-        .bounds
-        .as_ref()
-        .ok()
-        .map(|b| b.lip_prefix.as_slice());
-    let net = match LocalNet::new(&subject.net, lip_prefix) {
-        Ok(net) => net,
+    let model = match LocalModel::new(subject) {
+        Ok(model) => model,
         Err(why) => {
             out.refused = Some(why);
             return Ok(out);
         }
     };
-    let abs = AbsWeights::new(&subject.net, &subject.execution);
     let task = progress.task("local bounds", indices.len() as u64);
     let dim = subject.inputs.dim;
     let over = || budget_s.is_some_and(|b| start.elapsed().as_secs_f64() > b);
@@ -97,7 +84,7 @@ pub fn local_pass(
                     return None;
                 }
                 let x = &rows[k * dim..(k + 1) * dim];
-                let point = measure(&net, &abs, x, eps[i], class);
+                let point = model.measure(x, eps[i], class);
                 task.add(1);
                 Some(point)
             })
@@ -115,39 +102,48 @@ pub fn local_pass(
     Ok(out)
 }
 
-/// The local bounds at `x` for class `class` and the componentwise products over them.
-pub(super) fn measure(
-    net: &LocalNet,
-    abs: &AbsWeights,
-    x: &[f64],
-    eps: f64,
-    class: usize,
-) -> LocalPoint {
-    let (lower, hidden) = net.point_bounds(x, eps, class);
-    let Some(hidden) = hidden else {
-        return LocalPoint {
-            lower,
-            radii: Vec::new(),
-            abs_norms: Vec::new(),
-            abs_last: Vec::new(),
+/// A subject's network prepared for local bounds of its deployed execution, with the model
+/// bounds whose deviation chain widens the per-unit Lipschitz source.
+pub(super) struct LocalModel<'a> {
+    net: LocalNet<'a>,
+    fmt: &'a ModelBounds,
+}
+
+impl<'a> LocalModel<'a> {
+    /// The subject's deployed execution (every layer's rounding model from its model bounds,
+    /// `|W|` with the tensor cores' alignment weights), or why local bounds do not cover it.
+    pub(super) fn new(subject: &'a Subject) -> Result<LocalModel<'a>, String> {
+        let fmt = subject.bounds.as_ref().map_err(Clone::clone)?;
+        let lambda = subject.execution.tensor_input_emin().map(pow2);
+        let layers = (fmt.layers.iter().zip(&subject.net.layers))
+            .enumerate()
+            .map(|(l, (lb, layer))| {
+                let rounding = lb.rounding.ok_or_else(|| {
+                    format!("local bounds do not cover affine steps (layer {})", l + 1)
+                })?;
+                Ok((rounding, layer.w.mapv(|w| alignment_weight(w, lambda))))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let deployment = Deployment { layers, d0: fmt.d0 };
+        let net = LocalNet::new(&subject.net, Some(&fmt.lip_prefix), Some(deployment))?;
+        Ok(LocalModel { net, fmt })
+    }
+
+    /// The local bounds at `x` for class `class` over the ball of radius `eps`.
+    pub(super) fn measure(&self, x: &[f64], eps: f64, class: usize) -> LocalPoint {
+        // the standard chain's D_l bounds ||z_hat_l - z_l|| over the ball (hidden layer l - 1)
+        let r0 = add_up(l2_norm_up(x.iter().copied()), eps);
+        let slack: Vec<f64> = match self.fmt.deviation_profile(r0) {
+            Ok((_, devs)) => devs.iter().skip(1).copied().collect(),
+            Err(_) => Vec::new(),
         };
-    };
-    let reach: Vec<Array2<f64>> = hidden
-        .pre
-        .iter()
-        .map(|b| Array2::from_shape_fn((1, b.hi.len()), |(_, k)| b.hi[k].max(0.0)))
-        .collect();
-    let radii = reach
-        .iter()
-        .map(|a| l2_norm_up(a.iter().copied()))
-        .collect();
-    let input = ArrayView2::from_shape((1, x.len()), x).expect("one row");
-    let products = abs.measure(input, &reach);
-    LocalPoint {
-        lower,
-        radii,
-        abs_norms: products.norms,
-        abs_last: products.last,
+        let (lower, hidden) = self.net.point_bounds(x, eps, class, &slack);
+        let radii = hidden.map_or_else(Vec::new, |h| {
+            (h.pre.iter())
+                .map(|b| l2_norm_up(b.hi.iter().map(|v| v.max(0.0))))
+                .collect()
+        });
+        LocalPoint { lower, radii }
     }
 }
 

@@ -8,17 +8,15 @@ use rayon::prelude::*;
 
 use super::certify::centre_of;
 use super::curve::{guess, threshold_by, Threshold};
-use super::local::measure;
+use super::local::LocalModel;
 use super::Subject;
-use crate::bounds::certify::componentwise::AbsWeights;
 use crate::bounds::certify::{Certifier, Mode};
-use crate::bounds::local::LocalNet;
 use crate::error::LipfpError;
 
 /// The local certificate at point `i` (row `x`) at radius `eps`: certified, and its slack.
 fn certify_at(
     (subject, certifier): (&Subject, &Certifier<'_>),
-    (net, abs): (&LocalNet, &AbsWeights),
+    model: &LocalModel,
     i: usize,
     x: &[f64],
     eps: f64,
@@ -26,7 +24,7 @@ fn certify_at(
     let Some(class) = subject.predictions[i] else {
         return (false, None);
     };
-    let point = measure(net, abs, x, eps, class);
+    let point = model.measure(x, eps, class);
     let mut c = centre_of(subject, i);
     c.local = Some(point.margins(eps));
     let r = certifier.certify(Mode::Local, &c, eps);
@@ -53,25 +51,16 @@ fn every_point<T: Send>(
     Ok(out)
 }
 
-/// The network prepared for local bounds, or every point uncertified when it is not covered.
-fn local_net<'a>(
-    subject: &'a Subject,
-    certifier: &Certifier<'_>,
-) -> Option<(LocalNet<'a>, AbsWeights)> {
-    let net = LocalNet::new(&subject.net, Some(&certifier.fmt.lip_prefix)).ok()?;
-    Some((net, AbsWeights::new(&subject.net, &subject.execution)))
-}
-
 /// Per point, the local certificate's threshold by bisection.
 pub(super) fn thresholds(
     subject: &Subject,
     certifier: &Certifier<'_>,
 ) -> Result<Vec<Threshold>, LipfpError> {
-    let Some((net, abs)) = local_net(subject, certifier) else {
+    let Ok(model) = LocalModel::new(subject) else {
         return Ok(vec![Threshold { lo: None, hi: 0.0 }; subject.n()]);
     };
     every_point(subject, |i, x| {
-        let run = |eps: f64| certify_at((subject, certifier), (&net, &abs), i, x, eps);
+        let run = |eps: f64| certify_at((subject, certifier), &model, i, x, eps);
         threshold_by(run, guess(certifier, &centre_of(subject, i)))
     })
 }
@@ -82,13 +71,13 @@ pub(super) fn grid_points(
     certifier: &Certifier<'_>,
     radii: &[(String, f64)],
 ) -> Result<Vec<Vec<bool>>, LipfpError> {
-    let Some((net, abs)) = local_net(subject, certifier) else {
+    let Ok(model) = LocalModel::new(subject) else {
         return Ok(vec![vec![false; subject.n()]; radii.len()]);
     };
     let per_point = every_point(subject, |i, x| {
         radii
             .iter()
-            .map(|(_, eps)| certify_at((subject, certifier), (&net, &abs), i, x, *eps).0)
+            .map(|(_, eps)| certify_at((subject, certifier), &model, i, x, *eps).0)
             .collect::<Vec<bool>>()
     })?;
     Ok((0..radii.len())

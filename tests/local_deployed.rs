@@ -1,0 +1,337 @@
+//! Local bounds of the **deployed** execution (docs/soundness.md "Local bounds", L3): every
+//! layer's rounding error `e_l`, `|e_l| <= rel_w |W_l| |h_hat| + rel_b |b_l| + abs`, enters the
+//! backward substitution as a bounded input. Checked apart from the production code:
+//!
+//! * **containment**: on small random networks in float32 and float16, at points of the ball
+//!   (rounded to the format and checked to lie in the ball in exact rationals), executions in
+//!   several covered orders (bias first or last, FMA or not, float64 or storage-format
+//!   accumulation) have every hidden pre-activation within the deployed bounds and every margin
+//!   at least the deployed lower bound;
+//! * **pinned where the network is linear**: with every unit stable over the ball, the deployed
+//!   bound is the exact real minimum `m_ij(x0) - (eps + D_0) ||a_ij||` minus exactly
+//!   `sum_l |Lambda_l| eps_l` (`Lambda_l` the margin's exact coefficients on layer `l`'s
+//!   pre-activations, `eps_l` the rounding bound from the formula), up to the float64 allowance;
+//! * **no rounding, no change**: with a zero rounding model the bounds are the real network's.
+
+mod common;
+
+use common::exact_bounds::{net, pow2, q, Iv};
+use common::local_nets::{
+    argmax, ball_points, exact_forward, exact_gradient, forward, in_ball, nets, Rng,
+};
+use lipfp::arith::execution::ExecutionModel;
+use lipfp::arith::format::Format;
+use lipfp::arith::sound::{add_up, l2_norm_up};
+use lipfp::bounds::certify::ModelBounds;
+use lipfp::bounds::local::{Deployment, LayerRounding, LocalNet};
+use lipfp::bounds::norms::compute_norms;
+use lipfp::onnx::model::DenseNet;
+use rug::Rational;
+
+/// `net` with weights and biases rounded to `f`.
+fn in_format(n: &DenseNet, f: Format) -> DenseNet {
+    let ws = n.layers.iter().map(|l| l.w.mapv(|v| f.round(v))).collect();
+    let bs = n
+        .layers
+        .iter()
+        .map(|l| l.b.iter().map(|v| f.round(*v)).collect())
+        .collect();
+    net(f, ws, bs)
+}
+
+/// The model's rounding constants and `|W|` per layer, as the engine hands them to local bounds.
+fn deployment(n: &DenseNet, mb: &ModelBounds) -> Deployment {
+    Deployment {
+        layers: (mb.layers.iter().zip(&n.layers))
+            .map(|(lb, l)| (lb.rounding.expect("dense"), l.w.mapv(f64::abs)))
+            .collect(),
+        d0: mb.d0,
+    }
+}
+
+/// The standard chain's `D_l` per hidden layer, as the engine widens the Lipschitz source.
+fn lip_slack(mb: &ModelBounds, x0: &[f64], eps: f64) -> Vec<f64> {
+    let r0 = add_up(l2_norm_up(x0.iter().copied()), eps);
+    mb.deviation_profile(r0)
+        .map(|(_, d)| d[1..].to_vec())
+        .unwrap_or_default()
+}
+
+/// One covered way of computing a layer output `b + sum w_j h_j` and rounding it to storage.
+#[derive(Clone, Copy, Debug)]
+enum Order {
+    /// float32 accumulation from the bias, products rounded, then storage.
+    BiasFirst32,
+    /// float32 fused multiply-adds in reverse order, the bias added last, then storage.
+    FmaReversed32,
+    /// float64 accumulation, one rounding to storage.
+    Wide64,
+    /// Every operation rounded to the storage format.
+    Storage,
+}
+
+fn dot(order: Order, f: Format, w: &[f64], h: &[f64], b: f64) -> f64 {
+    let r32 = |v: f64| v as f32 as f64;
+    let v = match order {
+        Order::BiasFirst32 => w
+            .iter()
+            .zip(h)
+            .fold(r32(b), |acc, (w, h)| r32(acc + r32(w * h))),
+        Order::FmaReversed32 => {
+            let acc = w
+                .iter()
+                .zip(h)
+                .rev()
+                .fold(0f32, |acc, (w, h)| (*w as f32).mul_add(*h as f32, acc));
+            r32(acc as f64 + b)
+        }
+        Order::Wide64 => b + w.iter().zip(h).map(|(w, h)| w * h).sum::<f64>(),
+        Order::Storage => w
+            .iter()
+            .zip(h)
+            .fold(f.round(b), |acc, (w, h)| f.round(acc + f.round(w * h))),
+    };
+    f.round(v)
+}
+
+/// The deployed forward pass in `order`: hidden pre-activations and logits.
+fn deployed_forward(n: &DenseNet, f: Format, order: Order, x: &[f64]) -> (Vec<Vec<f64>>, Vec<f64>) {
+    let mut h = x.to_vec();
+    let mut pre = Vec::new();
+    for (l, layer) in n.layers.iter().enumerate() {
+        let z: Vec<f64> = (0..layer.w.nrows())
+            .map(|r| dot(order, f, layer.w.row(r).as_slice().unwrap(), &h, layer.b[r]))
+            .collect();
+        if l + 1 == n.layers.len() {
+            return (pre, z);
+        }
+        h = z.iter().map(|v| v.max(0.0)).collect();
+        pre.push(z);
+    }
+    unreachable!()
+}
+
+#[test]
+fn deployed_bounds_contain_float_executions_at_points_of_the_ball() {
+    let mut rng = Rng(5);
+    let (mut checked, mut unstable) = (0usize, 0usize);
+    let orders = [
+        Order::BiasFirst32,
+        Order::FmaReversed32,
+        Order::Wide64,
+        Order::Storage,
+    ];
+    for f in [Format::Float32, Format::Float16] {
+        for (name, base) in nets() {
+            let n = in_format(&base, f);
+            let exec = ExecutionModel::deployed(f, None, false).unwrap();
+            let mb = ModelBounds::new(&n, &compute_norms(&n, 12).unwrap(), &exec);
+            assert!(mb.vacuous.is_none(), "{name}: {:?}", mb.vacuous);
+            let local = LocalNet::new(&n, Some(&mb.lip_prefix), Some(deployment(&n, &mb))).unwrap();
+            for centre in 0..3 {
+                let x0: Vec<f64> = (0..n.input_dim()).map(|_| f.round(rng.normal())).collect();
+                let i = argmax(&forward(&n, &x0).1);
+                for eps in [0.0, 0.01, 0.1, 0.4] {
+                    let slack = lip_slack(&mb, &x0, eps);
+                    let (lower, hidden) = local.point_bounds(&x0, eps, i, &slack);
+                    let hidden = hidden.expect("finite bounds");
+                    unstable += (hidden.pre.iter())
+                        .flat_map(|b| b.lo.iter().zip(&b.hi))
+                        .filter(|(l, h)| **l < 0.0 && **h > 0.0)
+                        .count();
+                    let what = format!("{f} {name} centre {centre} eps {eps}");
+                    for x in ball_points(&n, &x0, eps, i, &mut rng) {
+                        let xr: Vec<f64> = x.iter().map(|v| f.round(*v)).collect();
+                        let Some(x) = in_ball(&x0, eps, xr) else {
+                            continue;
+                        };
+                        for order in orders {
+                            let (pre, logits) = deployed_forward(&n, f, order, &x);
+                            for (l, (z, b)) in pre.iter().zip(&hidden.pre).enumerate() {
+                                for (k, v) in z.iter().enumerate() {
+                                    assert!(
+                                        b.lo[k] <= *v && *v <= b.hi[k],
+                                        "{what} {order:?}: layer {l} unit {k}: {v} outside [{}, {}]",
+                                        b.lo[k],
+                                        b.hi[k]
+                                    );
+                                }
+                            }
+                            for j in (0..n.classes()).filter(|&j| j != i) {
+                                let m = q(logits[i]) - q(logits[j]);
+                                assert!(q(lower[j]) <= m, "{what} {order:?}: margin {i}-{j}");
+                            }
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("ball points checked in four orders: {checked}; unstable units: {unstable}");
+    assert!(checked > 5_000 && unstable > 50, "{checked} {unstable}");
+}
+
+/// The exact coefficients of `z_i - z_j` on each layer's pre-activations where the activation
+/// pattern of `x0` holds: `Lambda_L = e_i - e_j`, `Lambda_l = (Lambda_{l+1} W_{l+1}) [z_l > 0]`.
+fn exact_coefficients(n: &DenseNet, x0: &[f64], i: usize, j: usize) -> Vec<Vec<Rational>> {
+    let (pre, _) = exact_forward(n, &x0.iter().map(|v| q(*v)).collect::<Vec<_>>());
+    let top = n.layers.len() - 1;
+    let mut out = vec![Vec::new(); top + 1];
+    let mut lam: Vec<Rational> = (0..n.classes())
+        .map(|k| q(f64::from(u8::from(k == i)) - f64::from(u8::from(k == j))))
+        .collect();
+    out[top] = lam.clone();
+    for l in (0..top).rev() {
+        let w = &n.layers[l + 1].w;
+        lam = (0..w.ncols())
+            .map(|c| {
+                if pre[l][c] > 0 {
+                    (0..w.nrows()).map(|r| lam[r].clone() * q(w[[r, c]])).sum()
+                } else {
+                    Rational::new()
+                }
+            })
+            .collect();
+        out[l] = lam.clone();
+    }
+    out
+}
+
+/// `eps_l` from the formula, exactly: `rel_w (|W_l| a)_k + rel_b |b_k| + abs` with
+/// `a = max(hi_{l-1}, 0)`, or at the input `(|W_1| |x0|)_k + eps ||W_{1,k}||` (enclosed).
+fn exact_unit_errors(
+    n: &DenseNet,
+    l: usize,
+    r: LayerRounding,
+    a: &[f64],
+    x0: &[f64],
+    eps: f64,
+) -> Vec<Iv> {
+    let w = &n.layers[l].w;
+    (0..w.nrows())
+        .map(|k| {
+            let row = w.row(k);
+            let s = if l == 0 {
+                let dot: Rational = row
+                    .iter()
+                    .zip(x0)
+                    .map(|(w, x)| q(w.abs()) * q(x.abs()))
+                    .sum();
+                let norm = Iv::exact(row.iter().map(|w| q(*w) * q(*w)).sum()).sqrt();
+                Iv::exact(dot).add(&norm.scale(&q(eps)))
+            } else {
+                Iv::exact(row.iter().zip(a).map(|(w, a)| q(w.abs()) * q(*a)).sum())
+            };
+            let fixed = q(r.rel_b) * q(n.layers[l].b[k].abs()) + q(r.abs);
+            s.scale(&q(r.rel_w)).add(&Iv::exact(fixed))
+        })
+        .collect()
+}
+
+#[test]
+fn where_the_network_is_linear_the_deployed_bound_subtracts_the_weighted_rounding() {
+    // rounding constants large enough to move the bound far beyond float64's allowance
+    let r = LayerRounding {
+        rel_w: 2f64.powi(-10),
+        rel_b: 2f64.powi(-11),
+        abs: 2f64.powi(-20),
+    };
+    let d0 = 2f64.powi(-12);
+    let mut rng = Rng(17);
+    let mut pinned = 0;
+    for (name, n) in nets() {
+        let dep = Deployment {
+            layers: n.layers.iter().map(|l| (r, l.w.mapv(f64::abs))).collect(),
+            d0,
+        };
+        let local = LocalNet::new(&n, None, Some(dep)).unwrap();
+        for centre in 0..6 {
+            let x0: Vec<f64> = (0..n.input_dim())
+                .map(|_| Format::Float32.round(rng.normal()))
+                .collect();
+            let i = argmax(&forward(&n, &x0).1);
+            for eps in [1e-6, 1e-4, 1e-3] {
+                let (lower, hidden) = local.point_bounds(&x0, eps, i, &[]);
+                let hidden = hidden.expect("finite");
+                let stable = (hidden.pre.iter())
+                    .all(|b| b.lo.iter().zip(&b.hi).all(|(l, h)| *l >= 0.0 || *h <= 0.0));
+                if !stable {
+                    continue;
+                }
+                let reach: Vec<Vec<f64>> = (hidden.pre.iter())
+                    .map(|b| b.hi.iter().map(|h| h.max(0.0)).collect())
+                    .collect();
+                let (_, logits) = exact_forward(&n, &x0.iter().map(|v| q(*v)).collect::<Vec<_>>());
+                let magnitude = n.layers.iter().fold(
+                    q(1.0) + x0.iter().map(|v| q(v.abs())).sum::<Rational>(),
+                    |acc, l| acc * (q(1.0) + l.w.iter().map(|v| q(v.abs())).sum::<Rational>()),
+                );
+                for j in (0..n.classes()).filter(|&j| j != i) {
+                    let lams = exact_coefficients(&n, &x0, i, j);
+                    let a = exact_gradient(&n, &x0, i, j);
+                    let norm = Iv::exact(a.iter().map(|v| v.clone() * v).sum()).sqrt();
+                    let m = logits[i].clone() - &logits[j];
+                    let mut want = Iv::exact(m.clone()).sub(&norm.scale(&(q(eps) + q(d0))));
+                    for (l, lam) in lams.iter().enumerate() {
+                        let below = if l == 0 { &[][..] } else { &reach[l - 1][..] };
+                        let e = exact_unit_errors(&n, l, r, below, &x0, eps);
+                        for (c, ek) in lam.iter().zip(&e) {
+                            want = want.sub(&ek.scale(&c.clone().abs()));
+                        }
+                    }
+                    let what = format!("{name} centre {centre} eps {eps} {i}-{j}");
+                    assert!(q(lower[j]) <= want.lo, "{what}: above the exact value");
+                    let tol = (m.abs() + q(1.0)) * magnitude.clone() * pow2(-40);
+                    assert!(
+                        q(lower[j]) >= want.hi.clone() - tol,
+                        "{what}: {} vs {}",
+                        lower[j],
+                        want.hi.to_f64()
+                    );
+                    pinned += 1;
+                }
+            }
+        }
+    }
+    eprintln!("deployed margins pinned in the linear regime: {pinned}");
+    assert!(pinned > 20, "{pinned}");
+}
+
+#[test]
+fn without_rounding_the_deployed_bounds_are_the_real_networks() {
+    let zero = LayerRounding {
+        rel_w: 0.0,
+        rel_b: 0.0,
+        abs: 0.0,
+    };
+    let mut rng = Rng(23);
+    for (name, n) in nets() {
+        let real = LocalNet::new(&n, None, None).unwrap();
+        let dep = Deployment {
+            layers: n
+                .layers
+                .iter()
+                .map(|l| (zero, l.w.mapv(f64::abs)))
+                .collect(),
+            d0: 0.0,
+        };
+        let deployed = LocalNet::new(&n, None, Some(dep)).unwrap();
+        for _ in 0..4 {
+            let x0: Vec<f64> = (0..n.input_dim())
+                .map(|_| Format::Float32.round(rng.normal()))
+                .collect();
+            let i = argmax(&forward(&n, &x0).1);
+            for eps in [0.01, 0.1, 0.5] {
+                let a = real.margin_lower_bounds(&x0, eps, i, &[]);
+                let b = deployed.margin_lower_bounds(&x0, eps, i, &[]);
+                for (j, (a, b)) in a.iter().zip(&b).enumerate().filter(|(j, _)| *j != i) {
+                    assert!(
+                        b <= a && *b >= a - 1e-12 * (1.0 + a.abs()),
+                        "{name} eps {eps} {i}-{j}: {b} vs {a}"
+                    );
+                }
+            }
+        }
+    }
+}
