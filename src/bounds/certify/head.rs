@@ -255,11 +255,13 @@ mod tests {
             (Format::Float32, 2),
             (Format::Float16, 3),
             (Format::Bfloat16, 100_000),
+            (Format::Bfloat16, 1_000_000),
         ] {
             let (s_max, s_min, [u, eps, lambda]) = sums(format, k);
-            // L_max = (1 + eps) max(ln S_max, -ln S_min) + eps (the second wins for bfloat16
-            // with 100,000 classes)
+            // L_max = (1 + eps) max(ln S_max, -ln S_min) + eps: the second wins only where
+            // (K - 1) (-ln(1 - u^2)) > ln K + ..., as for bfloat16 with a million classes
             let (hi, lo) = (s_max.ln(), -s_min.ln());
+            assert_eq!(lo > hi, k == 1_000_000, "{format} K={k}: which term wins");
             let l_max = Float::with_val(256, 1 + &eps) * if hi > lo { hi } else { lo } + &eps;
             let num = Float::with_val(256, 3 + &u) * (Float::with_val(256, &u * &l_max) + &lambda);
             let den = (1 - Float::with_val(256, 2 * &u) - Float::with_val(256, &u * &u))
