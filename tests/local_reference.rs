@@ -59,21 +59,41 @@ fn local_certifies_what_crown_does_and_nothing_an_attack_falsifies() {
         "crown_reference.py: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    for (eps, local, crown, falsified) in compare_with_reference(&model, &xs, &ys, &report) {
+        assert!(
+            local * 100 >= crown * 95,
+            "eps {eps}: local certifies {local} of CROWN's {crown}"
+        );
+        assert!(crown > 10 && falsified > 0, "eps {eps}: nothing to compare");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Mode `local` on `model` at the reference's radii against its CROWN and PGD results (`json`,
+/// written by `tests/local/crown_reference.py`): per radius `(eps, local, CROWN, falsified)`
+/// counts, after checking that no falsified point is certified.
+fn compare_with_reference(
+    model: &Path,
+    xs: &Path,
+    ys: &Path,
+    json: &Path,
+) -> Vec<(String, usize, usize, usize)> {
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
     let spec = SubjectSpec {
-        model,
+        model: model.to_path_buf(),
         format: Some(Format::Float32),
         accumulate: None,
         ftz: false,
         runtime: None,
-        inputs: xs,
-        labels: Some(ys),
+        inputs: xs.to_path_buf(),
+        labels: Some(ys.to_path_buf()),
         gram_iterations: 12,
         reference: ReferencePlan::None,
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();
+    let mut out = Vec::new();
     for eps in ["0.02", "0.1", "0.3"] {
         let at = &json["radii"][eps];
         let indices = |key: &str| -> Vec<usize> {
@@ -89,16 +109,11 @@ fn local_certifies_what_crown_does_and_nothing_an_attack_falsifies() {
         let outcome = run::certify(&subject, &radius, &[Mode::Local]).unwrap();
         let local = outcome.mode(Mode::Local).unwrap();
         eprintln!(
-            "eps {eps}: local {} (of {n}), CROWN {}, PGD falsified {}",
+            "{}: eps {eps}: local {}, CROWN {}, PGD falsified {}",
+            model.display(),
             local.certified,
             crown.len(),
             falsified.len()
-        );
-        assert!(
-            local.certified * 100 >= crown.len() * 95,
-            "eps {eps}: local certifies {} of CROWN's {}",
-            local.certified,
-            crown.len()
         );
         for &k in &falsified {
             assert!(
@@ -106,12 +121,42 @@ fn local_certifies_what_crown_does_and_nothing_an_attack_falsifies() {
                 "eps {eps}: point {k} certified but falsified"
             );
         }
-        assert!(
-            crown.len() > 10 && !falsified.is_empty(),
-            "eps {eps}: nothing to compare"
-        );
+        out.push((
+            eps.to_string(),
+            local.certified,
+            crown.len(),
+            falsified.len(),
+        ));
     }
-    std::fs::remove_dir_all(&dir).ok();
+    out
+}
+
+/// The acceptance comparison of issue 21 on naturally trained MNIST networks, on demand: the
+/// networks and references are made outside the suite (minutes of training and auto_LiRPA):
+/// `tests/local/train_natural.py --out DIR`, `crown_reference.py --count 500` per network into
+/// `DIR/mnist-N.json`, the first 500 evaluation rows as `DIR/x500.npy`, `DIR/y500.npy`; then
+/// `LIPFP_NATURAL_DIR=DIR cargo test --release --test local_reference -- --ignored`. Checks that
+/// no falsified point is certified and prints the counts.
+#[test]
+#[ignore = "on demand: needs the natural MNIST networks and their CROWN references in LIPFP_NATURAL_DIR"]
+fn natural_mnist_networks_against_crown() {
+    let dir = std::path::PathBuf::from(
+        std::env::var_os("LIPFP_NATURAL_DIR").expect("set LIPFP_NATURAL_DIR"),
+    );
+    for net in ["256x2", "100x5", "256x6"] {
+        let model = dir.join(format!("mnist-{net}.onnx"));
+        let json = dir.join(format!("mnist-{net}.json"));
+        for (eps, local, crown, _) in
+            compare_with_reference(&model, &dir.join("x500.npy"), &dir.join("y500.npy"), &json)
+        {
+            let pct = if crown == 0 {
+                100.0
+            } else {
+                100.0 * local as f64 / crown as f64
+            };
+            eprintln!("784-{net}-10 eps {eps}: {local} / {crown} ({pct:.1}%)");
+        }
+    }
 }
 
 /// The naturally trained fixture on every digits point (inputs flattened into `dir`), without
