@@ -237,8 +237,90 @@ fn pr_comment_body_is_written_for_a_run_and_for_an_error() {
 )]
 fn a_class_that_lost_its_certificates_fails_the_per_class_gate() {
     let tmp = tempfile::tempdir().unwrap();
+    let policy = retrained_digits_policy(tmp.path(), "min_vra_pct = 80\nmin_class_vra_pct = 50\n");
+    let json = tmp.path().join("r.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_lipfp"))
+        .args(["check", "-q", "--config"])
+        .arg(&policy)
+        .arg("--json")
+        .arg(&json)
+        .env_remove("GITHUB_ACTIONS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let gates = report["gates"].as_array().unwrap();
+    assert_eq!(gates[0]["status"], "pass", "{}", gates[0]);
+    assert_eq!(gates[1]["status"], "fail", "{}", gates[1]);
+    let failure = gates[1]["failures"][0].as_str().unwrap();
+    assert!(
+        failure.contains("min_class_vra_pct") && failure.contains("class 3"),
+        "{failure}"
+    );
+}
+
+/// The same retrained model under `warn_min_class_vra_pct`: the gate warns (status `warn`, a
+/// `::warning` annotation naming the class, the output `passed=true`) and the run exits 0.
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "needs a Python with onnx (set LIPFP_PYTHON) to write the retrained model"
+)]
+fn the_same_class_under_a_warn_threshold_warns_and_passes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let policy = retrained_digits_policy(
+        tmp.path(),
+        "min_vra_pct = 80\nwarn_min_class_vra_pct = 50\n",
+    );
+    let (json, summary, outputs) = (
+        tmp.path().join("r.json"),
+        tmp.path().join("summary.md"),
+        tmp.path().join("outputs"),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_lipfp"))
+        .args(["check", "-q", "--config"])
+        .arg(&policy)
+        .arg("--json")
+        .arg(&json)
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .env("GITHUB_OUTPUT", &outputs)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let gate = &report["gates"][1];
+    assert_eq!(gate["status"], "warn", "{gate}");
+    assert_eq!(gate["failures"].as_array().unwrap().len(), 0, "{gate}");
+    let warning = gate["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.contains("warn_min_class_vra_pct") && warning.contains("class 3"),
+        "{warning}"
+    );
+    let annotation = stdout
+        .lines()
+        .find(|l| l.starts_with("::warning file="))
+        .unwrap_or_else(|| panic!("no warning annotation in {stdout}"));
+    assert!(
+        annotation.contains("title=lipfp gate per-class warned") && annotation.contains("class 3"),
+        "{annotation}"
+    );
+    assert!(!stdout.contains("::error"), "{stdout}");
+    let outputs = std::fs::read_to_string(&outputs).unwrap();
+    assert!(outputs.contains("passed=true\n"), "{outputs}");
+    assert!(outputs.contains("per_class_status=warn\n"), "{outputs}");
+    assert!(std::fs::read_to_string(&summary)
+        .unwrap()
+        .contains("⚠️ warn"));
+}
+
+/// A policy over the digits model with class 3's output scaled by 0.5 (most of its certificates
+/// lost, the mean VRA kept): gate `mean` (`min_vra_pct = 80`) and gate `per-class` with
+/// `per_class` as its thresholds. Returns the policy's path.
+fn retrained_digits_policy(dir: &Path, per_class: &str) -> std::path::PathBuf {
     let d = root().join("examples/digits");
-    let model = tmp.path().join("retrained.onnx");
+    let model = dir.join("retrained.onnx");
     let python = std::env::var_os("LIPFP_PYTHON").unwrap_or_else(|| "python3".into());
     let out = Command::new(python)
         .arg(root().join("tests/conformance/scale_class.py"))
@@ -255,29 +337,11 @@ fn a_class_that_lost_its_certificates_fails_the_per_class_gate() {
     let policy = format!(
         "[model]\npath = {model:?}\n[data]\ninputs = {:?}\nlabels = {:?}\n\n\
          [[gate]]\nname = \"mean\"\nepsilon = \"0.1\"\nmin_vra_pct = 80\n\n\
-         [[gate]]\nname = \"per-class\"\nepsilon = \"0.1\"\nmin_vra_pct = 80\nmin_class_vra_pct = 50\n",
+         [[gate]]\nname = \"per-class\"\nepsilon = \"0.1\"\n{per_class}",
         d.join("x_test.npy"),
         d.join("y_test.npy")
     );
-    let policy_path = tmp.path().join("lipfp.toml");
-    std::fs::write(&policy_path, policy).unwrap();
-    let json = tmp.path().join("r.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_lipfp"))
-        .args(["check", "-q", "--config"])
-        .arg(&policy_path)
-        .arg("--json")
-        .arg(&json)
-        .env_remove("GITHUB_ACTIONS")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let gates = report["gates"].as_array().unwrap();
-    assert_eq!(gates[0]["status"], "pass", "{}", gates[0]);
-    assert_eq!(gates[1]["status"], "fail", "{}", gates[1]);
-    let failure = gates[1]["failures"][0].as_str().unwrap();
-    assert!(
-        failure.contains("min_class_vra_pct") && failure.contains("class 3"),
-        "{failure}"
-    );
+    let path = dir.join("lipfp.toml");
+    std::fs::write(&path, policy).unwrap();
+    path
 }

@@ -64,7 +64,11 @@ fn gate(name: &str, passed: Option<bool>, failures: &[&str]) -> GateReport {
     };
     GateReport {
         name: name.to_string(),
-        status: GateStatus::of(passed),
+        status: match passed {
+            Some(true) => GateStatus::Pass,
+            Some(false) => GateStatus::Fail,
+            None => GateStatus::Report,
+        },
         error: None,
         format: Some(Format::Float32),
         ftz: false,
@@ -78,6 +82,7 @@ fn gate(name: &str, passed: Option<bool>, failures: &[&str]) -> GateReport {
         mode: Mode::Standard,
         passed,
         failures: failures.iter().map(|s| s.to_string()).collect(),
+        warnings: vec![],
         thresholds,
         modes: BTreeMap::from([
             ("real".to_string(), mode(960, n, Some(950), false)),
@@ -861,7 +866,7 @@ fn github_annotations_are_escaped() {
     report.gates[1].format = Some(Format::Float32);
     report.gates[1].ftz = false;
     report.gates[1].failures = vec!["VRA 50% < 95%\r\nsecond line".to_string()];
-    let lines = github::error_annotations(&report, "conf,igs/lip:fp.toml");
+    let lines = github::annotations(&report, "conf,igs/lip:fp.toml");
     assert_eq!(
         lines,
         vec![
@@ -872,7 +877,7 @@ fn github_annotations_are_escaped() {
     );
     // no policy line: no `line=`
     report.gates[1].policy_line = None;
-    let lines = github::error_annotations(&report, "lipfp.toml");
+    let lines = github::annotations(&report, "lipfp.toml");
     assert!(
         lines[0].starts_with("::error file=lipfp.toml,title="),
         "{}",
@@ -888,7 +893,7 @@ fn github_annotations_are_capped_at_ten() {
         .map(|i| gate(&format!("g{i}"), Some(false), &FAILURES))
         .chain([gate("ok", Some(true), &[])])
         .collect();
-    let lines = github::error_annotations(&report, "lipfp.toml");
+    let lines = github::annotations(&report, "lipfp.toml");
     assert_eq!(lines.len(), 11);
     assert_eq!(
         lines.iter().filter(|l| l.starts_with("::error ")).count(),
@@ -901,9 +906,54 @@ fn github_annotations_are_capped_at_ten() {
     );
     // exactly ten: no warning
     report.gates.truncate(10);
-    assert_eq!(github::error_annotations(&report, "lipfp.toml").len(), 10);
+    assert_eq!(github::annotations(&report, "lipfp.toml").len(), 10);
     // none failing: nothing
-    assert!(github::error_annotations(&two_gates_passing(), "lipfp.toml").is_empty());
+    assert!(github::annotations(&two_gates_passing(), "lipfp.toml").is_empty());
+}
+
+/// A gate that met its thresholds but a warn-level one.
+fn warned(name: &str) -> GateReport {
+    let mut g = gate(name, Some(true), &[]);
+    g.status = GateStatus::Warn;
+    g.warnings = vec!["standard VRA 94.10% < warn_min_vra_pct 95".to_string()];
+    g.thresholds
+        .push(check("warn_min_vra_pct", 95.0, "standard VRA", 94.1));
+    g
+}
+
+/// Warned gates are annotated as warnings beside the errors, at most ten per level with the
+/// rest folded into one summarising warning; they never read as failures.
+#[test]
+fn warned_gates_get_warning_annotations_within_the_cap() {
+    let mut report = two_gates();
+    report.gates = vec![warned("w0"), gate("ok", Some(true), &[])];
+    let lines = github::annotations(&report, "lipfp.toml");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("::warning file=lipfp.toml,line=17,title=lipfp gate w0 warned::")
+            && lines[0].contains("warn_min_vra_pct"),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(report.tally().warned, 1);
+    assert!(github::step_summary(&report).contains("⚠️ warn"));
+    assert!(github::outputs(&report).contains("passed=true\n"));
+    // 30 failing and 30 warned gates: 10 errors; 10 warnings, two of them the summaries
+    report.gates = (0..30)
+        .map(|i| gate(&format!("f{i}"), Some(false), &FAILURES))
+        .chain((0..30).map(|i| warned(&format!("w{i}"))))
+        .collect();
+    let lines = github::annotations(&report, "lipfp.toml");
+    let count = |p: &str| lines.iter().filter(|l| l.starts_with(p)).count();
+    assert_eq!(count("::error "), 10);
+    assert_eq!(count("::warning "), 8);
+    assert_eq!(count("::warning::"), 2);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("::warning::22 more gates warned")),
+        "{lines:?}"
+    );
 }
 
 fn two_gates_passing() -> Report {
@@ -1075,7 +1125,7 @@ fn an_errored_gate_is_an_error_testcase_whose_message_is_the_error() {
 #[test]
 fn an_errored_gate_is_annotated_summarised_output_and_printed() {
     let report = three_gates();
-    let lines = github::error_annotations(&report, "lipfp.toml");
+    let lines = github::annotations(&report, "lipfp.toml");
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert_eq!(
         lines[1],
@@ -1186,7 +1236,7 @@ fn show_rendered_reports() {
         junit::render_error("lipfp: lipfp.toml", "x.toml: bad\nmore")
     );
     println!("{}", github::step_summary(&r));
-    println!("{}", github::error_annotations(&r, "lipfp.toml").join("\n"));
+    println!("{}", github::annotations(&r, "lipfp.toml").join("\n"));
     println!("{}", github::outputs(&r));
 }
 

@@ -500,7 +500,7 @@ fn render(merged: &[certificates::MergedGate]) {
             "console line {line:?}"
         );
     }
-    for a in report::github::error_annotations(&r, "lipfp.toml") {
+    for a in report::github::annotations(&r, "lipfp.toml") {
         assert!(!a.contains(['\n', '\r']), "annotation {a:?}");
         assert!(a.starts_with("::error ") || a.starts_with("::warning::"));
     }

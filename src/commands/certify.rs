@@ -75,6 +75,7 @@ pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, Lipf
     let verdict = GateVerdict {
         passed: None,
         failures: vec![],
+        warnings: vec![],
         checks: vec![],
     };
     let model_name = req.spec.model.display().to_string();

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::bounds::certify::Mode;
 use crate::engine::run::CertifyOutcome;
 use crate::gate::baseline::BaselineFigures;
-use crate::policy::{Thresholds, MIN_CLASS_POINTS};
+use crate::policy::{Thresholds, MIN_CLASS_POINTS, THRESHOLD_KEYS};
 
 /// Percentage `100 * k / n`.
 pub fn pct(k: usize, n: usize) -> f64 {
@@ -46,9 +46,9 @@ pub struct ThresholdCheck {
 
 impl ThresholdCheck {
     /// The threshold `key` with limit `limit` judged against `value` (a minimum when the key
-    /// starts with `min_`, else a maximum).
+    /// starts with `min_` or `warn_min_`, else a maximum).
     fn judge(key: &'static str, limit: f64, what: String, value: Result<f64, String>) -> Self {
-        let at_least = key.starts_with("min_");
+        let at_least = base_key(key).starts_with("min_");
         let (value, margin_pp, skipped) = match value {
             Ok(v) => (
                 Some(v),
@@ -76,7 +76,9 @@ impl ThresholdCheck {
         }
         let (v, key, limit) = (self.value?, self.key, self.limit);
         Some(match before {
-            _ if key.starts_with("min_") => format!("{} {v:.2}% < {key} {limit}", self.what),
+            _ if base_key(key).starts_with("min_") => {
+                format!("{} {v:.2}% < {key} {limit}", self.what)
+            }
             Some(b) => format!(
                 "{} dropped {v:.2} pp (baseline {b:.2}% -> now {:.2}%) > {key} {limit}",
                 self.what.trim_end_matches(" drop"),
@@ -94,8 +96,30 @@ pub struct GateVerdict {
     pub passed: Option<bool>,
     /// One line per failed threshold, e.g. `VRA 94.10% < min_vra_pct 95`.
     pub failures: Vec<String>,
-    /// Every threshold with its figure and margin, in policy-key order.
+    /// One line per warn-level threshold not met, e.g. `VRA 94.10% < warn_min_vra_pct 95`:
+    /// reported, never failing the gate.
+    pub warnings: Vec<String>,
+    /// Every threshold with its figure and margin, in policy-key order, the warn level after.
     pub checks: Vec<ThresholdCheck>,
+}
+
+/// The threshold key a warn-level key stands for (`warn_min_vra_pct` -> `min_vra_pct`).
+pub fn base_key(key: &str) -> &str {
+    key.strip_prefix("warn_").unwrap_or(key)
+}
+
+/// What the threshold `key` measures in `mode`.
+fn measured(key: &str, mode: Mode) -> String {
+    match key {
+        "min_accuracy_pct" => "accuracy".into(),
+        "min_certified_pct" => format!("{mode} certified"),
+        "min_vra_pct" => format!("{mode} VRA"),
+        "max_fp_cost_pp" => "floating-point cost".into(),
+        "max_vra_drop_pp" => format!("{mode} VRA drop"),
+        "max_certified_drop_pp" => format!("{mode} certified drop"),
+        "min_class_vra_pct" => format!("{mode} VRA of the weakest class"),
+        _ => format!("{mode} certified rate of the weakest class"),
+    }
 }
 
 /// One threshold to judge: key, limit, what is measured, the figure (or why it is missing)
@@ -108,53 +132,24 @@ type Spec = (
     Option<f64>,
 );
 
-/// The thresholds of a gate in mode `mode`, with the figures `fig` gives for each key.
+/// The thresholds of one level of a gate (`warn`: the `warn_*` keys) in mode `mode`, with the
+/// figures `fig` gives for each key.
 fn specs(
     t: &Thresholds,
+    warn: bool,
     mode: Mode,
     fig: impl Fn(&str) -> (Result<f64, String>, Option<f64>),
 ) -> Vec<Spec> {
-    [
-        ("min_accuracy_pct", t.min_accuracy_pct, "accuracy".into()),
-        (
-            "min_certified_pct",
-            t.min_certified_pct,
-            format!("{mode} certified"),
-        ),
-        ("min_vra_pct", t.min_vra_pct, format!("{mode} VRA")),
-        (
-            "max_fp_cost_pp",
-            t.max_fp_cost_pp,
-            "floating-point cost".into(),
-        ),
-        (
-            "max_vra_drop_pp",
-            t.max_vra_drop_pp,
-            format!("{mode} VRA drop"),
-        ),
-        (
-            "max_certified_drop_pp",
-            t.max_certified_drop_pp,
-            format!("{mode} certified drop"),
-        ),
-        (
-            "min_class_vra_pct",
-            t.min_class_vra_pct,
-            format!("{mode} VRA of the weakest class"),
-        ),
-        (
-            "min_class_certified_pct",
-            t.min_class_certified_pct,
-            format!("{mode} certified rate of the weakest class"),
-        ),
-    ]
-    .into_iter()
-    .filter(|(_, limit, _)| limit.is_some())
-    .map(|(key, limit, what)| {
-        let (value, before) = fig(key);
-        (key, limit, what, value, before)
-    })
-    .collect()
+    THRESHOLD_KEYS
+        .iter()
+        .zip(t.values())
+        .filter(|(_, limit)| limit.is_some())
+        .map(|(&(key, warn_key), limit)| {
+            let (value, before) = fig(key);
+            let name = if warn { warn_key } else { key };
+            (name, limit, measured(key, mode), value, before)
+        })
+        .collect()
 }
 
 /// The figure behind `key` (a percentage or percentage points) and, for a drop, the
@@ -261,7 +256,7 @@ fn class_failure(
     mode: Mode,
     min_points: u64,
 ) -> String {
-    let vra = c.key == "min_class_vra_pct";
+    let vra = base_key(c.key) == "min_class_vra_pct";
     let rates = class_rates(outcome, mode, vra, min_points).unwrap_or_default();
     let below: Vec<String> = rates
         .iter()
@@ -300,7 +295,8 @@ fn class_failure(
 
 /// Evaluate `thresholds` against the figures of `mode` in `outcome` and, for the drop
 /// thresholds, against the same gate's figures in a baseline report: `Err(reason)` when there
-/// is no comparable baseline (the drop thresholds are then not evaluated, with the reason).
+/// is no comparable baseline (the drop thresholds are then not evaluated, with the reason). The
+/// warn level is judged the same way into `warnings`; it never fails the gate.
 pub fn evaluate(
     thresholds: &Thresholds,
     mode: Mode,
@@ -311,34 +307,47 @@ pub fn evaluate(
         return GateVerdict {
             passed: None,
             failures: vec![],
+            warnings: vec![],
             checks: vec![],
         };
     }
-    let mut failures = Vec::new();
-    let mut checks = Vec::new();
     let min_points = thresholds.min_class_points.unwrap_or(MIN_CLASS_POINTS);
-    for (key, limit, what, value, before) in specs(thresholds, mode, |k| {
-        figure(k, (mode, min_points), outcome, &baseline)
-    }) {
-        let c = ThresholdCheck::judge(key, limit.unwrap_or_default(), what, value);
-        if key.starts_with("min_class_") && c.passed == Some(false) {
-            failures.push(class_failure(&c, outcome, mode, min_points));
-        } else {
-            failures.extend(c.failure(before));
+    let level = |t: &Thresholds, warn: bool| {
+        let mut lines = Vec::new();
+        let mut checks = Vec::new();
+        for (key, limit, what, value, before) in specs(t, warn, mode, |k| {
+            figure(k, (mode, min_points), outcome, &baseline)
+        }) {
+            let c = ThresholdCheck::judge(key, limit.unwrap_or_default(), what, value);
+            if base_key(key).starts_with("min_class_") && c.passed == Some(false) {
+                lines.push(class_failure(&c, outcome, mode, min_points));
+            } else {
+                lines.extend(c.failure(before));
+            }
+            checks.push(c);
         }
-        checks.push(c);
-    }
+        (lines, checks)
+    };
+    let (failures, mut checks) = level(thresholds, false);
+    let (warnings, warn_checks) = thresholds
+        .warn
+        .as_deref()
+        .map_or_else(Default::default, |w| level(w, true));
+    checks.extend(warn_checks);
     GateVerdict {
         passed: Some(failures.is_empty()),
         failures,
+        warnings,
         checks,
     }
 }
 
 /// Every threshold of a gate that could not be evaluated, each marked as skipped.
 pub fn unevaluated(thresholds: &Thresholds, mode: Mode) -> Vec<ThresholdCheck> {
-    specs(thresholds, mode, |_| (Err("the gate errored".into()), None))
-        .into_iter()
+    let levels =
+        std::iter::once((thresholds, false)).chain(thresholds.warn.as_deref().map(|w| (w, true)));
+    levels
+        .flat_map(|(t, warn)| specs(t, warn, mode, |_| (Err("the gate errored".into()), None)))
         .map(|(key, limit, what, value, _)| {
             ThresholdCheck::judge(key, limit.unwrap_or_default(), what, value)
         })
@@ -419,5 +428,45 @@ mod tests {
         // a mode that was not computed is not evaluated rather than a panic
         let v = evaluate(&t, Mode::Best, &outcome(), Err("none".into()));
         assert!(v.checks.iter().all(|c| c.passed.is_none()), "{v:?}");
+    }
+
+    #[test]
+    fn the_warn_level_warns_and_never_fails() {
+        let t = Thresholds {
+            min_vra_pct: Some(80.0),
+            warn: Some(Box::new(Thresholds {
+                min_vra_pct: Some(85.0),
+                max_fp_cost_pp: Some(10.0),
+                ..Thresholds::default()
+            })),
+            ..Thresholds::default()
+        };
+        let v = evaluate(&t, Mode::Standard, &outcome(), Err("none".into()));
+        assert_eq!(v.passed, Some(true));
+        assert!(v.failures.is_empty());
+        assert_eq!(v.warnings, ["standard VRA 83.00% < warn_min_vra_pct 85"]);
+        let keys: Vec<_> = v.checks.iter().map(|c| c.key).collect();
+        assert_eq!(
+            keys,
+            ["min_vra_pct", "warn_min_vra_pct", "warn_max_fp_cost_pp"]
+        );
+        assert_eq!(v.checks[1].margin_pp, Some(-2.0));
+        assert_eq!(v.checks[2].passed, Some(true));
+        // only a warn level: the gate is judged (passed) rather than report-only
+        let only = Thresholds {
+            warn: t.warn.clone(),
+            ..Thresholds::default()
+        };
+        let v = evaluate(&only, Mode::Standard, &outcome(), Err("none".into()));
+        assert_eq!((v.passed, v.warnings.len()), (Some(true), 1));
+        // an errored gate lists both levels as not evaluated
+        let keys: Vec<_> = unevaluated(&t, Mode::Standard)
+            .iter()
+            .map(|c| c.key)
+            .collect();
+        assert_eq!(
+            keys,
+            ["min_vra_pct", "warn_min_vra_pct", "warn_max_fp_cost_pp"]
+        );
     }
 }

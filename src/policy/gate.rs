@@ -30,22 +30,6 @@ fn line_of(text: &str, offset: usize) -> usize {
     1 + text[..offset.min(text.len())].matches('\n').count()
 }
 
-impl Thresholds {
-    /// Every threshold with its policy key, in the policy's order.
-    fn by_key(&self) -> [(&'static str, Option<f64>); 8] {
-        [
-            ("min_accuracy_pct", self.min_accuracy_pct),
-            ("min_certified_pct", self.min_certified_pct),
-            ("min_vra_pct", self.min_vra_pct),
-            ("max_fp_cost_pp", self.max_fp_cost_pp),
-            ("max_vra_drop_pp", self.max_vra_drop_pp),
-            ("max_certified_drop_pp", self.max_certified_drop_pp),
-            ("min_class_vra_pct", self.min_class_vra_pct),
-            ("min_class_certified_pct", self.min_class_certified_pct),
-        ]
-    }
-}
-
 impl Defaults<'_> {
     /// A policy error with message `m`.
     fn err(&self, m: String) -> LipfpError {
@@ -165,6 +149,22 @@ impl Defaults<'_> {
             min_class_vra_pct: g.min_class_vra_pct,
             min_class_certified_pct: g.min_class_certified_pct,
             min_class_points: g.min_class_points,
+            warn: None,
+        };
+        let warn = Thresholds {
+            min_accuracy_pct: g.warn_min_accuracy_pct,
+            min_certified_pct: g.warn_min_certified_pct,
+            min_vra_pct: g.warn_min_vra_pct,
+            max_fp_cost_pp: g.warn_max_fp_cost_pp,
+            max_vra_drop_pp: g.warn_max_vra_drop_pp,
+            max_certified_drop_pp: g.warn_max_certified_drop_pp,
+            min_class_vra_pct: g.warn_min_class_vra_pct,
+            min_class_certified_pct: g.warn_min_class_certified_pct,
+            ..Thresholds::default()
+        };
+        let thresholds = Thresholds {
+            warn: (!warn.is_empty()).then(|| Box::new(warn)),
+            ..thresholds
         };
         if thresholds.min_class_points == Some(0) {
             return Err(self.err(format!("{at} min_class_points = 0: must be at least 1")));
@@ -249,17 +249,13 @@ impl Defaults<'_> {
         if target.labels.is_some() {
             return Ok(());
         }
-        for (key, v) in [
-            ("min_accuracy_pct", thresholds.min_accuracy_pct),
-            ("min_vra_pct", thresholds.min_vra_pct),
-            ("max_vra_drop_pp", thresholds.max_vra_drop_pp),
-            ("min_class_vra_pct", thresholds.min_class_vra_pct),
-            (
-                "min_class_certified_pct",
-                thresholds.min_class_certified_pct,
-            ),
-        ] {
-            if v.is_some() {
+        let needs_labels = |key: &str| {
+            let key = key.trim_start_matches("warn_");
+            ["min_accuracy_pct", "min_vra_pct", "max_vra_drop_pp"].contains(&key)
+                || key.starts_with("min_class_")
+        };
+        for (key, v) in thresholds.by_key() {
+            if v.is_some() && needs_labels(key) {
                 return Err(self.err(format!(
                     "{at} {key}: needs labels, but [data] has no labels"
                 )));

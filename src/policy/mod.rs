@@ -142,6 +142,22 @@ struct RawGate {
     #[serde(default)]
     min_class_points: Option<u64>,
     #[serde(default)]
+    warn_min_accuracy_pct: Option<f64>,
+    #[serde(default)]
+    warn_min_certified_pct: Option<f64>,
+    #[serde(default)]
+    warn_min_vra_pct: Option<f64>,
+    #[serde(default)]
+    warn_max_fp_cost_pp: Option<f64>,
+    #[serde(default)]
+    warn_max_vra_drop_pp: Option<f64>,
+    #[serde(default)]
+    warn_max_certified_drop_pp: Option<f64>,
+    #[serde(default)]
+    warn_min_class_vra_pct: Option<f64>,
+    #[serde(default)]
+    warn_min_class_certified_pct: Option<f64>,
+    #[serde(default)]
     curve: Option<toml::Value>,
     #[serde(default)]
     attack: Option<bool>,
@@ -172,11 +188,26 @@ pub struct Thresholds {
     pub min_class_certified_pct: Option<f64>,
     /// Classes with fewer points are reported, not judged (default [`MIN_CLASS_POINTS`]).
     pub min_class_points: Option<u64>,
+    /// The warn level (`warn_*` keys): the same thresholds, reported as warnings when not met,
+    /// never failing the gate (their own `min_class_points` and `warn` are unused).
+    pub warn: Option<Box<Thresholds>>,
 }
 
 /// Classes with fewer points than this are not judged by the per-class thresholds unless the
 /// policy sets `min_class_points`.
 pub const MIN_CLASS_POINTS: u64 = 20;
+
+/// Every threshold key in the policy's order, with its warn-level key.
+pub const THRESHOLD_KEYS: [(&str, &str); 8] = [
+    ("min_accuracy_pct", "warn_min_accuracy_pct"),
+    ("min_certified_pct", "warn_min_certified_pct"),
+    ("min_vra_pct", "warn_min_vra_pct"),
+    ("max_fp_cost_pp", "warn_max_fp_cost_pp"),
+    ("max_vra_drop_pp", "warn_max_vra_drop_pp"),
+    ("max_certified_drop_pp", "warn_max_certified_drop_pp"),
+    ("min_class_vra_pct", "warn_min_class_vra_pct"),
+    ("min_class_certified_pct", "warn_min_class_certified_pct"),
+];
 
 impl Thresholds {
     /// True when the gate has no threshold (it reports but never fails).
@@ -184,28 +215,50 @@ impl Thresholds {
         *self == Thresholds::default()
     }
 
+    /// The thresholds of this level, in [`THRESHOLD_KEYS`] order.
+    pub fn values(&self) -> [Option<f64>; 8] {
+        [
+            self.min_accuracy_pct,
+            self.min_certified_pct,
+            self.min_vra_pct,
+            self.max_fp_cost_pp,
+            self.max_vra_drop_pp,
+            self.max_certified_drop_pp,
+            self.min_class_vra_pct,
+            self.min_class_certified_pct,
+        ]
+    }
+
+    /// Every threshold with its policy key, the warn level's as `warn_*`, in the policy's order.
+    pub fn by_key(&self) -> Vec<(&'static str, Option<f64>)> {
+        let mut out: Vec<_> = THRESHOLD_KEYS
+            .iter()
+            .map(|k| k.0)
+            .zip(self.values())
+            .collect();
+        if let Some(w) = &self.warn {
+            out.extend(THRESHOLD_KEYS.iter().map(|k| k.1).zip(w.values()));
+        }
+        out
+    }
+
     /// One note per `*_pct` threshold that looks like a fraction (`0 < x <= 1`): thresholds
     /// are percentages, so `min_vra_pct = 0.95` asks for 0.95%, not 95%.
     pub fn fraction_notes(&self) -> Vec<String> {
-        [
-            ("min_accuracy_pct", self.min_accuracy_pct),
-            ("min_certified_pct", self.min_certified_pct),
-            ("min_vra_pct", self.min_vra_pct),
-            ("min_class_vra_pct", self.min_class_vra_pct),
-            ("min_class_certified_pct", self.min_class_certified_pct),
-        ]
-        .into_iter()
-        .filter_map(|(key, v)| {
-            let v = v?;
-            (v > 0.0 && v <= 1.0).then(|| {
-                let percent = (v * 1e11).round() / 1e9;
-                format!(
-                    "{key} = {v} looks like a fraction: thresholds are percentages (0..100), so this \
-                     asks for {v}%; write {percent} for {percent}%"
-                )
+        self.by_key()
+            .into_iter()
+            .filter(|(key, _)| key.ends_with("_pct"))
+            .filter_map(|(key, v)| {
+                let v = v?;
+                (v > 0.0 && v <= 1.0).then(|| {
+                    let percent = (v * 1e11).round() / 1e9;
+                    format!(
+                        "{key} = {v} looks like a fraction: thresholds are percentages (0..100), \
+                         so this asks for {v}%; write {percent} for {percent}%"
+                    )
+                })
             })
-        })
-        .collect()
+            .collect()
     }
 }
 

@@ -183,3 +183,44 @@ fn per_class_thresholds_are_read_and_checked() {
         .to_string();
     assert!(e.contains("min_class_points"), "{e}");
 }
+
+#[test]
+fn warn_level_thresholds_are_read_and_checked_like_the_others() {
+    let text = GOOD.to_string() + "warn_min_vra_pct = 95\nwarn_max_fp_cost_pp = 2\n";
+    let p = Policy::parse(Path::new("/p/lipfp.toml"), &text).unwrap();
+    let t = &p.gates[0].thresholds;
+    assert_eq!(t.min_vra_pct, Some(90.0));
+    let w = t.warn.as_deref().expect("a warn level");
+    assert_eq!((w.min_vra_pct, w.max_fp_cost_pp), (Some(95.0), Some(2.0)));
+    assert_eq!(w.warn, None);
+    // no warn key, no warn level
+    let p = Policy::parse(Path::new("/p/lipfp.toml"), GOOD).unwrap();
+    assert_eq!(p.gates[0].thresholds.warn, None);
+    // the range and the labels are checked under the warn key's name
+    let bad = GOOD.to_string() + "warn_min_certified_pct = 101\n";
+    let e = Policy::parse(Path::new("/p/lipfp.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("warn_min_certified_pct = 101"), "{e}");
+    let unlabelled = GOOD
+        .replace("labels = \"y.npy\"\n", "")
+        .replace("min_vra_pct = 90\n", "")
+        + "warn_min_vra_pct = 50\n";
+    let e = Policy::parse(Path::new("/p/lipfp.toml"), &unlabelled)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("warn_min_vra_pct") && e.contains("labels"),
+        "{e}"
+    );
+    // a warn threshold written as a fraction is flagged under its own key
+    let text = GOOD.to_string() + "warn_min_vra_pct = 0.95\n";
+    let p = Policy::parse(Path::new("/p/lipfp.toml"), &text).unwrap();
+    let notes = p.gates[0].thresholds.fraction_notes();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("warn_min_vra_pct = 0.95")),
+        "{notes:?}"
+    );
+}

@@ -44,6 +44,7 @@ fn to_proto_thresholds(t: &Thresholds) -> proto_gen::Thresholds {
         min_class_vra_pct: t.min_class_vra_pct,
         min_class_certified_pct: t.min_class_certified_pct,
         min_class_points: t.min_class_points,
+        warn: t.warn.as_deref().map(|w| Box::new(to_proto_thresholds(w))),
     }
 }
 
@@ -58,6 +59,10 @@ fn from_proto_thresholds(t: Option<&proto_gen::Thresholds>) -> Thresholds {
         min_class_vra_pct: t.min_class_vra_pct,
         min_class_certified_pct: t.min_class_certified_pct,
         min_class_points: t.min_class_points,
+        warn: t
+            .warn
+            .as_deref()
+            .map(|w| Box::new(from_proto_thresholds(Some(w)))),
     })
     .unwrap_or_default()
 }
@@ -553,4 +558,29 @@ pub fn merge(files: &[(PathBuf, CertificateFile)]) -> Result<Vec<MergedGate>, Li
         .into_iter()
         .map(|(name, parts)| merge_gate(name, &parts))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every threshold, the warn level included, survives the certificate file unchanged.
+    #[test]
+    fn thresholds_round_trip_through_the_file_format() {
+        let t = Thresholds {
+            min_vra_pct: Some(80.0),
+            max_certified_drop_pp: Some(1.5),
+            min_class_certified_pct: Some(40.0),
+            min_class_points: Some(7),
+            warn: Some(Box::new(Thresholds {
+                min_vra_pct: Some(90.0),
+                max_vra_drop_pp: Some(0.5),
+                ..Thresholds::default()
+            })),
+            ..Thresholds::default()
+        };
+        let back = from_proto_thresholds(Some(&to_proto_thresholds(&t)));
+        assert_eq!(back, t);
+        assert_eq!(from_proto_thresholds(None), Thresholds::default());
+    }
 }

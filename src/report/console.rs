@@ -60,6 +60,7 @@ fn gate_facts(g: &GateReport) -> String {
 fn gate_block(out: &mut String, g: &GateReport) {
     let verdict = match g.status {
         GateStatus::Pass => "PASS",
+        GateStatus::Warn => "WARN",
         GateStatus::Fail => "FAIL",
         GateStatus::Report => "REPORT",
         GateStatus::Error => "ERROR",
@@ -112,6 +113,9 @@ fn gate_block(out: &mut String, g: &GateReport) {
     }
     for f in &g.failures {
         let _ = writeln!(out, "       failed: {}", printable(f));
+    }
+    for w in &g.warnings {
+        let _ = writeln!(out, "       warning: {}", printable(w));
     }
     for n in &g.notes {
         let _ = writeln!(out, "       note: {}", printable(n));

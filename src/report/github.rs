@@ -11,14 +11,14 @@ use std::io::Write as _;
 use std::path::Path;
 
 use crate::bounds::certify::Mode;
-use crate::gate::verdict::ThresholdCheck;
+use crate::gate::verdict::{base_key, ThresholdCheck};
 use crate::report::{GateReport, GateStatus, Report};
 
 /// GitHub rejects a job summary above 1 MiB; stay clearly below it.
 pub const SUMMARY_LIMIT_BYTES: usize = 1_000_000;
 
 /// GitHub shows at most 10 error annotations per step.
-pub const MAX_ERROR_ANNOTATIONS: usize = 10;
+pub const MAX_ANNOTATIONS: usize = 10;
 
 /// The longest text put into one table cell (bytes, cut at a character boundary).
 const MAX_CELL_BYTES: usize = 2_000;
@@ -80,16 +80,17 @@ fn fp_cost_pp(g: &GateReport) -> Option<f64> {
 pub(super) fn result_cell(status: GateStatus) -> &'static str {
     match status {
         GateStatus::Pass => "✅ pass",
+        GateStatus::Warn => "⚠️ warn",
         GateStatus::Fail => "❌ fail",
         GateStatus::Report => "➖ report",
         GateStatus::Error => "⛔ error",
     }
 }
 
-/// One threshold in a table cell: `min_vra_pct ≥ 50: 80.67% (+30.67 pp) ✅`, or "not
-/// evaluated" with the reason.
+/// One threshold in a table cell: `min_vra_pct ≥ 50: 80.67% (+30.67 pp) ✅` (⚠️ for a
+/// warn-level threshold not met), or "not evaluated" with the reason.
 fn threshold_cell(c: &ThresholdCheck) -> String {
-    let op = if c.key.starts_with("min_") {
+    let op = if base_key(c.key).starts_with("min_") {
         "≥"
     } else {
         "≤"
@@ -99,7 +100,11 @@ fn threshold_cell(c: &ThresholdCheck) -> String {
     match (c.value, c.margin_pp, c.passed) {
         (Some(v), Some(m), Some(ok)) => format!(
             "{limit}: {v:.2}{unit} ({m:+.2} pp) {}",
-            if ok { "✅" } else { "❌" }
+            match (ok, c.key.starts_with("warn_")) {
+                (true, _) => "✅",
+                (false, true) => "⚠️",
+                (false, false) => "❌",
+            }
         ),
         _ => format!(
             "{limit}: not evaluated ({})",
@@ -178,6 +183,8 @@ pub fn step_summary(report: &Report) -> String {
         "## {} {title}\n\n{} — lipfp {}\n\n",
         if tally.failed + tally.errored > 0 {
             "❌"
+        } else if tally.warned > 0 {
+            "⚠️"
         } else {
             "✅"
         },
@@ -293,7 +300,7 @@ pub fn escape_property(s: &str) -> String {
     escape_data(s).replace(':', "%3A").replace(',', "%2C")
 }
 
-/// The annotation text of a failing or errored gate: its title and message.
+/// The annotation text of a failing, errored or warned gate: its title and message.
 fn annotation_text(g: &GateReport) -> (String, String) {
     let eps = g
         .epsilon
@@ -311,6 +318,12 @@ fn annotation_text(g: &GateReport) -> (String, String) {
             format!("{e} {facts}"),
         );
     }
+    if g.status == GateStatus::Warn {
+        return (
+            format!("lipfp gate {} warned", g.name),
+            format!("{} {facts}", g.warnings.join("; ")),
+        );
+    }
     let verdict = if g.failures.is_empty() {
         "gate failed its thresholds".to_string()
     } else {
@@ -322,41 +335,58 @@ fn annotation_text(g: &GateReport) -> (String, String) {
     )
 }
 
-/// One `::error file=<policy>,line=<policy_line>,title=<title>::<message>` workflow command per
-/// failing or errored gate (an errored gate's message is its error), in gate order, at most
-/// [`MAX_ERROR_ANNOTATIONS`]; when there are more, a final `::warning::` line says how many
-/// were not annotated. `line=` is omitted for a gate without a policy line, and `file=` when
-/// `policy_file` is empty. Messages and properties are escaped per the workflow-command rules.
-pub fn error_annotations(report: &Report, policy_file: &str) -> Vec<String> {
-    let flagged: Vec<&GateReport> = report
-        .gates
-        .iter()
-        .filter(|g| matches!(g.status, GateStatus::Fail | GateStatus::Error))
+/// One workflow command for `g` at `level` (`error` or `warning`): `::<level>
+/// file=<policy>,line=<policy_line>,title=<title>::<message>`.
+fn annotation(g: &GateReport, level: &str, policy_file: &str) -> String {
+    let mut props = Vec::new();
+    if !policy_file.is_empty() {
+        props.push(format!("file={}", escape_property(policy_file)));
+    }
+    if let Some(line) = g.policy_line {
+        props.push(format!("line={line}"));
+    }
+    let (title, message) = annotation_text(g);
+    props.push(format!("title={}", escape_property(&title)));
+    format!("::{level} {}::{}", props.join(","), escape_data(&message))
+}
+
+/// The workflow commands of a run, at most [`MAX_ANNOTATIONS`] per level (GitHub shows no more
+/// per step): one `::error` per failing or errored gate (an errored gate's message is its
+/// error) and one `::warning` per gate that met its thresholds but a warn-level one, in gate
+/// order. Gates beyond the limit are folded into one summarising `::warning::` per kind (the
+/// warned gates give up a slot for them). `line=` is omitted for a gate without a policy line,
+/// and `file=` when `policy_file` is empty. Messages and properties are escaped per the
+/// workflow-command rules.
+pub fn annotations(report: &Report, policy_file: &str) -> Vec<String> {
+    let of = |pick: fn(GateStatus) -> bool| -> Vec<&GateReport> {
+        report.gates.iter().filter(|g| pick(g.status)).collect()
+    };
+    let flagged = of(|s| matches!(s, GateStatus::Fail | GateStatus::Error));
+    let warned = of(|s| s == GateStatus::Warn);
+    let mut out: Vec<String> = (flagged.iter().take(MAX_ANNOTATIONS))
+        .map(|g| annotation(g, "error", policy_file))
         .collect();
-    let mut out: Vec<String> = flagged
-        .iter()
-        .take(MAX_ERROR_ANNOTATIONS)
-        .map(|g| {
-            let mut props = Vec::new();
-            if !policy_file.is_empty() {
-                props.push(format!("file={}", escape_property(policy_file)));
-            }
-            if let Some(line) = g.policy_line {
-                props.push(format!("line={line}"));
-            }
-            let (title, message) = annotation_text(g);
-            props.push(format!("title={}", escape_property(&title)));
-            format!("::error {}::{}", props.join(","), escape_data(&message))
-        })
-        .collect();
-    if flagged.len() > MAX_ERROR_ANNOTATIONS {
-        out.push(format!(
+    let mut notices = Vec::new();
+    if flagged.len() > MAX_ANNOTATIONS {
+        notices.push(format!(
             "::warning::{} more gates failed or errored (not annotated: GitHub shows at most {} \
              errors per step); see the job summary",
-            flagged.len() - MAX_ERROR_ANNOTATIONS,
-            MAX_ERROR_ANNOTATIONS
+            flagged.len() - MAX_ANNOTATIONS,
+            MAX_ANNOTATIONS
         ));
     }
+    let mut room = MAX_ANNOTATIONS - notices.len();
+    if warned.len() > room {
+        room -= 1;
+        notices.push(format!(
+            "::warning::{} more gates warned (not annotated: GitHub shows at most {} warnings \
+             per step); see the job summary",
+            warned.len() - room,
+            MAX_ANNOTATIONS
+        ));
+    }
+    out.extend((warned.iter().take(room)).map(|g| annotation(g, "warning", policy_file)));
+    out.extend(notices);
     out
 }
 
@@ -398,7 +428,7 @@ fn output_entry(out: &mut String, key: &str, value: &str) {
 /// Lines for `$GITHUB_OUTPUT`: `passed=true|false` (false when any gate failed or errored),
 /// then per gate `<key>_vra_pct=`, `<key>_certified_pct=` (the gated mode's rates),
 /// `<key>_passed=` (`true`, `false`, or empty for a gate without thresholds or an errored
-/// gate) and `<key>_status=` (`pass`, `fail`, `report` or `error`), with `<key>` from
+/// gate) and `<key>_status=` (`pass`, `warn`, `fail`, `report` or `error`), with `<key>` from
 /// [`output_key`]; last `gates=`, one line of JSON holding all of them by gate name (see
 /// [`gates_json`]). An unavailable rate (VRA without labels, an errored gate) is empty. When
 /// two gate names map to the same key, the later one gets `_2`, `_3`, … appended. Every value

@@ -173,6 +173,9 @@ fn figures(g: &GateReport) -> String {
     for f in &g.failures {
         let _ = writeln!(out, "failed: {f}");
     }
+    for w in &g.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
     thresholds(&mut out, g);
     for n in &g.notes {
         let _ = writeln!(out, "note: {n}");
@@ -281,6 +284,13 @@ fn testcase(g: &GateReport, version: &str) -> TestCase {
         GateStatus::Pass => (
             TestCaseBuilder::success(&name, time),
             format!("passed\n\n{props}\n{}", figures(g)),
+        ),
+        GateStatus::Warn => (
+            TestCaseBuilder::success(&name, time),
+            format!(
+                "passed with warnings (warn-level thresholds never fail a gate)\n\n{props}\n{}",
+                figures(g)
+            ),
         ),
         GateStatus::Report => (
             TestCaseBuilder::success(&name, time),

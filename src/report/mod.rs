@@ -69,6 +69,9 @@ pub struct Timing {
 pub enum GateStatus {
     /// Every threshold was met.
     Pass,
+    /// Every threshold was met but at least one warn-level (`warn_*`) threshold: reported,
+    /// never failing the run.
+    Warn,
     /// At least one threshold was not met.
     Fail,
     /// The gate has no thresholds (or its verdict is withheld, e.g. on a shard): it reports.
@@ -80,18 +83,20 @@ pub enum GateStatus {
 
 impl GateStatus {
     /// The status of a verdict.
-    pub fn of(passed: Option<bool>) -> GateStatus {
-        match passed {
+    pub fn of(verdict: &crate::gate::verdict::GateVerdict) -> GateStatus {
+        match verdict.passed {
+            Some(true) if !verdict.warnings.is_empty() => GateStatus::Warn,
             Some(true) => GateStatus::Pass,
             Some(false) => GateStatus::Fail,
             None => GateStatus::Report,
         }
     }
 
-    /// `pass`, `fail`, `report` or `error`.
+    /// `pass`, `warn`, `fail`, `report` or `error`.
     pub fn name(self) -> &'static str {
         match self {
             GateStatus::Pass => "pass",
+            GateStatus::Warn => "warn",
             GateStatus::Fail => "fail",
             GateStatus::Report => "report",
             GateStatus::Error => "error",
@@ -104,7 +109,8 @@ impl GateStatus {
 pub struct GateReport {
     /// Gate name.
     pub name: String,
-    /// `pass`, `fail`, `report` (no thresholds) or `error` (not evaluated: see `error`).
+    /// `pass`, `warn` (a warn-level threshold not met), `fail`, `report` (no thresholds) or
+    /// `error` (not evaluated: see `error`).
     pub status: GateStatus,
     /// Why the gate could not be evaluated (only with status `error`).
     pub error: Option<String>,
@@ -133,6 +139,8 @@ pub struct GateReport {
     pub passed: Option<bool>,
     /// One line per failed threshold.
     pub failures: Vec<String>,
+    /// One line per warn-level threshold not met.
+    pub warnings: Vec<String>,
     /// Every threshold with the measured figure and the margin to it.
     pub thresholds: Vec<ThresholdCheck>,
     /// Every computed mode, `real` included (labelled unsound).
@@ -176,6 +184,8 @@ pub struct Report {
 pub struct Tally {
     /// Gates that passed.
     pub passed: usize,
+    /// Gates that met every threshold but a warn-level one.
+    pub warned: usize,
     /// Gates that failed a threshold.
     pub failed: usize,
     /// Gates without thresholds (or with a withheld verdict).
@@ -187,19 +197,24 @@ pub struct Tally {
 impl Tally {
     /// Every gate.
     pub fn total(&self) -> usize {
-        self.passed + self.failed + self.report + self.errored
+        self.passed + self.warned + self.failed + self.report + self.errored
     }
 
-    /// `"1 passed, 1 failed, 1 errored, 0 without thresholds (3 gates)"` (`errored` only when
-    /// a gate errored).
+    /// `"1 passed, 1 warned, 1 failed, 1 errored, 0 without thresholds (4 gates)"` (`warned`
+    /// and `errored` only when a gate warned or errored).
     pub fn line(&self) -> String {
         let errored = if self.errored > 0 {
             format!("{} errored, ", self.errored)
         } else {
             String::new()
         };
+        let warned = if self.warned > 0 {
+            format!("{} warned, ", self.warned)
+        } else {
+            String::new()
+        };
         format!(
-            "{} passed, {} failed, {errored}{} without thresholds ({} gates)",
+            "{} passed, {warned}{} failed, {errored}{} without thresholds ({} gates)",
             self.passed,
             self.failed,
             self.report,
@@ -214,6 +229,7 @@ impl Report {
         let count = |s: GateStatus| self.gates.iter().filter(|g| g.status == s).count();
         Tally {
             passed: count(GateStatus::Pass),
+            warned: count(GateStatus::Warn),
             failed: count(GateStatus::Fail),
             report: count(GateStatus::Report),
             errored: count(GateStatus::Error),
@@ -289,7 +305,7 @@ impl GateReport {
         notes.extend(outcome.notes.iter().cloned());
         GateReport {
             name: name.to_string(),
-            status: GateStatus::of(verdict.passed),
+            status: GateStatus::of(verdict),
             error: None,
             format: Some(facts.format),
             ftz: facts.ftz,
@@ -303,6 +319,7 @@ impl GateReport {
             mode,
             passed: verdict.passed,
             failures: verdict.failures.clone(),
+            warnings: verdict.warnings.clone(),
             thresholds: verdict.checks.clone(),
             modes,
             timing: Timing {
@@ -342,6 +359,7 @@ impl GateReport {
             mode: spec.mode,
             passed: None,
             failures: Vec::new(),
+            warnings: Vec::new(),
             thresholds: crate::gate::verdict::unevaluated(spec.thresholds, spec.mode),
             modes: BTreeMap::new(),
             timing: Timing {
@@ -364,6 +382,7 @@ impl GateReport {
     /// Withhold the verdict (e.g. on a shard, whose figures are partial): status `report`.
     pub fn withhold_verdict(&mut self, why: &str) {
         self.passed = None;
+        self.warnings.clear();
         self.status = GateStatus::Report;
         self.notes.push(why.to_string());
     }
@@ -372,6 +391,7 @@ impl GateReport {
     /// compare), keeping its figures: status `error`, no verdict.
     pub fn set_error(&mut self, error: String) {
         self.passed = None;
+        self.warnings.clear();
         self.status = GateStatus::Error;
         self.error = Some(error);
     }

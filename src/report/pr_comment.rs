@@ -45,6 +45,8 @@ pub fn render(report: &Report) -> String {
          |---|---|---|---|---|---|---|\n",
         if tally.failed + tally.errored > 0 {
             "❌"
+        } else if tally.warned > 0 {
+            "⚠️"
         } else {
             "✅"
         },

@@ -48,7 +48,7 @@ pub fn publish(
     let mut stdout = report::console::render(report);
     let mut appends = Vec::new();
     if std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true") {
-        for line in report::github::error_annotations(report, to.policy_file.unwrap_or("")) {
+        for line in report::github::annotations(report, to.policy_file.unwrap_or("")) {
             stdout.push_str(&line);
             stdout.push('\n');
         }
