@@ -126,6 +126,11 @@ pub struct CheckArgs {
     /// Certify only shard K of N of every test set (1-based, e.g. 2/4).
     #[arg(long)]
     pub shard: Option<String>,
+    /// With `[baseline] certificates`: write the test-set indices of the points that lost
+    /// their verified robustness here (.npy, uint64; with several gates compared,
+    /// `<stem>-<gate>.npy` per gate).
+    #[arg(long, value_name = "PATH.npy")]
+    pub regressions: Option<PathBuf>,
 }
 
 /// `lipfp certify`.
@@ -470,6 +475,9 @@ fn certify(a: &CertifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
 
 fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     check_outputs(&a.out, a.certificates.as_ref())?;
+    if let Some(p) = &a.regressions {
+        files::check_target(p, "regressions file")?;
+    }
     let policy = Policy::load(&a.config)?;
     let shard = parse_shard(a.shard.as_deref())?;
     let run = crate::commands::check::run(&policy, shard, a.certificates.is_some(), progress)?;
@@ -482,6 +490,12 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             gates: run.certificates,
         };
         artifacts.push(certificates::artifact(&file, path));
+    }
+    if let Some(path) = &a.regressions {
+        artifacts.extend(crate::commands::regressions::artifacts(
+            &run.report.gates,
+            path,
+        ));
     }
     emit_with(
         &run.report,

@@ -325,6 +325,22 @@ pub fn write_atomic(path: &Path, bytes: &[u8], what: &'static str) -> Result<(),
     stage(&[Artifact::new(path, bytes, what)])?.commit()
 }
 
+/// An `.npy` file of `shape` holding `data`, in memory.
+pub fn npy_bytes<T: npyz::AutoSerialize + Copy>(shape: &[u64], data: &[T]) -> Vec<u8> {
+    use npyz::WriterBuilder;
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(&mut out)
+        .begin_nd()
+        .expect("writing to memory cannot fail");
+    w.extend(data.iter().copied())
+        .expect("writing to memory cannot fail");
+    w.finish().expect("writing to memory cannot fail");
+    out.into_inner()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

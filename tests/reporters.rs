@@ -102,6 +102,7 @@ fn gate(name: &str, passed: Option<bool>, failures: &[&str]) -> GateReport {
         curve: None,
         baseline_curve: None,
         attack: None,
+        regression: None,
     }
 }
 
@@ -1270,4 +1271,46 @@ fn pr_comment_is_marked_and_bounded() {
         &body[body.len() - 300..]
     );
     assert!(body.starts_with(MARKER));
+}
+
+/// A gate compared point by point with a certificate baseline shows the regression in the
+/// summary (VRA with intervals, lost and gained per class, the first lost indices) and on the
+/// console; the JSON report holds every lost index.
+#[test]
+fn a_per_point_regression_is_shown_where_reviewers_look() {
+    let mut report = two_gates_passing();
+    let before = vec![true; 60];
+    let mut now = before.clone();
+    for i in 10..35 {
+        now[i] = false;
+    }
+    let labels: Vec<usize> = (0..60).map(|i| i % 3).collect();
+    report.gates[0].regression = Some(lipfp::gate::regression::compare(
+        "prev.lipfp",
+        &before,
+        &now,
+        &labels,
+    ));
+    let summary = github::step_summary(&report);
+    assert!(summary.contains("### Against the baseline"), "{summary}");
+    assert!(
+        summary.contains("25 lost / 0 gained (McNemar p = 6.0e-8)"),
+        "{summary}"
+    );
+    assert!(summary.contains("| 1 | 9 | 0 |"), "{summary}");
+    assert!(
+        summary.contains("Lost (test-set indices): 10, 11,") && summary.contains("and 5 more"),
+        "{summary}"
+    );
+    let console = lipfp::report::console::render(&report);
+    assert!(console.contains("baseline: VRA 100.00%"), "{console}");
+    let json: serde_json::Value =
+        serde_json::from_str(&lipfp::report::json::render(&report)).unwrap();
+    assert_eq!(
+        json["gates"][0]["regression"]["lost"]
+            .as_array()
+            .unwrap()
+            .len(),
+        25
+    );
 }

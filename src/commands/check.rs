@@ -29,17 +29,21 @@ pub struct CheckRun {
 /// The baseline of a policy: `None` when the policy has none, or when it is missing and not
 /// required (a warning).
 fn load_baseline(policy: &Policy, progress: &Progress) -> Result<Option<Baseline>, LipfpError> {
-    let Some((path, required)) = &policy.baseline else {
+    let Some(b) = &policy.baseline else {
         return Ok(None);
     };
-    if !path.exists() && !required {
+    if !b.path.exists() && !b.required {
         progress.warn(&format!(
-            "baseline report {} not found; the drop thresholds are skipped (set required = true to make this an error)",
-            path.display()
+            "baseline {} not found; the drop thresholds are skipped (set required = true to make this an error)",
+            b.path.display()
         ));
         return Ok(None);
     }
-    Baseline::load(path).map(Some)
+    if b.certificates {
+        super::regressions::load(&b.path).map(Some)
+    } else {
+        Baseline::load(&b.path).map(Some)
+    }
 }
 
 /// The facts of a prepared subject that go into its gates' reports.
@@ -192,24 +196,41 @@ fn evaluate_gate(
         execution: Some(facts.execution.clone()),
         test_set_hash: facts.test_set_hash.clone(),
     };
-    let base = match baseline {
-        Some(b) => b.compare(&g.name, g.mode().name(), &identity),
+    let mut base = match baseline {
+        Some(b) => b.compare(&g.name, g.mode().name(), &identity).cloned(),
         None => Err("no baseline report".to_string()),
     };
-    let verdict = evaluate(&g.thresholds, g.mode(), &outcome, base.clone());
+    let regression = match (baseline, &mut base) {
+        (Some(b), Ok(figures)) => {
+            let r = super::regressions::compare(b, (&g.name, g.mode().name()), subject, &outcome);
+            figures.vra_drop_p = r.as_ref().map(|r| r.drop_p_value());
+            r
+        }
+        _ => None,
+    };
+    let verdict = evaluate(
+        &g.thresholds,
+        g.mode(),
+        &outcome,
+        base.as_ref().map_err(Clone::clone),
+    );
     let mut gate = GateReport::new(&g.name, &facts, &g.radius, g.mode(), &outcome, &verdict);
+    gate.regression = regression;
     gate.policy_line = Some(g.line);
     gate.model_name = Some(g.model_name.clone());
     gate.notes.extend(g.thresholds.fraction_notes());
     if let (Some(_), Err(why)) = (baseline, &base) {
-        let uses_baseline =
-            g.thresholds.max_vra_drop_pp.is_some() || g.thresholds.max_certified_drop_pp.is_some();
-        let required = policy.baseline.as_ref().is_some_and(|(_, r)| *r);
+        let uses_baseline = g
+            .thresholds
+            .by_key()
+            .iter()
+            .any(|(k, v)| v.is_some() && k.contains("_drop_"));
+        let required = policy.baseline.as_ref().is_some_and(|b| b.required);
         if uses_baseline && required {
             gate.set_error(format!("{why} ([baseline] required = true)"));
         } else if uses_baseline {
             gate.notes
-                .push(format!("{why}; max_*_drop_pp thresholds not evaluated"));
+                .push(format!("{why}; the drop thresholds are not evaluated"));
         } else {
             gate.notes.push(why.clone());
         }

@@ -13,4 +13,5 @@ pub mod certify;
 pub mod check;
 pub mod inspect;
 pub mod inspect_runtimes;
+pub mod regressions;
 pub mod report;

@@ -1,7 +1,8 @@
-//! Baseline regression: compare a gate with the same gate in a previous JSON report (for
-//! retrained weights: "did robustness drop?"), like with like only: the radius, the mode, the
-//! deployment format, the execution model and the test set must be the same, or the comparison
-//! is refused with the reason.
+//! Baseline regression: compare a gate with the same gate in a previous JSON report or in a
+//! previous run's certificate files (for retrained weights: "did robustness drop?"), like with
+//! like only: the radius, the mode, the deployment format, the execution model and the test set
+//! must be the same, or the comparison is refused with the reason. Certificates also give each
+//! point's verified robustness, for the per-point regression ([`crate::gate::regression`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,25 @@ pub struct BaselineFigures {
     pub certified_pct: f64,
     /// VRA in percent, when the baseline had labels.
     pub vra_pct: Option<f64>,
+    /// McNemar's p-value of a VRA drop against this run, from the per-point regression (only
+    /// with a certificate baseline; set by the caller).
+    pub vra_drop_p: Option<f64>,
+}
+
+/// A gate of a certificate baseline: what it certified, its figures per mode, and per mode each
+/// point's verified robustness (certified and correctly classified) with the true classes.
+#[derive(Clone, Debug)]
+pub struct CertificateGate {
+    /// Gate name.
+    pub name: String,
+    /// What was certified.
+    pub identity: Identity,
+    /// Figures per mode.
+    pub modes: BTreeMap<String, BaselineFigures>,
+    /// Per mode, each point's verified robustness (test-set order).
+    pub vra: BTreeMap<String, Vec<bool>>,
+    /// Each point's true class.
+    pub labels: Vec<usize>,
 }
 
 /// What a gate's figures are about: two gates are compared only when these agree.
@@ -34,6 +54,9 @@ pub struct Identity {
     pub test_set_hash: Option<String>,
 }
 
+/// Per mode each point's verified robustness, and each point's true class.
+type PointFlags = (BTreeMap<String, Vec<bool>>, Vec<usize>);
+
 /// One gate of the baseline report.
 #[derive(Clone, Debug, Default)]
 struct BaselineGate {
@@ -41,6 +64,8 @@ struct BaselineGate {
     modes: BTreeMap<String, BaselineFigures>,
     /// The gate's robustness curve, when the baseline has one (shown beside the current one).
     curve: Option<CurveReport>,
+    /// Per mode each point's verified robustness, and the true classes (certificate baselines).
+    points: Option<PointFlags>,
 }
 
 /// A previous JSON report, indexed by gate name.
@@ -102,6 +127,7 @@ impl Baseline {
                                 BaselineFigures {
                                     certified_pct: m["certified_pct"].as_f64()?,
                                     vra_pct: m["vra_pct"].as_f64(),
+                                    vra_drop_p: None,
                                 },
                             ))
                         })
@@ -122,10 +148,43 @@ impl Baseline {
                     identity,
                     modes,
                     curve,
+                    points: None,
                 },
             );
         }
         Ok(out)
+    }
+
+    /// A baseline made of a previous run's certificate files (read and merged by the caller).
+    pub fn from_certificates(path: &Path, gates: Vec<CertificateGate>) -> Baseline {
+        let gates = gates
+            .into_iter()
+            .map(|g| {
+                let gate = BaselineGate {
+                    identity: g.identity,
+                    modes: g.modes,
+                    curve: None,
+                    points: Some((g.vra, g.labels)),
+                };
+                (g.name, gate)
+            })
+            .collect();
+        Baseline {
+            path: path.to_path_buf(),
+            gates,
+        }
+    }
+
+    /// The baseline file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Each point's verified robustness in `mode` of gate `name` and the true classes, when the
+    /// baseline has them (certificate baselines); call after [`Baseline::compare`] accepted it.
+    pub fn points(&self, name: &str, mode: &str) -> Option<(&[bool], &[usize])> {
+        let (vra, labels) = self.gates.get(name)?.points.as_ref()?;
+        Some((vra.get(mode)?, labels))
     }
 
     /// The curve of gate `name` in the baseline, when it certified the same network execution on

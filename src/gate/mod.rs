@@ -7,4 +7,5 @@
 
 pub mod baseline;
 pub mod curve;
+pub mod regression;
 pub mod verdict;

@@ -48,7 +48,8 @@ impl ThresholdCheck {
     /// The threshold `key` with limit `limit` judged against `value` (a minimum when the key
     /// starts with `min_` or `warn_min_`, else a maximum).
     fn judge(key: &'static str, limit: f64, what: String, value: Result<f64, String>) -> Self {
-        let at_least = base_key(key).starts_with("min_");
+        // a significance level is met by a p-value at or above it
+        let at_least = base_key(key).starts_with("min_") || key.ends_with("_significance");
         let (value, margin_pp, skipped) = match value {
             Ok(v) => (
                 Some(v),
@@ -75,6 +76,13 @@ impl ThresholdCheck {
             return None;
         }
         let (v, key, limit) = (self.value?, self.key, self.limit);
+        if key.ends_with("_significance") {
+            return Some(format!(
+                "{} is significant: McNemar p = {} < {key} {limit}",
+                self.what,
+                crate::gate::regression::p_text(v)
+            ));
+        }
         Some(match before {
             _ if base_key(key).starts_with("min_") => {
                 format!("{} {v:.2}% < {key} {limit}", self.what)
@@ -118,6 +126,7 @@ fn measured(key: &str, mode: Mode) -> String {
         "max_vra_drop_pp" => format!("{mode} VRA drop"),
         "max_certified_drop_pp" => format!("{mode} certified drop"),
         "min_class_vra_pct" => format!("{mode} VRA of the weakest class"),
+        "max_vra_drop_significance" => format!("{mode} VRA drop"),
         _ => format!("{mode} certified rate of the weakest class"),
     }
 }
@@ -202,6 +211,17 @@ fn figure(
             None,
         ),
         "max_vra_drop_pp" => drop(true),
+        "max_vra_drop_significance" => (
+            match baseline {
+                Ok(b) => b.vra_drop_p.ok_or_else(|| {
+                    "needs per-point data: a certificate baseline ([baseline] certificates) \
+                     and labels"
+                        .to_string()
+                }),
+                Err(why) => Err(why.clone()),
+            },
+            None,
+        ),
         "min_class_vra_pct" => (worst_class(outcome, mode, true, min_points), None),
         "min_class_certified_pct" => (worst_class(outcome, mode, false, min_points), None),
         _ => drop(false),
@@ -401,6 +421,7 @@ mod tests {
         let base = BaselineFigures {
             certified_pct: 90.0,
             vra_pct: Some(85.0),
+            vra_drop_p: None,
         };
         let v = evaluate(&t, Mode::Standard, &outcome(), Ok(&base));
         assert_eq!(v.passed, Some(false));

@@ -149,6 +149,7 @@ impl Defaults<'_> {
             min_class_vra_pct: g.min_class_vra_pct,
             min_class_certified_pct: g.min_class_certified_pct,
             min_class_points: g.min_class_points,
+            max_vra_drop_significance: g.max_vra_drop_significance,
             warn: None,
         };
         let warn = Thresholds {
@@ -160,6 +161,7 @@ impl Defaults<'_> {
             max_certified_drop_pp: g.warn_max_certified_drop_pp,
             min_class_vra_pct: g.warn_min_class_vra_pct,
             min_class_certified_pct: g.warn_min_class_certified_pct,
+            max_vra_drop_significance: g.warn_max_vra_drop_significance,
             ..Thresholds::default()
         };
         let thresholds = Thresholds {
@@ -170,10 +172,15 @@ impl Defaults<'_> {
             return Err(self.err(format!("{at} min_class_points = 0: must be at least 1")));
         }
         for (key, v) in thresholds.by_key() {
-            if let Some(v) = v {
-                if !(0.0..=100.0).contains(&v) {
-                    return Err(self.err(format!("{at} {key} = {v}: must be between 0 and 100")));
+            let Some(v) = v else { continue };
+            if key.ends_with("_significance") {
+                if !(v > 0.0 && v <= 1.0) {
+                    return Err(self.err(format!(
+                        "{at} {key} = {v}: a significance level, must be in (0, 1] (e.g. 0.05)"
+                    )));
                 }
+            } else if !(0.0..=100.0).contains(&v) {
+                return Err(self.err(format!("{at} {key} = {v}: must be between 0 and 100")));
             }
         }
         Ok(thresholds)

@@ -38,9 +38,24 @@ struct RawPolicy {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawBaseline {
-    report: String,
+    #[serde(default)]
+    report: Option<String>,
+    #[serde(default)]
+    certificates: Option<String>,
     #[serde(default)]
     required: bool,
+}
+
+/// The `[baseline]` of a policy: a previous JSON report or a previous run's certificate file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BaselineSource {
+    /// The file, resolved against the policy's directory.
+    pub path: PathBuf,
+    /// Whether it is a certificate file (`certificates = ...`; per-point regression) rather than
+    /// a JSON report (`report = ...`).
+    pub certificates: bool,
+    /// Whether a missing or non-comparable baseline is an error.
+    pub required: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -158,6 +173,10 @@ struct RawGate {
     #[serde(default)]
     warn_min_class_certified_pct: Option<f64>,
     #[serde(default)]
+    max_vra_drop_significance: Option<f64>,
+    #[serde(default)]
+    warn_max_vra_drop_significance: Option<f64>,
+    #[serde(default)]
     curve: Option<toml::Value>,
     #[serde(default)]
     attack: Option<bool>,
@@ -188,6 +207,9 @@ pub struct Thresholds {
     pub min_class_certified_pct: Option<f64>,
     /// Classes with fewer points are reported, not judged (default [`MIN_CLASS_POINTS`]).
     pub min_class_points: Option<u64>,
+    /// Significance level: a VRA drop against a certificate baseline fails only when McNemar's
+    /// exact p-value on the points lost and gained is below it.
+    pub max_vra_drop_significance: Option<f64>,
     /// The warn level (`warn_*` keys): the same thresholds, reported as warnings when not met,
     /// never failing the gate (their own `min_class_points` and `warn` are unused).
     pub warn: Option<Box<Thresholds>>,
@@ -198,7 +220,7 @@ pub struct Thresholds {
 pub const MIN_CLASS_POINTS: u64 = 20;
 
 /// Every threshold key in the policy's order, with its warn-level key.
-pub const THRESHOLD_KEYS: [(&str, &str); 8] = [
+pub const THRESHOLD_KEYS: [(&str, &str); 9] = [
     ("min_accuracy_pct", "warn_min_accuracy_pct"),
     ("min_certified_pct", "warn_min_certified_pct"),
     ("min_vra_pct", "warn_min_vra_pct"),
@@ -207,6 +229,10 @@ pub const THRESHOLD_KEYS: [(&str, &str); 8] = [
     ("max_certified_drop_pp", "warn_max_certified_drop_pp"),
     ("min_class_vra_pct", "warn_min_class_vra_pct"),
     ("min_class_certified_pct", "warn_min_class_certified_pct"),
+    (
+        "max_vra_drop_significance",
+        "warn_max_vra_drop_significance",
+    ),
 ];
 
 impl Thresholds {
@@ -216,7 +242,7 @@ impl Thresholds {
     }
 
     /// The thresholds of this level, in [`THRESHOLD_KEYS`] order.
-    pub fn values(&self) -> [Option<f64>; 8] {
+    pub fn values(&self) -> [Option<f64>; 9] {
         [
             self.min_accuracy_pct,
             self.min_certified_pct,
@@ -226,6 +252,7 @@ impl Thresholds {
             self.max_certified_drop_pp,
             self.min_class_vra_pct,
             self.min_class_certified_pct,
+            self.max_vra_drop_significance,
         ]
     }
 
@@ -326,8 +353,8 @@ pub struct Gate {
 pub struct Policy {
     /// The policy file.
     pub path: PathBuf,
-    /// Baseline report for regression thresholds, and whether it must exist.
-    pub baseline: Option<(PathBuf, bool)>,
+    /// Baseline for the regression thresholds.
+    pub baseline: Option<BaselineSource>,
     /// The gates, in file order.
     pub gates: Vec<Gate>,
 }
@@ -374,10 +401,39 @@ impl Policy {
         }
         Ok(Policy {
             path: path.to_path_buf(),
-            baseline: raw.baseline.map(|b| (base.join(&b.report), b.required)),
+            baseline: raw
+                .baseline
+                .map(|b| baseline_source(path, base, b))
+                .transpose()?,
             gates,
         })
     }
+}
+
+/// `[baseline]`: exactly one of `report` and `certificates`, resolved against `base`.
+fn baseline_source(path: &Path, base: &Path, b: RawBaseline) -> Result<BaselineSource, LipfpError> {
+    let (file, certificates) =
+        match (b.report, b.certificates) {
+            (Some(r), None) => (r, false),
+            (None, Some(c)) => (c, true),
+            (Some(_), Some(_)) => {
+                return Err(LipfpError::policy(
+                    path,
+                    "[baseline]: set one of `report` (a JSON report) and `certificates` (a \
+                 certificate file), not both",
+                ))
+            }
+            (None, None) => return Err(LipfpError::policy(
+                path,
+                "[baseline]: missing `report` (a JSON report) or `certificates` (a certificate \
+                 file written by --certificates)",
+            )),
+        };
+    Ok(BaselineSource {
+        path: base.join(file),
+        certificates,
+        required: b.required,
+    })
 }
 
 /// Format `text` of key `key` in section `at` of the policy at `path`.

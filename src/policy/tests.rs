@@ -224,3 +224,37 @@ fn warn_level_thresholds_are_read_and_checked_like_the_others() {
         "{notes:?}"
     );
 }
+
+#[test]
+fn a_baseline_is_a_report_or_certificates_never_both() {
+    let text = "[baseline]\ncertificates = \"prev.lipfp\"\nrequired = true\n".to_string() + GOOD;
+    let b = Policy::parse(Path::new("/p/lipfp.toml"), &text)
+        .unwrap()
+        .baseline
+        .unwrap();
+    assert_eq!(
+        (b.path.as_path(), b.certificates, b.required),
+        (Path::new("/p/prev.lipfp"), true, true)
+    );
+    for (raw, want) in [
+        (
+            "report = \"a.json\"\ncertificates = \"b.lipfp\"\n",
+            "not both",
+        ),
+        ("required = true\n", "missing `report`"),
+    ] {
+        let text = format!("[baseline]\n{raw}") + GOOD;
+        let e = Policy::parse(Path::new("/p/lipfp.toml"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[baseline]") && e.contains(want), "{e}");
+    }
+    let bad = GOOD.to_string() + "max_vra_drop_significance = 5\n";
+    let e = Policy::parse(Path::new("/p/lipfp.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("max_vra_drop_significance = 5") && e.contains("(0, 1]"),
+        "{e}"
+    );
+}

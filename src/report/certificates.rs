@@ -44,6 +44,7 @@ fn to_proto_thresholds(t: &Thresholds) -> proto_gen::Thresholds {
         min_class_vra_pct: t.min_class_vra_pct,
         min_class_certified_pct: t.min_class_certified_pct,
         min_class_points: t.min_class_points,
+        max_vra_drop_significance: t.max_vra_drop_significance,
         warn: t.warn.as_deref().map(|w| Box::new(to_proto_thresholds(w))),
     }
 }
@@ -59,6 +60,7 @@ fn from_proto_thresholds(t: Option<&proto_gen::Thresholds>) -> Thresholds {
         min_class_vra_pct: t.min_class_vra_pct,
         min_class_certified_pct: t.min_class_certified_pct,
         min_class_points: t.min_class_points,
+        max_vra_drop_significance: t.max_vra_drop_significance,
         warn: t
             .warn
             .as_deref()
@@ -120,6 +122,11 @@ pub fn gate_certificates(
         instances,
         policy_line: meta.policy_line as u32,
         model_name: meta.model_name.to_string(),
+        test_set_sha256: if subject.first == 0 && outcome.n == subject.total {
+            subject.test_set_hash.clone()
+        } else {
+            String::new()
+        },
     }
 }
 
@@ -208,6 +215,12 @@ pub struct MergedGate {
     pub model_name: Option<String>,
     /// Each certificate file of the gate and the test-set indices it holds.
     pub shards: Vec<(PathBuf, Vec<usize>)>,
+    /// Per point (index order), its true class and whether it was classified correctly, when
+    /// the files have labels.
+    pub labelled: Option<Vec<(usize, bool)>>,
+    /// The test-set hash a single file over the whole test set claims (unverified: only for
+    /// matching a baseline's points with a run's).
+    pub claimed_test_set_hash: Option<String>,
 }
 
 /// Check one shard of a gate on its own: a mode list with `real`, no repeats, known names; the
@@ -541,6 +554,14 @@ fn merge_gate(
         facts: shard_facts(path0, g0, notes)?,
         policy_line: g0.policy_line as usize,
         model_name: (!g0.model_name.is_empty()).then(|| g0.model_name.clone()),
+        labelled: labels_ok.then(|| {
+            (instances.iter())
+                .map(|i| (i.label.max(0) as usize, is_correct(i)))
+                .collect()
+        }),
+        claimed_test_set_hash: (parts.len() == 1 && g0.count == g0.total)
+            .then(|| g0.test_set_sha256.clone())
+            .filter(|h| !h.is_empty()),
         shards: parts
             .iter()
             .map(|(p, g)| {
@@ -575,6 +596,7 @@ mod tests {
             warn: Some(Box::new(Thresholds {
                 min_vra_pct: Some(90.0),
                 max_vra_drop_pp: Some(0.5),
+                max_vra_drop_significance: Some(0.01),
                 ..Thresholds::default()
             })),
             ..Thresholds::default()

@@ -111,6 +111,9 @@ fn gate_block(out: &mut String, g: &GateReport) {
     if let Some(line) = crate::report::attack::bracket_line(g) {
         let _ = writeln!(out, "       attack: {line}");
     }
+    if let Some(r) = &g.regression {
+        let _ = writeln!(out, "       baseline: {}", printable(&r.line()));
+    }
     for f in &g.failures {
         let _ = writeln!(out, "       failed: {}", printable(f));
     }

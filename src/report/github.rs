@@ -97,15 +97,17 @@ fn threshold_cell(c: &ThresholdCheck) -> String {
     };
     let unit = if c.key.ends_with("_pct") { "%" } else { " pp" };
     let limit = format!("{} {op} {}", md(c.key), c.limit);
+    let icon = |ok: bool| match (ok, c.key.starts_with("warn_")) {
+        (true, _) => "✅",
+        (false, true) => "⚠️",
+        (false, false) => "❌",
+    };
+    if let (true, Some(v), Some(ok)) = (c.key.ends_with("_significance"), c.value, c.passed) {
+        let p = crate::gate::regression::p_text(v);
+        return format!("{} ≥ {}: McNemar p = {p} {}", md(c.key), c.limit, icon(ok));
+    }
     match (c.value, c.margin_pp, c.passed) {
-        (Some(v), Some(m), Some(ok)) => format!(
-            "{limit}: {v:.2}{unit} ({m:+.2} pp) {}",
-            match (ok, c.key.starts_with("warn_")) {
-                (true, _) => "✅",
-                (false, true) => "⚠️",
-                (false, false) => "❌",
-            }
-        ),
+        (Some(v), Some(m), Some(ok)) => format!("{limit}: {v:.2}{unit} ({m:+.2} pp) {}", icon(ok)),
         _ => format!(
             "{limit}: not evaluated ({})",
             md(c.skipped.as_deref().unwrap_or("no figure"))
@@ -218,6 +220,7 @@ pub fn step_summary(report: &Report) -> String {
         let sections = [
             super::mermaid::curve_section(g, md),
             super::classes::class_section(g, md),
+            super::regressions::regression_section(g, md),
             super::attack::summary_section(g, md),
         ];
         for section in sections.into_iter().flatten() {

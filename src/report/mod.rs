@@ -17,6 +17,7 @@ pub mod mermaid;
 pub mod plot;
 pub mod pr_comment;
 pub mod publish;
+pub mod regressions;
 
 use std::collections::BTreeMap;
 
@@ -166,6 +167,8 @@ pub struct GateReport {
     pub baseline_curve: Option<crate::gate::curve::CurveReport>,
     /// The falsifier's figures, when asked for (`--attack`, `attack = true` in the gate).
     pub attack: Option<attack::AttackReport>,
+    /// The per-point regression against a certificate baseline (`[baseline] certificates`).
+    pub regression: Option<crate::gate::regression::Regression>,
 }
 
 /// Everything a run reports.
@@ -336,6 +339,7 @@ impl GateReport {
             curve: None,
             baseline_curve: None,
             attack: None,
+            regression: None,
         }
     }
 
@@ -376,6 +380,7 @@ impl GateReport {
             curve: None,
             baseline_curve: None,
             attack: None,
+            regression: None,
         }
     }
 

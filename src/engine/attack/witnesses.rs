@@ -1,29 +1,11 @@
 //! `--attack-witnesses PATH.npy`: the adversarial inputs found, float64 `[F, ...input shape]`,
 //! and their indices in the test set, int64 `[F]`, in `PATH` with the extension `indices.npy`.
 
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
-
-use npyz::WriterBuilder;
 
 use super::AttackOutcome;
 use crate::engine::run::Subject;
-use crate::files::Artifact;
-
-/// An `.npy` file of `shape` holding `data`, in memory.
-fn npy_bytes<T: npyz::AutoSerialize + Copy>(shape: &[u64], data: &[T]) -> Vec<u8> {
-    let mut out = Cursor::new(Vec::new());
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(shape)
-        .writer(&mut out)
-        .begin_nd()
-        .expect("writing to memory cannot fail");
-    w.extend(data.iter().copied())
-        .expect("writing to memory cannot fail");
-    w.finish().expect("writing to memory cannot fail");
-    out.into_inner()
-}
+use crate::files::{npy_bytes, Artifact};
 
 /// The indices file next to a witnesses file: `w.npy` -> `w.indices.npy`.
 pub fn indices_path(path: &Path) -> PathBuf {
