@@ -1281,9 +1281,7 @@ fn a_per_point_regression_is_shown_where_reviewers_look() {
     let mut report = two_gates_passing();
     let before = vec![true; 60];
     let mut now = before.clone();
-    for i in 10..35 {
-        now[i] = false;
-    }
+    now[10..35].fill(false);
     let labels: Vec<usize> = (0..60).map(|i| i % 3).collect();
     report.gates[0].regression = Some(lipfp::gate::regression::compare(
         "prev.lipfp",
