@@ -439,7 +439,11 @@ fn certify_request(a: &CertifyArgs) -> Result<CertifyRequest, LipfpError> {
             .choice()
             .map_err(|m| LipfpError::Usage(format!("--{m}")))?,
         inputs: a.inputs.clone(),
-        labels: a.labels.clone(),
+        // a .npz test set holds its labels as array `y` unless --labels names another file
+        labels: a
+            .labels
+            .clone()
+            .or_else(|| crate::files::is_npz(&a.inputs).then(|| a.inputs.clone())),
         gram_iterations: a.gram_iterations,
         reference: ReferencePlan::for_run(&modes, &radius, curve_grid(a.curve.as_deref()).as_ref()),
         shard: parse_shard(a.shard.as_deref())?,

@@ -271,6 +271,19 @@ fn npy_readers_survive_mutated_arrays() {
 }
 
 #[test]
+fn npz_readers_survive_mutated_archives() {
+    smoke(
+        "npz",
+        &[
+            "digits-4-stored.npz",
+            "digits-4-deflated.npz",
+            "digits-x-only.npz",
+        ],
+        harness::npz,
+    );
+}
+
+#[test]
 fn policy_parser_survives_mutated_policies() {
     smoke(
         "policy",
@@ -330,6 +343,19 @@ fn read_npy<T: npyz::Deserialize>(path: &Path) -> Vec<T> {
         .expect("an example .npy")
         .into_vec()
         .expect("example values")
+}
+
+/// A `.npz` archive of `members` (name, bytes) compressed with `method`, in memory.
+fn npz_file(members: &[(&str, Vec<u8>)], method: zip::CompressionMethod) -> Vec<u8> {
+    use std::io::Write;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (name, bytes) in members {
+        let options = zip::write::SimpleFileOptions::default().compression_method(method);
+        zip.start_file(*name, options)
+            .expect("an archive in memory");
+        zip.write_all(bytes).expect("an archive in memory");
+    }
+    zip.finish().expect("an archive in memory").into_inner()
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
@@ -470,6 +496,21 @@ fn write_seed_corpus() {
         "scalar.npy",
         &npy_file("<f8", false, &[], &0.5f64.to_le_bytes(), 1),
     );
+
+    // npz: four digits rows as `x` with their labels as `y`, stored and deflated, and `x` alone
+    let y4: Vec<u8> = y[..4].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let members = [
+        ("x.npy", npy_file("<f4", false, &[4, 64], &le32(x4), 1)),
+        ("y.npy", npy_file("<i8", false, &[4], &y4, 1)),
+    ];
+    let npz = corpus.join("npz");
+    for (name, method, take) in [
+        ("digits-4-stored.npz", zip::CompressionMethod::Stored, 2),
+        ("digits-4-deflated.npz", zip::CompressionMethod::Deflated, 2),
+        ("digits-x-only.npz", zip::CompressionMethod::Stored, 1),
+    ] {
+        write(&npz, name, &npz_file(&members[..take], method));
+    }
 
     // policy: the repository's policy, the reference in docs/policy.md, and variants of both
     let policy = corpus.join("policy");

@@ -419,6 +419,51 @@ pub fn npy(scratch: &Scratch, bytes: &[u8]) -> Result<(), String> {
     }
 }
 
+/// A `.npz` archive read as a test set: its array `x` as inputs (whole, and streamed as a shard
+/// reads them) and its array `y` as labels, the counts taken from the first member's declared
+/// shape. `Ok` when some reader accepted the archive, else the first reader's error.
+pub fn npz(scratch: &Scratch, bytes: &[u8]) -> Result<(), String> {
+    let path = scratch.write("data.npz", bytes);
+    let paths = [path.as_path()];
+    let mut first = FirstError::default();
+    let mut accepted = false;
+    for features in [64usize, 30] {
+        let net = input_net(vec![features]);
+        match data::load_inputs(&path, &net, Format::Float32) {
+            Ok(inputs) => {
+                assert_eq!(inputs.values.len(), inputs.n * inputs.dim);
+                assert!(inputs.values.iter().all(|v| v.is_finite()));
+                accepted = true;
+                match data::load_labels(&path, inputs.n, LABEL_CLASSES) {
+                    Ok(labels) => assert!(labels.iter().all(|&y| y < LABEL_CLASSES)),
+                    Err(e) => first.note(named(&e, &paths)),
+                }
+            }
+            Err(e) => first.note(named(&e, &paths)),
+        }
+        if let Ok(mut s) = InputStream::open(&path, &net, Format::Float16) {
+            while s.position() < s.n {
+                let before = s.position();
+                match s.next_rows(3) {
+                    Ok(rows) => assert_eq!(rows.len(), (s.position() - before) * s.dim),
+                    Err(e) => {
+                        named(&e, &paths);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    if let Err(e) = data::load_epsilons(&path, 1) {
+        named(&e, &paths);
+    }
+    if accepted {
+        Ok(())
+    } else {
+        first.result()
+    }
+}
+
 /// A policy file: its text (UTF-8, as `Policy::load` requires) validated by `Policy::parse`.
 /// Nothing is read from the paths it names.
 pub fn policy(bytes: &[u8]) -> Result<(), String> {

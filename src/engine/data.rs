@@ -1,7 +1,9 @@
 //! Test data from `.npy` files: inputs (float16/32/64), labels (any integer dtype) and
 //! per-instance radii (float64). The reader dispatches on the header's dtype (ndarray-npy reads
 //! only the exact Rust type and no float16), handles either byte order and Fortran order, and
-//! names the file and the index of any value at fault.
+//! names the file and the index of any value at fault. A `.npz` archive (numpy's `savez`, plain
+//! or compressed) holds the inputs as its array `x` and the labels as its array `y`; each is read
+//! through the same checks, from memory (at most [`MAX_NPZ_MEMBER_BYTES`]).
 
 use std::fs::File;
 use std::io::{BufReader, Chain, Cursor, Read};
@@ -11,6 +13,7 @@ use npyz::{NpyFile, Order, TypeChar};
 
 use crate::arith::format::Format;
 use crate::error::LipfpError;
+use crate::files::is_npz;
 use crate::onnx::model::DenseNet;
 
 /// A numeric array read from `.npy`, in C order.
@@ -27,8 +30,59 @@ pub const MAX_NPY_HEADER_BYTES: usize = 64 * 1024;
 /// tuple; npyz's parser takes time exponential in the depth).
 pub const MAX_NPY_HEADER_NESTING: usize = 8;
 
-/// What npyz reads: the preamble and header already read and checked here, then the file.
-type Source = BufReader<Chain<Cursor<Vec<u8>>, File>>;
+/// What npyz reads: the preamble and header already read and checked here, then the file (or
+/// the `.npz` member).
+type Source = BufReader<Chain<Cursor<Vec<u8>>, Box<dyn Read + Send>>>;
+
+/// Largest `.npz` member read (uncompressed); larger test sets stream from `.npy` files.
+pub const MAX_NPZ_MEMBER_BYTES: u64 = 4 << 30;
+
+/// Which array of a `.npz` archive a role reads: `x` for inputs, `y` for labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Member {
+    X,
+    Y,
+}
+
+/// The bytes behind `path` for `member`: the file itself, or the array's `.npy` member of a
+/// `.npz` archive read into memory; with their length.
+fn raw_source(path: &Path, member: Member) -> Result<(Box<dyn Read + Send>, u64), LipfpError> {
+    let f = File::open(path).map_err(|e| crate::files::read_error(path, "file", &e))?;
+    if !is_npz(path) {
+        let len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+        return Ok((Box::new(f), len));
+    }
+    let bad = |m: String| LipfpError::data(path, m);
+    let mut zip = zip::ZipArchive::new(BufReader::new(f))
+        .map_err(|e| bad(format!("not a valid .npz (zip) archive: {e}")))?;
+    let name = match member {
+        Member::X => "x",
+        Member::Y => "y",
+    };
+    let mut entry = zip.by_name(&format!("{name}.npy")).map_err(|_| {
+        bad(format!(
+            "the archive has no array `{name}` (numpy's savez(path, x=inputs, y=labels) writes \
+             `x.npy` and `y.npy`)"
+        ))
+    })?;
+    let mut bytes = Vec::new();
+    (&mut entry)
+        .take(MAX_NPZ_MEMBER_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| {
+            bad(format!(
+                "could not read array `{name}` from the archive: {e}"
+            ))
+        })?;
+    if bytes.len() as u64 > MAX_NPZ_MEMBER_BYTES {
+        return Err(bad(format!(
+            "array `{name}` is larger than {MAX_NPZ_MEMBER_BYTES} bytes uncompressed; use .npy \
+             files for a test set this large"
+        )));
+    }
+    let len = bytes.len() as u64;
+    Ok((Box::new(Cursor::new(bytes)), len))
+}
 
 /// The deepest nesting of `(`, `[` and `{` outside string literals of an `.npy` header.
 fn nesting_depth(header: &[u8]) -> usize {
@@ -63,7 +117,7 @@ fn nesting_depth(header: &[u8]) -> usize {
 /// Read the `.npy` preamble (magic, version, header length) and header of `f` and check them
 /// before npyz parses anything: headers above [`MAX_NPY_HEADER_BYTES`] or nested deeper than
 /// [`MAX_NPY_HEADER_NESTING`] are refused. Returns a reader that replays what was read.
-fn checked_header(path: &Path, mut f: File) -> Result<Source, LipfpError> {
+fn checked_header(path: &Path, mut f: Box<dyn Read + Send>) -> Result<Source, LipfpError> {
     let bad = |m: String| LipfpError::data(path, format!("not a valid .npy file: {m}"));
     let io = |e: std::io::Error| match e.kind() {
         std::io::ErrorKind::UnexpectedEof => bad("the file ends inside the .npy header".into()),
@@ -150,9 +204,8 @@ fn declared_shapes(header: &[u8]) -> Vec<Vec<u64>> {
 /// Open an `.npy` file, checking its header (see [`checked_header`]) and that the data it
 /// announces fits in the file (so a corrupted header cannot make a reader allocate for data
 /// that is not there).
-fn open(path: &Path) -> Result<NpyFile<Source>, LipfpError> {
-    let f = File::open(path).map_err(|e| crate::files::read_error(path, "file", &e))?;
-    let file_len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+fn open(path: &Path, member: Member) -> Result<NpyFile<Source>, LipfpError> {
+    let (f, file_len) = raw_source(path, member)?;
     let npy = NpyFile::new(checked_header(path, f)?)
         .map_err(|e| LipfpError::data(path, format!("not a valid .npy file: {e}")))?;
     let item = match npy.dtype() {
@@ -229,9 +282,9 @@ where
     Ok(Array { shape, data })
 }
 
-/// Read a float16/float32/float64 array as exact `f64` values.
-fn read_floats(path: &Path) -> Result<Array<f64>, LipfpError> {
-    let npy = open(path)?;
+/// Read a float16/float32/float64 array as exact `f64` values (`member` of a `.npz`).
+fn read_floats(path: &Path, member: Member) -> Result<Array<f64>, LipfpError> {
+    let npy = open(path, member)?;
     let (kind, desc) = dtype_desc(&npy);
     match kind {
         Some((TypeChar::Float, 2)) => read_as(path, npy, |x: half::f16| x.to_f64()),
@@ -246,7 +299,7 @@ fn read_floats(path: &Path) -> Result<Array<f64>, LipfpError> {
 
 /// Read an integer array of any width and signedness as `i128` (lossless).
 fn read_ints(path: &Path) -> Result<Array<i128>, LipfpError> {
-    let npy = open(path)?;
+    let npy = open(path, Member::Y)?;
     let (kind, desc) = dtype_desc(&npy);
     match kind {
         Some((TypeChar::Int, 1)) => read_as(path, npy, |x: i8| x as i128),
@@ -329,7 +382,7 @@ pub struct InputStream {
 impl InputStream {
     /// Open `path`, checking its dtype and that its per-example shape matches the model input.
     pub fn open(path: &Path, net: &DenseNet, format: Format) -> Result<InputStream, LipfpError> {
-        let npy = open(path)?;
+        let npy = open(path, Member::X)?;
         let (kind, dtype) = dtype_desc(&npy);
         let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
         if shape.is_empty() {
@@ -362,7 +415,7 @@ impl InputStream {
             LipfpError::data(path, format!("could not read the array data: {e}"))
         };
         let reader = if npy.order() == Order::Fortran {
-            FloatReader::Buffered(read_floats(path)?.data.into_iter())
+            FloatReader::Buffered(read_floats(path, Member::X)?.data.into_iter())
         } else {
             match kind {
                 Some((TypeChar::Float, 2)) => FloatReader::F16(npy.data().map_err(bad)?),
@@ -494,7 +547,10 @@ pub fn load_labels(path: &Path, n: usize, classes: usize) -> Result<Vec<usize>, 
 
 /// Read per-instance radii: float64 (or float32/float16) `[n]`, finite and nonnegative.
 pub fn load_epsilons(path: &Path, n: usize) -> Result<Vec<f64>, LipfpError> {
-    let arr = read_floats(path)?;
+    if is_npz(path) {
+        return Err(LipfpError::data(path, "radii must be a .npy file"));
+    }
+    let arr = read_floats(path, Member::X)?;
     if arr.shape.len() != 1 || arr.shape[0] != n {
         return Err(LipfpError::data(
             path,

@@ -243,6 +243,13 @@ impl Defaults<'_> {
                 .or(data.labels.as_deref())
                 .map(|p| self.resolve(p)),
         };
+        // a .npz test set holds its labels as array `y` unless `labels` names another file
+        let target = Target {
+            labels: target
+                .labels
+                .or_else(|| crate::files::is_npz(&target.inputs).then(|| target.inputs.clone())),
+            ..target
+        };
         Ok((model_name, target))
     }
 
