@@ -7,6 +7,7 @@
 #                 tests/corpus/ (models and arrays) in place
 #   npy           the example arrays cut to a few rows, in every dtype, order and version
 #   npz           a few of those rows as `.npz` test sets (stored, deflated, inputs only)
+#   csv           the same rows as CSV test sets (label first, label last, inputs only)
 #   policy        lipfp.toml, the policy reference of docs/policy.md and a few variants
 #   certificates  files `lipfp certify` / `lipfp check` write for a few example points
 # (the last three, and the example models, by the ignored test `write_seed_corpus` of
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 max_model_bytes=4096
 max_target_bytes=$((180 * 1024))
 
-for t in onnx npy npz policy certificates; do
+for t in onnx npy npz csv policy certificates; do
   mkdir -p "fuzz/corpus/$t"
   find "fuzz/corpus/$t" -maxdepth 1 -type f -name '*.*' -delete
 done
@@ -40,7 +41,7 @@ for f in $(ls -Sr "$models"); do
   total=$((total + size))
 done
 
-for t in onnx npy npz policy certificates; do
+for t in onnx npy npz csv policy certificates; do
   printf '%-13s %4d seeds, %7d bytes\n' "$t" \
     "$(find "fuzz/corpus/$t" -maxdepth 1 -type f -name '*.*' | wc -l)" \
     "$(find "fuzz/corpus/$t" -maxdepth 1 -type f -name '*.*' -printf '%s\n' | awk '{s+=$1} END {print s+0}')"

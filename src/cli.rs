@@ -145,12 +145,17 @@ pub struct CertifyArgs {
     /// ONNX model.
     #[arg(long)]
     pub model: PathBuf,
-    /// Test inputs (.npy, float16/32/64, [N, ...]).
+    /// Test inputs (.npy, float16/32/64, [N, ...]; .npz with arrays x and y; .csv with a
+    /// header row).
     #[arg(long)]
     pub inputs: PathBuf,
-    /// Test labels (.npy, any integer dtype, [N]).
+    /// Test labels (.npy, any integer dtype, [N]); default: a .npz's array y, a .csv's
+    /// --label-column.
     #[arg(long)]
     pub labels: Option<PathBuf>,
+    /// The label column of a .csv test set (every other column is a feature, in order).
+    #[arg(long, value_name = "NAME")]
+    pub label_column: Option<String>,
     /// Radius as a decimal (read exactly); or --epsilons for per-instance radii.
     #[arg(long)]
     pub epsilon: Option<String>,
@@ -347,6 +352,20 @@ fn suite_name(what: &str) -> String {
     format!("lipfp: {what}")
 }
 
+/// The labels of `lipfp certify`: `--labels`, else those the test set holds itself (a .npz's
+/// array `y`, a .csv's `--label-column`); `--label-column` only with .csv inputs.
+fn own_labels(a: &CertifyArgs) -> Result<Option<PathBuf>, LipfpError> {
+    let csv = files::is_csv(&a.inputs);
+    if a.label_column.is_some() && !csv {
+        return Err(LipfpError::Usage(format!(
+            "--label-column: the inputs {} are not a .csv file",
+            a.inputs.display()
+        )));
+    }
+    let own = files::is_npz(&a.inputs) || (csv && a.label_column.is_some());
+    Ok(a.labels.clone().or_else(|| own.then(|| a.inputs.clone())))
+}
+
 /// Parse an optional format flag, naming the flag in the error.
 fn parse_format_flag(flag: &str, text: Option<&str>) -> Result<Option<Format>, LipfpError> {
     text.map(|t| {
@@ -439,15 +458,12 @@ fn certify_request(a: &CertifyArgs) -> Result<CertifyRequest, LipfpError> {
             .choice()
             .map_err(|m| LipfpError::Usage(format!("--{m}")))?,
         inputs: a.inputs.clone(),
-        // a .npz test set holds its labels as array `y` unless --labels names another file
-        labels: a
-            .labels
-            .clone()
-            .or_else(|| crate::files::is_npz(&a.inputs).then(|| a.inputs.clone())),
+        labels: own_labels(a)?,
         gram_iterations: a.gram_iterations,
         reference: ReferencePlan::for_run(&modes, &radius, curve_grid(a.curve.as_deref()).as_ref()),
         shard: parse_shard(a.shard.as_deref())?,
         decision: a.decision,
+        label_column: a.label_column.clone(),
     };
     Ok(CertifyRequest {
         spec,

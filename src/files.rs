@@ -325,6 +325,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8], what: &'static str) -> Result<(),
     stage(&[Artifact::new(path, bytes, what)])?.commit()
 }
 
+/// Whether `path` names a CSV test set (by its extension).
+pub fn is_csv(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+}
+
 /// Whether `path` names a `.npz` archive (by its extension): a test set whose inputs are its
 /// array `x` and whose labels are its array `y`.
 pub fn is_npz(path: &Path) -> bool {

@@ -47,6 +47,7 @@ fn prepare(model: &Path, x: &Path, y: &Path) -> Subject {
         reference: ReferencePlan::None,
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
+        label_column: None,
     };
     run::prepare(&spec, &Progress::silent()).unwrap()
 }

@@ -444,7 +444,7 @@ fn baselines_are_compared_like_with_like() {
     let d = tmp.path();
     // labels with one changed entry: another test set
     let labels =
-        lipfp::engine::data::load_labels(Path::new(&digits("y_test.npy")), 450, 10).unwrap();
+        lipfp::engine::data::load_labels(Path::new(&digits("y_test.npy")), None, 450, 10).unwrap();
     let mut other: Vec<i64> = labels.iter().map(|&y| y as i64).collect();
     other[0] = (other[0] + 1) % 10;
     write_npy(&d.join("y-other.npy"), &[450], &other);

@@ -41,6 +41,7 @@ fn subject(format: Format, dir: &Path) -> Subject {
         reference: ReferencePlan::Every { products: true },
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
+        label_column: None,
     };
     run::prepare(&spec, &Progress::silent()).unwrap()
 }

@@ -81,6 +81,7 @@ fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         reference: ReferencePlan::Every { products: true },
         shard: None,
         decision: case.decision,
+        label_column: None,
     };
     let data = (&case.inputs[..], case.rows);
     let radius = (case.epsilon, case.local);
@@ -265,6 +266,7 @@ fn relu_output_certificates_hold_on_onnxruntime() {
         reference: ReferencePlan::Every { products: true },
         shard: None,
         decision: Decision::Argmax,
+        label_column: None,
     };
     let (subject, certified, x) = common::ball::certify_any_sound(
         dir.path(),

@@ -37,6 +37,7 @@ fn spec(model: &Path, x: &Path, y: &Path) -> SubjectSpec {
         reference: ReferencePlan::None,
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
+        label_column: None,
     }
 }
 

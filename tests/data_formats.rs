@@ -1,7 +1,10 @@
 //! Test sets as `.npz` archives (`x` the inputs, `y` the labels, as numpy's `savez` and
-//! `savez_compressed` write them): the same figures and test-set hash as the equivalent `.npy`
-//! files, labels taken from `y` unless `--labels` names another file, and malformed archives
-//! refused with exit 2 naming the file and what is wrong.
+//! `savez_compressed` write them) and as CSV files (a header row, `--label-column`): the same
+//! figures and test-set hash as the equivalent `.npy` files, labels taken from the file itself
+//! unless `--labels` names another one, and malformed files refused with exit 2 naming the file,
+//! and for CSV the row, line and column.
+
+mod common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -32,6 +35,16 @@ fn write_npz(path: &Path, members: &[(&str, Vec<u8>)], method: CompressionMethod
 
 /// `lipfp certify` on `inputs` (and `labels`) at eps 0.1: exit code, stderr and the JSON gate.
 fn certify(inputs: &Path, labels: Option<&Path>, dir: &Path) -> (i32, String, serde_json::Value) {
+    certify_with(inputs, labels, &[], dir)
+}
+
+/// [`certify`] with more flags.
+fn certify_with(
+    inputs: &Path,
+    labels: Option<&Path>,
+    extra: &[&str],
+    dir: &Path,
+) -> (i32, String, serde_json::Value) {
     let json = dir.join("r.json");
     let _ = std::fs::remove_file(&json);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lipfp"));
@@ -40,7 +53,8 @@ fn certify(inputs: &Path, labels: Option<&Path>, dir: &Path) -> (i32, String, se
         .arg("--inputs")
         .arg(inputs)
         .args(["--epsilon", "0.1", "--mode", "standard", "--json"])
-        .arg(&json);
+        .arg(&json)
+        .args(extra);
     if let Some(l) = labels {
         cmd.arg("--labels").arg(l);
     }
@@ -138,6 +152,106 @@ fn malformed_archives_are_refused_naming_the_file() {
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("garbage.npz") && err.contains("not a valid .npy"),
+        "{err}"
+    );
+}
+
+/// The digits test set as CSV text: a header `label,p0..p63` (the label first), then one row per
+/// point, every value written so that it reads back exactly.
+fn digits_csv() -> String {
+    let (x, _) = common::runtime::read_npy::<f32>(&digits("x_test.npy"));
+    let (y, _) = common::runtime::read_npy::<i64>(&digits("y_test.npy"));
+    let mut out = String::from("label");
+    for j in 0..64 {
+        out.push_str(&format!(",p{j}"));
+    }
+    out.push('\n');
+    for (i, label) in y.iter().enumerate() {
+        out.push_str(&label.to_string());
+        for v in &x[i * 64..(i + 1) * 64] {
+            out.push_str(&format!(",{}", f64::from(*v)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn a_csv_test_set_gives_the_npy_figures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, err, want) = certify(
+        &digits("x_test.npy"),
+        Some(&digits("y_test.npy")),
+        tmp.path(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let csv = tmp.path().join("test.csv");
+    std::fs::write(&csv, digits_csv()).unwrap();
+    let (code, err, got) = certify_with(&csv, None, &["--label-column", "label"], tmp.path());
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(figures(&got), figures(&want));
+    // the label column is never a feature: without it the column count is wrong
+    let (code, err, _) = certify(&csv, Some(&digits("y_test.npy")), tmp.path());
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("65 feature columns") && err.contains("no label_column"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_csv_files_name_the_row_and_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = digits_csv();
+    let lines: Vec<&str> = good.lines().collect();
+    let with_line = |k: usize, line: &str| {
+        let mut l = lines.clone();
+        l[k] = line;
+        l.join("\n") + "\n"
+    };
+    let bad_cell = lines[3].replacen(",0", ",abc", 1);
+    let missing = lines[4].replacen(",0", ",", 1);
+    let short = lines[2].rsplit_once(',').unwrap().0.to_string();
+    let fractional = format!("1.5,{}", lines[5].split_once(',').unwrap().1);
+    let cases = [
+        (with_line(3, &bad_cell), "row 2 (line 4), column `p"),
+        (with_line(4, &missing), "missing value"),
+        (
+            with_line(2, &short),
+            "row 1 (line 3) has 64 cells; the header has 65 columns",
+        ),
+        (
+            with_line(5, &fractional),
+            "row 4 (line 6), column `label`: label 1.5 is not an integer",
+        ),
+    ];
+    for (k, (text, want)) in cases.iter().enumerate() {
+        let csv = tmp.path().join(format!("bad{k}.csv"));
+        std::fs::write(&csv, text).unwrap();
+        let (code, err, _) = certify_with(&csv, None, &["--label-column", "label"], tmp.path());
+        assert_eq!(code, 2, "case {k}: {err}");
+        assert!(
+            err.contains(&format!("bad{k}.csv")) && err.contains(want),
+            "case {k}: {err}"
+        );
+    }
+    let csv = tmp.path().join("test.csv");
+    std::fs::write(&csv, &good).unwrap();
+    let (code, err, _) = certify_with(&csv, None, &["--label-column", "class"], tmp.path());
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("label_column `class` is not a column"),
+        "{err}"
+    );
+    let (code, err, _) = certify_with(
+        &digits("x_test.npy"),
+        Some(&digits("y_test.npy")),
+        &["--label-column", "label"],
+        tmp.path(),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--label-column") && err.contains("not a .csv"),
         "{err}"
     );
 }

@@ -198,6 +198,7 @@ fn streamed_inputs_match_inputs_in_memory() {
         reference: ReferencePlan::Every { products: true },
         shard: Some(Shard { index: 1, count: 2 }),
         decision: lipfp::policy::Decision::Argmax,
+        label_column: None,
     };
     let streamed = run::prepare(&spec, &Progress::silent()).unwrap();
     let net = lipfp::onnx::model::load(&model, Format::Float32, false).unwrap();

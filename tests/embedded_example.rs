@@ -57,6 +57,7 @@ fn figures(example: &str, eps: &str) -> (f64, f64) {
         reference: ReferencePlan::None,
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
+        label_column: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();
     let out = run::certify(

@@ -144,6 +144,7 @@ fn an_unfused_bias_add_is_covered_under_declared_float32_accumulation() {
         reference: ReferencePlan::Every { products: true },
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
+        label_column: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();
     assert_eq!(subject.net.format, Format::Float16);

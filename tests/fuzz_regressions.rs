@@ -94,7 +94,7 @@ fn npy_shape_product_overflow_is_refused_before_npyz_reads_it() {
         let header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
         let path = scratch.write("overflow.npy", &npy_file(&header, &[0; 64]));
         for e in [
-            lipfp::engine::data::load_labels(&path, 4, 10).unwrap_err(),
+            lipfp::engine::data::load_labels(&path, None, 4, 10).unwrap_err(),
             lipfp::engine::data::load_epsilons(&path, 4).unwrap_err(),
         ] {
             let e = e.to_string();

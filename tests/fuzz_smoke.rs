@@ -271,6 +271,19 @@ fn npy_readers_survive_mutated_arrays() {
 }
 
 #[test]
+fn csv_readers_survive_mutated_files() {
+    smoke(
+        "csv",
+        &[
+            "digits-4-label-first.csv",
+            "digits-4-label-last.csv",
+            "digits-4-inputs.csv",
+        ],
+        harness::csv,
+    );
+}
+
+#[test]
 fn npz_readers_survive_mutated_archives() {
     smoke(
         "npz",
@@ -511,6 +524,45 @@ fn write_seed_corpus() {
     ] {
         write(&npz, name, &npz_file(&members[..take], method));
     }
+
+    // csv: four digits rows with their labels, the label first or last, and inputs only
+    let rows = |label_first: bool, with_label: bool| {
+        let mut text = String::new();
+        let names: Vec<String> = (0..64).map(|j| format!("p{j}")).collect();
+        let header = match (with_label, label_first) {
+            (false, _) => names.join(","),
+            (true, true) => format!("label,{}", names.join(",")),
+            (true, false) => format!("{},label", names.join(",")),
+        };
+        text.push_str(&header);
+        text.push('\n');
+        for i in 0..4 {
+            let cells: Vec<String> = x4[i * 64..(i + 1) * 64]
+                .iter()
+                .map(|v| f64::from(*v).to_string())
+                .collect();
+            let line = match (with_label, label_first) {
+                (false, _) => cells.join(","),
+                (true, true) => format!("{},{}", y[i], cells.join(",")),
+                (true, false) => format!("{},{}", cells.join(","), y[i]),
+            };
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    };
+    let csv = corpus.join("csv");
+    write(
+        &csv,
+        "digits-4-label-first.csv",
+        rows(true, true).as_bytes(),
+    );
+    write(
+        &csv,
+        "digits-4-label-last.csv",
+        rows(false, true).as_bytes(),
+    );
+    write(&csv, "digits-4-inputs.csv", rows(true, false).as_bytes());
 
     // policy: the repository's policy, the reference in docs/policy.md, and variants of both
     let policy = corpus.join("policy");

@@ -59,6 +59,7 @@ fn shard_subject(
         reference: plan,
         shard,
         decision: lipfp::policy::Decision::Argmax,
+        label_column: None,
     };
     run::prepare(&spec, &Progress::silent()).unwrap()
 }

@@ -91,6 +91,7 @@ fn compare_with_reference(
         reference: ReferencePlan::None,
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
+        label_column: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();
     let mut out = Vec::new();
@@ -180,6 +181,7 @@ fn fixture_subject(name: &str, plan: ReferencePlan) -> (std::path::PathBuf, run:
         reference: plan,
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
+        label_column: None,
     };
     (dir, run::prepare(&spec, &Progress::silent()).unwrap())
 }

@@ -34,6 +34,7 @@ fn run_set(
         reference: ReferencePlan::Every { products: true },
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
+        label_column: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).expect("benchmark loads");
     let outcome = run::certify(&subject, radius, &Mode::SOUND).expect("certifies");

@@ -864,6 +864,7 @@ fn classes(path: &Path, inputs: &Path) -> Vec<i64> {
         reference: ReferencePlan::None,
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
+        label_column: None,
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"));
     subject

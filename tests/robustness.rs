@@ -78,8 +78,9 @@ fn corrupted_inputs_never_panic() {
             lipfp::engine::data::load_inputs(&p, &net, Format::Float32).map(|_| ())
         });
         assert!(r.is_ok(), "input mutation {k} panicked");
-        let r =
-            std::panic::catch_unwind(|| lipfp::engine::data::load_labels(&p, 450, 10).map(|_| ()));
+        let r = std::panic::catch_unwind(|| {
+            lipfp::engine::data::load_labels(&p, None, 450, 10).map(|_| ())
+        });
         assert!(r.is_ok(), "label mutation {k} panicked");
     }
 }

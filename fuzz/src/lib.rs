@@ -220,6 +220,7 @@ fn certify_loaded(net: DenseNet, ftz: bool) {
             reference: plan,
             shard: None,
             decision: lipfp::policy::Decision::Argmax,
+            label_column: None,
         };
         let labels = Some(labels.clone());
         let progress = Progress::silent();
@@ -373,7 +374,7 @@ pub fn npy(scratch: &Scratch, bytes: &[u8]) -> Result<(), String> {
         }
         Err(e) => first.note(named(&e, &paths)),
     }
-    match InputStream::open(&path, &net, Format::Float16) {
+    match InputStream::open(&path, None, &net, Format::Float16) {
         Ok(mut s) => {
             let streamed = (|| {
                 if s.n > 0 {
@@ -396,7 +397,7 @@ pub fn npy(scratch: &Scratch, bytes: &[u8]) -> Result<(), String> {
             named(&e, &paths);
         }
     }
-    match data::load_labels(&path, n, LABEL_CLASSES) {
+    match data::load_labels(&path, None, n, LABEL_CLASSES) {
         Ok(labels) => {
             assert_eq!(labels.len(), n);
             assert!(labels.iter().all(|&y| y < LABEL_CLASSES));
@@ -434,14 +435,14 @@ pub fn npz(scratch: &Scratch, bytes: &[u8]) -> Result<(), String> {
                 assert_eq!(inputs.values.len(), inputs.n * inputs.dim);
                 assert!(inputs.values.iter().all(|v| v.is_finite()));
                 accepted = true;
-                match data::load_labels(&path, inputs.n, LABEL_CLASSES) {
+                match data::load_labels(&path, None, inputs.n, LABEL_CLASSES) {
                     Ok(labels) => assert!(labels.iter().all(|&y| y < LABEL_CLASSES)),
                     Err(e) => first.note(named(&e, &paths)),
                 }
             }
             Err(e) => first.note(named(&e, &paths)),
         }
-        if let Ok(mut s) = InputStream::open(&path, &net, Format::Float16) {
+        if let Ok(mut s) = InputStream::open(&path, None, &net, Format::Float16) {
             while s.position() < s.n {
                 let before = s.position();
                 match s.next_rows(3) {
@@ -456,6 +457,64 @@ pub fn npz(scratch: &Scratch, bytes: &[u8]) -> Result<(), String> {
     }
     if let Err(e) = data::load_epsilons(&path, 1) {
         named(&e, &paths);
+    }
+    if accepted {
+        Ok(())
+    } else {
+        first.result()
+    }
+}
+
+/// A CSV file read as a test set: inputs with the label column `label` (whole, and streamed
+/// as a shard reads them) and without one, and its labels. The model's input width is the
+/// header's column count less one. `Ok` when some reader accepted the file, else the first
+/// reader's error.
+pub fn csv(scratch: &Scratch, bytes: &[u8]) -> Result<(), String> {
+    let path = scratch.write("data.csv", bytes);
+    let paths = [path.as_path()];
+    let mut first = FirstError::default();
+    let mut accepted = false;
+    let columns = bytes
+        .split(|&b| b == b'\n')
+        .next()
+        .map_or(1, |h| h.iter().filter(|&&b| b == b',').count() + 1);
+    let net = input_net(vec![columns.saturating_sub(1).clamp(1, 4096)]);
+    match InputStream::open(&path, Some("label"), &net, Format::Float32) {
+        Ok(mut s) => {
+            let n = s.n;
+            match s.next_rows(n) {
+                Ok(rows) => {
+                    assert_eq!(rows.len(), n * s.dim);
+                    assert!(rows.iter().all(|v| v.is_finite()));
+                    accepted = true;
+                }
+                Err(e) => first.note(named(&e, &paths)),
+            }
+            match data::load_labels(&path, Some("label"), n, LABEL_CLASSES) {
+                Ok(labels) => assert!(labels.iter().all(|&y| y < LABEL_CLASSES)),
+                Err(e) => first.note(named(&e, &paths)),
+            }
+        }
+        Err(e) => first.note(named(&e, &paths)),
+    }
+    let all = input_net(vec![columns.clamp(1, 4096)]);
+    match InputStream::open(&path, None, &all, Format::Float16) {
+        Ok(mut s) => {
+            let mut complete = true;
+            while s.position() < s.n {
+                let before = s.position();
+                match s.next_rows(2) {
+                    Ok(rows) => assert_eq!(rows.len(), (s.position() - before) * s.dim),
+                    Err(e) => {
+                        first.note(named(&e, &paths));
+                        complete = false;
+                        break;
+                    }
+                }
+            }
+            accepted |= complete;
+        }
+        Err(e) => first.note(named(&e, &paths)),
     }
     if accepted {
         Ok(())

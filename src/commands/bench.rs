@@ -181,6 +181,7 @@ fn spec(model: &Path, reference: ReferencePlan) -> SubjectSpec {
         reference,
         shard: None,
         decision: crate::policy::Decision::Argmax,
+        label_column: None,
     }
 }
 
@@ -334,7 +335,12 @@ pub fn run_bench(opts: &BenchOptions, progress: &Progress) -> Result<BenchReport
     if mnist.join("model.onnx").exists() {
         let net = model::load(&mnist.join("model.onnx"), Format::Float32, false)?;
         let inputs = data::load_inputs(&mnist.join("x_test.npy"), &net, Format::Float32)?;
-        let labels = data::load_labels(&mnist.join("y_test.npy"), inputs.n, net.label_classes())?;
+        let labels = data::load_labels(
+            &mnist.join("y_test.npy"),
+            None,
+            inputs.n,
+            net.label_classes(),
+        )?;
         let suite = Suite {
             name: "mnist",
             net: &net,

@@ -30,6 +30,21 @@ fn line_of(text: &str, offset: usize) -> usize {
     1 + text[..offset.min(text.len())].matches('\n').count()
 }
 
+/// The labels a test set holds itself: a `.npz` archive's array `y`, a CSV file's
+/// `label_column`, unless `labels` names another file; `label_column` only with CSV inputs.
+pub(super) fn data_defaults(t: Target) -> Result<Target, String> {
+    let csv = crate::files::is_csv(&t.inputs);
+    if t.label_column.is_some() && !csv {
+        return Err(format!(
+            "label_column: the inputs {} are not a CSV file",
+            t.inputs.display()
+        ));
+    }
+    let own = crate::files::is_npz(&t.inputs) || (csv && t.label_column.is_some());
+    let labels = t.labels.clone().or_else(|| own.then(|| t.inputs.clone()));
+    Ok(Target { labels, ..t })
+}
+
 impl Defaults<'_> {
     /// A policy error with message `m`.
     fn err(&self, m: String) -> LipfpError {
@@ -242,14 +257,9 @@ impl Defaults<'_> {
                 .as_deref()
                 .or(data.labels.as_deref())
                 .map(|p| self.resolve(p)),
+            label_column: g.label_column.clone().or(data.label_column.clone()),
         };
-        // a .npz test set holds its labels as array `y` unless `labels` names another file
-        let target = Target {
-            labels: target
-                .labels
-                .or_else(|| crate::files::is_npz(&target.inputs).then(|| target.inputs.clone())),
-            ..target
-        };
+        let target = data_defaults(target).map_err(|m| self.err(format!("{at} {m}")))?;
         Ok((model_name, target))
     }
 

@@ -102,6 +102,8 @@ struct RawData {
     inputs: Option<String>,
     #[serde(default)]
     labels: Option<String>,
+    #[serde(default)]
+    label_column: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,6 +116,8 @@ struct RawGate {
     inputs: Option<String>,
     #[serde(default)]
     labels: Option<String>,
+    #[serde(default)]
+    label_column: Option<String>,
     #[serde(default)]
     format: Option<String>,
     #[serde(default)]
@@ -318,6 +322,8 @@ pub struct Target {
     pub labels: Option<PathBuf>,
     /// How the model's outputs name the class (`decision`, default argmax).
     pub decision: Decision,
+    /// The label column of a CSV test set (`label_column`; `None`: every column is a feature).
+    pub label_column: Option<String>,
 }
 
 /// One `[[gate]]`.

@@ -258,3 +258,35 @@ fn a_baseline_is_a_report_or_certificates_never_both() {
         "{e}"
     );
 }
+
+#[test]
+fn a_csv_test_set_names_its_label_column_and_npz_holds_its_labels() {
+    let csv = GOOD
+        .replace(
+            "inputs = \"x.npy\"",
+            "inputs = \"test.csv\"\nlabel_column = \"class\"",
+        )
+        .replace("labels = \"y.npy\"\n", "");
+    let t = &Policy::parse(Path::new("/p/lipfp.toml"), &csv)
+        .unwrap()
+        .gates[0]
+        .target;
+    assert_eq!(t.label_column.as_deref(), Some("class"));
+    assert_eq!(t.labels.as_deref(), Some(Path::new("/p/test.csv")));
+    let npz = GOOD
+        .replace("inputs = \"x.npy\"", "inputs = \"test.npz\"")
+        .replace("labels = \"y.npy\"\n", "");
+    let t = &Policy::parse(Path::new("/p/lipfp.toml"), &npz)
+        .unwrap()
+        .gates[0]
+        .target;
+    assert_eq!(t.labels.as_deref(), Some(Path::new("/p/test.npz")));
+    let bad = GOOD.replace(
+        "inputs = \"x.npy\"",
+        "inputs = \"x.npy\"\nlabel_column = \"class\"",
+    );
+    let e = Policy::parse(Path::new("/p/lipfp.toml"), &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("label_column") && e.contains("not a CSV"), "{e}");
+}

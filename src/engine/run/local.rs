@@ -172,7 +172,12 @@ impl Subject {
             return Ok(());
         }
         let dim = self.inputs.dim;
-        let mut stream = InputStream::open(&self.inputs.path, &self.net, self.net.format)?;
+        let mut stream = InputStream::open(
+            &self.inputs.path,
+            self.inputs.label_column.as_deref(),
+            &self.net,
+            self.net.format,
+        )?;
         stream.skip(self.first)?;
         let (mut pos, mut next) = (0, 0);
         while next < indices.len() && pos < self.n() {

@@ -52,6 +52,8 @@ pub struct SubjectSpec {
     pub shard: Option<Shard>,
     /// How the model's outputs are read: the class of the largest (`argmax`) or the smallest.
     pub decision: Decision,
+    /// The label column of a CSV test set (`None`: every column is a feature).
+    pub label_column: Option<String>,
 }
 
 impl SubjectSpec {
@@ -70,6 +72,7 @@ impl SubjectSpec {
             reference,
             shard,
             decision: t.decision,
+            label_column: t.label_column.clone(),
         }
     }
 }
@@ -121,8 +124,10 @@ impl Shard {
 /// through the forward passes).
 #[derive(Clone, Debug)]
 pub struct InputsInfo {
-    /// The `.npy` file.
+    /// The `.npy`, `.npz` or `.csv` file.
     pub path: PathBuf,
+    /// The label column of a CSV file (not a feature).
+    pub label_column: Option<String>,
     /// Points in this subject (the shard's, when sharded).
     pub n: usize,
     /// Features per point.
@@ -236,13 +241,18 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
     let (format, mut notes) = resolve_format(&spec.model, spec.format)?;
     let net = model::load(&spec.model, format, spec.ftz)?;
     notes.extend(weight_notes(&net, format));
-    let mut stream = InputStream::open(&spec.inputs, &net, format)?;
+    let mut stream = InputStream::open(&spec.inputs, spec.label_column.as_deref(), &net, format)?;
     let total = stream.n;
     if total == 0 {
         return Err(LipfpError::data(&spec.inputs, "the test set is empty"));
     }
     let mut labels = match &spec.labels {
-        Some(p) => Some(data::load_labels(p, total, net.label_classes())?),
+        Some(p) => Some(data::load_labels(
+            p,
+            spec.label_column.as_deref(),
+            total,
+            net.label_classes(),
+        )?),
         None => None,
     };
     let (first, count) = spec.shard.map(|s| s.range(total)).unwrap_or((0, total));
@@ -268,6 +278,7 @@ pub fn prepare(spec: &SubjectSpec, progress: &Progress) -> Result<Subject, Lipfp
     }
     let info = InputsInfo {
         path: spec.inputs.clone(),
+        label_column: spec.label_column.clone(),
         n: count,
         dim: stream.dim,
         dtype: stream.dtype.clone(),
@@ -300,6 +311,7 @@ pub fn prepare_loaded(
     notes.extend(weight_notes(&net, net.format));
     let info = InputsInfo {
         path: inputs.path.clone(),
+        label_column: spec.label_column.clone(),
         n: inputs.n,
         dim: inputs.dim,
         dtype: inputs.dtype.clone(),

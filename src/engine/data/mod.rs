@@ -11,9 +11,12 @@ use std::path::{Path, PathBuf};
 
 use npyz::{NpyFile, Order, TypeChar};
 
+mod csv;
+use self::csv::CsvRows;
+
 use crate::arith::format::Format;
 use crate::error::LipfpError;
-use crate::files::is_npz;
+use crate::files::{is_csv, is_npz};
 use crate::onnx::model::DenseNet;
 
 /// A numeric array read from `.npy`, in C order.
@@ -348,6 +351,8 @@ enum FloatReader {
     F64(npyz::NpyReader<f64, Source>),
     /// Fortran-order files cannot be read row by row: they are read whole and reordered.
     Buffered(std::vec::IntoIter<f64>),
+    /// A CSV file's feature cells, row by row.
+    Csv(Box<CsvRows>),
 }
 
 impl FloatReader {
@@ -357,6 +362,7 @@ impl FloatReader {
             FloatReader::F32(r) => r.next().map(|x| x.map(|v| v as f64)),
             FloatReader::F64(r) => r.next(),
             FloatReader::Buffered(it) => it.next().map(Ok),
+            FloatReader::Csv(_) => unreachable!("CSV cells are read by InputStream::value"),
         }
     }
 }
@@ -380,8 +386,17 @@ pub struct InputStream {
 }
 
 impl InputStream {
-    /// Open `path`, checking its dtype and that its per-example shape matches the model input.
-    pub fn open(path: &Path, net: &DenseNet, format: Format) -> Result<InputStream, LipfpError> {
+    /// Open `path`, checking its dtype and that its per-example shape matches the model input;
+    /// a CSV file's `label_column` is not a feature.
+    pub fn open(
+        path: &Path,
+        label_column: Option<&str>,
+        net: &DenseNet,
+        format: Format,
+    ) -> Result<InputStream, LipfpError> {
+        if is_csv(path) {
+            return InputStream::open_csv(path, label_column, net, format);
+        }
         let npy = open(path, Member::X)?;
         let (kind, dtype) = dtype_desc(&npy);
         let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
@@ -436,12 +451,58 @@ impl InputStream {
         })
     }
 
+    /// [`InputStream::open`] for a CSV file: its feature columns must be the model's input
+    /// features, flattened.
+    fn open_csv(
+        path: &Path,
+        label_column: Option<&str>,
+        net: &DenseNet,
+        format: Format,
+    ) -> Result<InputStream, LipfpError> {
+        let rows = CsvRows::open(path, label_column)?;
+        if rows.features != net.input_dim() {
+            return Err(LipfpError::data(
+                path,
+                format!(
+                    "{} feature columns{}, but the model input `{}` {:?} has {} features",
+                    rows.features,
+                    if label_column.is_some() {
+                        " besides the label column"
+                    } else {
+                        " (no label_column set)"
+                    },
+                    net.input_name,
+                    net.input_shape,
+                    net.input_dim()
+                ),
+            ));
+        }
+        Ok(InputStream {
+            path: path.to_path_buf(),
+            n: rows.n,
+            dim: net.input_dim(),
+            dtype: "csv".into(),
+            converted_changed: 0,
+            format,
+            reader: FloatReader::Csv(Box::new(rows)),
+            next_row: 0,
+        })
+    }
+
     /// Global index of the next row.
     pub fn position(&self) -> usize {
         self.next_row
     }
 
     fn value(&mut self, row: usize, feature: usize) -> Result<f64, LipfpError> {
+        if let FloatReader::Csv(rows) = &mut self.reader {
+            return rows.next_value().unwrap_or_else(|| {
+                Err(LipfpError::data(
+                    &self.path,
+                    format!("the file ends before input {row} (flat feature {feature})"),
+                ))
+            });
+        }
         match self.reader.next() {
             Some(Ok(v)) => Ok(v),
             Some(Err(e)) => Err(LipfpError::data(
@@ -504,7 +565,7 @@ impl InputStream {
 /// Read all inputs (per-example shape must match the model's input), converted to `format`;
 /// non-finite values (before or after conversion) are rejected naming the index.
 pub fn load_inputs(path: &Path, net: &DenseNet, format: Format) -> Result<Inputs, LipfpError> {
-    let mut stream = InputStream::open(path, net, format)?;
+    let mut stream = InputStream::open(path, None, net, format)?;
     let values = stream.next_rows(stream.n)?;
     Ok(Inputs {
         path: path.to_path_buf(),
@@ -516,9 +577,30 @@ pub fn load_inputs(path: &Path, net: &DenseNet, format: Format) -> Result<Inputs
     })
 }
 
-/// Read labels `[n]` of any integer dtype, each in `0..classes`.
-pub fn load_labels(path: &Path, n: usize, classes: usize) -> Result<Vec<usize>, LipfpError> {
-    let arr = read_ints(path)?;
+/// Read labels `[n]` of any integer dtype, each in `0..classes` (from a CSV file: its column
+/// `label_column`).
+pub fn load_labels(
+    path: &Path,
+    label_column: Option<&str>,
+    n: usize,
+    classes: usize,
+) -> Result<Vec<usize>, LipfpError> {
+    let arr = match (is_csv(path), label_column) {
+        (true, Some(col)) => {
+            let data = self::csv::labels(path, col)?;
+            Array {
+                shape: vec![data.len()],
+                data,
+            }
+        }
+        (true, None) => {
+            return Err(LipfpError::data(
+                path,
+                "labels from a CSV file need label_column (--label-column) naming its column",
+            ))
+        }
+        (false, _) => read_ints(path)?,
+    };
     let flat_ok = arr.shape.len() == 1 || (arr.shape.len() == 2 && arr.shape[1] == 1);
     if !flat_ok || arr.shape[0] != n {
         return Err(LipfpError::data(
