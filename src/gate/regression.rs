@@ -5,6 +5,8 @@
 use rug::{Integer, Rational};
 use serde::Serialize;
 
+use crate::gate::verdict::{p_text, pct};
+
 /// `z` of a two-sided 95% interval, `Phi^-1(0.975)`.
 const Z95: f64 = 1.959_963_984_540_054;
 
@@ -87,7 +89,7 @@ fn rate(count: usize, n: usize) -> Rate {
     let (lo, hi) = wilson_interval(count, n);
     Rate {
         count,
-        pct: crate::gate::verdict::pct(count, n),
+        pct: pct(count, n),
         wilson_lo_pct: 100.0 * lo,
         wilson_hi_pct: 100.0 * hi,
     }
@@ -153,15 +155,6 @@ impl Regression {
             self.gained.len(),
             p_text(self.p_value)
         )
-    }
-}
-
-/// A p-value as reports write it: four decimals, or two significant digits below `1e-4`.
-pub fn p_text(p: f64) -> String {
-    if p < 1e-4 {
-        format!("{p:.1e}")
-    } else {
-        format!("{p:.4}")
     }
 }
 

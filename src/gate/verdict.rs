@@ -17,6 +17,15 @@ pub fn pct(k: usize, n: usize) -> f64 {
     }
 }
 
+/// A p-value as reports write it: four decimals, or two significant digits below `1e-4`.
+pub fn p_text(p: f64) -> String {
+    if p < 1e-4 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.4}")
+    }
+}
+
 /// `x` rounded to 4 decimals, as reports write percentages: a drop compares the baseline's
 /// reported figure with this run's figure as it would be reported.
 fn round4(x: f64) -> f64 {
@@ -80,7 +89,7 @@ impl ThresholdCheck {
             return Some(format!(
                 "{} is significant: McNemar p = {} < {key} {limit}",
                 self.what,
-                crate::gate::regression::p_text(v)
+                p_text(v)
             ));
         }
         Some(match before {

@@ -103,7 +103,7 @@ fn threshold_cell(c: &ThresholdCheck) -> String {
         (false, false) => "❌",
     };
     if let (true, Some(v), Some(ok)) = (c.key.ends_with("_significance"), c.value, c.passed) {
-        let p = crate::gate::regression::p_text(v);
+        let p = crate::gate::verdict::p_text(v);
         return format!("{} ≥ {}: McNemar p = {p} {}", md(c.key), c.limit, icon(ok));
     }
     match (c.value, c.margin_pp, c.passed) {
