@@ -2,6 +2,8 @@
 //! (exit code, JUnit, step summary, annotations, outputs), the composite action, and baseline
 //! regression on retrained weights.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -321,19 +323,7 @@ fn the_same_class_under_a_warn_threshold_warns_and_passes() {
 fn retrained_digits_policy(dir: &Path, per_class: &str) -> std::path::PathBuf {
     let d = root().join("examples/digits");
     let model = dir.join("retrained.onnx");
-    let python = std::env::var_os("LIPFP_PYTHON").unwrap_or_else(|| "python3".into());
-    let out = Command::new(python)
-        .arg(root().join("tests/conformance/scale_class.py"))
-        .arg(d.join("model.onnx"))
-        .arg(&model)
-        .args(["3", "0.5"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::runtime::scale_class(&d.join("model.onnx"), &model, 3, "0.5");
     let policy = format!(
         "[model]\npath = {model:?}\n[data]\ninputs = {:?}\nlabels = {:?}\n\n\
          [[gate]]\nname = \"mean\"\nepsilon = \"0.1\"\nmin_vra_pct = 80\n\n\

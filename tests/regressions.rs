@@ -114,18 +114,7 @@ fn lost_points_are_a_per_point_diff_and_only_a_significant_drop_fails() {
     // (class 3 scale, drop significant at 0.05)
     for (scale, significant) in [("0.5", true), ("0.9", false)] {
         let model = dir.join(format!("m{scale}.onnx"));
-        let out = Command::new(python())
-            .arg(root().join("tests/conformance/scale_class.py"))
-            .arg(&base_model)
-            .arg(&model)
-            .args(["3", scale])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::runtime::scale_class(&base_model, &model, 3, scale);
         let (now_certs, lost_file) = (dir.join("now.lipfp"), dir.join("lost.npy"));
         let (code, gate) = check(
             &policy(dir, &format!("now{scale}.toml"), &model, &baseline),

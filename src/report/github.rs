@@ -77,6 +77,17 @@ fn fp_cost_pp(g: &GateReport) -> Option<f64> {
     Some(real.certified_pct - m.certified_pct)
 }
 
+/// The icon of a run's heading: ❌ when a gate failed or errored, ⚠️ when one warned, else ✅.
+pub(super) fn heading_icon(tally: &super::Tally) -> &'static str {
+    if tally.failed + tally.errored > 0 {
+        "❌"
+    } else if tally.warned > 0 {
+        "⚠️"
+    } else {
+        "✅"
+    }
+}
+
 pub(super) fn result_cell(status: GateStatus) -> &'static str {
     match status {
         GateStatus::Pass => "✅ pass",
@@ -183,13 +194,7 @@ pub fn step_summary(report: &Report) -> String {
     let title = summary_title(report.policy.as_deref());
     let mut out = format!(
         "## {} {title}\n\n{} — lipfp {}\n\n",
-        if tally.failed + tally.errored > 0 {
-            "❌"
-        } else if tally.warned > 0 {
-            "⚠️"
-        } else {
-            "✅"
-        },
+        heading_icon(&tally),
         tally.line(),
         md(&report.lipfp_version)
     );

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::github::{md, pct, result_cell, summary_title, thresholds_cell};
+use super::github::{heading_icon, md, pct, result_cell, summary_title, thresholds_cell};
 use super::{GateReport, Report};
 
 /// GitHub limits a comment to 65,536 characters; stay below 64 KiB in bytes.
@@ -43,13 +43,7 @@ pub fn render(report: &Report) -> String {
         "{MARKER}\n### {} {}\n\n{} — lipfp {}\n\n\
          | gate | mode | eps | certified | VRA | thresholds (margin) | result |\n\
          |---|---|---|---|---|---|---|\n",
-        if tally.failed + tally.errored > 0 {
-            "❌"
-        } else if tally.warned > 0 {
-            "⚠️"
-        } else {
-            "✅"
-        },
+        heading_icon(&tally),
         summary_title(report.policy.as_deref()),
         tally.line(),
         md(&report.lipfp_version)

@@ -40,6 +40,24 @@ pub fn python() -> PathBuf {
     candidate
 }
 
+/// `model` with class `class`'s output row scaled by `factor`, written to `out` by
+/// `tests/conformance/scale_class.py` (a "retrained" model that lost robustness on one class).
+pub fn scale_class(model: &Path, out: &Path, class: usize, factor: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run = Command::new(python())
+        .arg(root.join("tests/conformance/scale_class.py"))
+        .arg(model)
+        .arg(out)
+        .args([class.to_string().as_str(), factor])
+        .output()
+        .expect("start Python");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 /// Run a Python script of `tests/conformance` and fail with its stderr if it fails.
 pub fn run_script(python: &Path, name: &str, args: &[&Path], flags: &[&str]) {
     let out = Command::new(python)
