@@ -6,7 +6,8 @@
 //! * **containment**: at points of the ball (random directions on the sphere and inside it, the
 //!   vertices of the axes, and the end points of a projected-gradient attack on every margin),
 //!   checked to lie in the ball in exact rationals, every hidden pre-activation computed exactly
-//!   lies within lipfp's bounds and every exact margin `z_i - z_j` is at least lipfp's lower bound;
+//!   lies within lipfp's bounds and every exact margin `z_i - z_j` is at least lipfp's lower bound,
+//!   with CROWN's lower slopes and with searched ones (which never lower a bound, and raise some);
 //! * **tightness where the network is linear**: where every unit is stable over the ball, the exact
 //!   minimum of the margin is `m_ij(x0) - eps ||a_ij||` (`a_ij` the margin's gradient, an exact
 //!   rational vector), and lipfp's bound must lie below it by no more than rounding explains:
@@ -18,16 +19,19 @@ mod common;
 use common::exact_bounds::{q, Iv};
 use common::local_nets::{argmax, ball_points, exact_forward, exact_gradient, forward, nets, Rng};
 use lipfp::arith::format::Format;
-use lipfp::bounds::local::LocalNet;
+use lipfp::bounds::local::{LocalNet, SlopeSearch};
 use lipfp::onnx::model::DenseNet;
 use rug::Rational;
 
 #[test]
 fn bounds_contain_the_exact_values_at_points_of_the_ball_and_attacks() {
     let mut rng = Rng(99);
-    let (mut checked, mut unstable) = (0usize, 0usize);
+    let (mut checked, mut unstable, mut improved) = (0usize, 0usize, 0usize);
     for (name, net) in nets() {
         let local = LocalNet::new(&net, None, None).unwrap();
+        let searched = LocalNet::new(&net, None, None)
+            .unwrap()
+            .with_slope_search(every_margin());
         let n = net.input_dim();
         for centre in 0..4 {
             let x0: Vec<f64> = (0..n)
@@ -43,6 +47,8 @@ fn bounds_contain_the_exact_values_at_points_of_the_ball_and_attacks() {
                     .filter(|(l, h)| **l < 0.0 && **h > 0.0)
                     .count();
                 let lower = local.margin_lower_bounds(&x0, eps, i, &[]);
+                let best = searched.margin_lower_bounds(&x0, eps, i, &[]);
+                improved += never_worse(&best, &lower, i);
                 let what = format!("{name} centre {centre} eps {eps}");
                 for x in ball_points(&net, &x0, eps, i, &mut rng) {
                     let xq: Vec<Rational> = x.iter().map(|v| q(*v)).collect();
@@ -58,14 +64,42 @@ fn bounds_contain_the_exact_values_at_points_of_the_ball_and_attacks() {
                     for j in (0..net.classes()).filter(|&j| j != i) {
                         let m = logits[i].clone() - &logits[j];
                         assert!(q(lower[j]) <= m, "{what}: margin {i}-{j} below the bound");
+                        assert!(q(best[j]) <= m, "{what}: margin {i}-{j}, searched slopes");
                     }
                     checked += 1;
                 }
             }
         }
     }
-    eprintln!("ball points checked exactly: {checked}; unstable units: {unstable}");
-    assert!(checked > 10_000 && unstable > 50, "{checked} {unstable}");
+    eprintln!(
+        "ball points checked exactly: {checked}; unstable units: {unstable}; \
+         margins the slope search raised: {improved}"
+    );
+    assert!(
+        checked > 10_000 && unstable > 50 && improved > 20,
+        "{checked} {unstable} {improved}"
+    );
+}
+
+/// A slope search over every margin, never giving up.
+fn every_margin() -> SlopeSearch {
+    SlopeSearch {
+        iterations: 12,
+        target: f64::INFINITY,
+    }
+}
+
+/// How many margins `searched` raised above `plain`, after checking that none is lower (the
+/// search keeps the better of the two sound bounds).
+fn never_worse(searched: &[f64], plain: &[f64], i: usize) -> usize {
+    let mut raised = 0;
+    for (j, (s, p)) in searched.iter().zip(plain).enumerate() {
+        if j != i {
+            assert!(s >= p, "margin {j}: searched {s} below CROWN's {p}");
+            raised += usize::from(s > p);
+        }
+    }
+    raised
 }
 
 #[test]

@@ -8,12 +8,13 @@
 //! coefficients carried back are exact floating-point numbers and the identity they satisfy holds
 //! up to the recorded error.
 
-use ndarray::{Array1, Array2, ArrayView1, Axis};
+use ndarray::{Array1, Array2, ArrayView1, Axis, Zip};
 
-use super::interval::{nonneg_sum_up, underflow_slack, Bounds};
+use super::deployed::LayerErrorModel;
+use super::interval::{nonneg_sum_up, underflow_slack, Bounds, NonnegSum};
 use super::relax::{gamma_up, UnitRelaxation, UNIT_ROUNDOFF};
 use super::LocalNet;
-use crate::arith::sound::{add_down, add_up, mul_up, sqrt_up, sub_down};
+use crate::arith::sound::{add_down, add_up, div_up, mul_up, sqrt_up, sub_down};
 
 /// What the substitution carries per target row besides the coefficients.
 struct Carried {
@@ -47,15 +48,18 @@ impl Carried {
 
 /// Lower bounds on the rows of `C z_k(x)` for every `x` with `||x - x0||_2 <= eps`, given
 /// bounds `pre[l]` on the pre-activations of the hidden layers `l < k` over the ball and their
-/// relaxations `relax[l]`. For the deployed execution, `errors[l]` (`l <= k`) bounds its rounding
-/// error `e_l` componentwise and each row over `z_l` picks up `-|Lambda| errors[l]`
-/// ([`super::deployed`]); the real network has none. Each result rounds down; NaN where a
-/// value was not finite.
+/// relaxations `relax[l]` (with per-row lower slopes `slopes[l]` where given). For the deployed
+/// execution, `errors[l]` (`l <= k`) bounds its rounding error `e_l` componentwise and a row over
+/// `z_l` picks up `-|Lambda| errors[l]` ([`super::deployed`]); with `linear`, the rounding of the
+/// layers above the first enters as a linear term in their inputs instead
+/// ([`substitute_deployed`]: tighter, one more matrix product per layer). The real network has
+/// none. Each result rounds down; NaN where a value was not finite.
 pub(super) fn lower_bounds(
     net: &LocalNet,
     k: usize,
     c: Array2<f64>,
     (pre, relax, errors): (&[Bounds], &[Vec<UnitRelaxation>], &[Vec<f64>]),
+    (slopes, linear): (Option<&[Array2<f64>]>, bool),
     x0: ArrayView1<f64>,
     eps: f64,
 ) -> Vec<f64> {
@@ -66,24 +70,28 @@ pub(super) fn lower_bounds(
         err: vec![0.0; rows],
         terms: 0,
     };
-    for l in (0..=k).rev() {
+    for l in (1..=k).rev() {
         let layer = &net.layers[l];
-        if let Some(e) = errors.get(l).filter(|e| !e.is_empty()) {
-            add_unit_errors(&lam, e, &mut carried);
-        }
-        // the inputs of layer l are bounded in magnitude by |x0| + eps or by max(hi, 0)
-        let input_mag: Array1<f64> = if l == 0 {
-            x0.mapv(|v| add_up(v.abs(), eps))
-        } else {
-            pre[l - 1].hi.iter().map(|h| h.max(0.0)).collect()
+        // the inputs of layer l are ReLU outputs, bounded by max(hi, 0)
+        let input_mag: Array1<f64> = pre[l - 1].hi.iter().map(|h| h.max(0.0)).collect();
+        let m = match &layer.rounding {
+            Some(model) if linear => {
+                substitute_deployed(layer, model, &lam, &input_mag, &mut carried)
+            }
+            _ => {
+                if let Some(e) = errors.get(l).filter(|e| !e.is_empty()) {
+                    add_unit_errors(&lam, e, &mut carried);
+                }
+                substitute_layer(layer, &lam, &input_mag, &mut carried)
+            }
         };
-        if l == 0 {
-            return concretise(net, &lam, carried, x0, eps);
-        }
-        let m = substitute_layer(layer, &lam, &input_mag, &mut carried);
-        lam = relax_rows(&m, &relax[l - 1], &pre[l - 1].magnitude(), &mut carried);
+        let lines = (&relax[l - 1][..], slopes.map(|s| &s[l - 1]));
+        lam = relax_rows(&m, lines, &pre[l - 1].magnitude(), &mut carried);
     }
-    unreachable!("the loop returns at layer 0")
+    if let Some(e) = errors.first().filter(|e| !e.is_empty()) {
+        add_unit_errors(&lam, e, &mut carried);
+    }
+    concretise(net, &lam, carried, x0, eps)
 }
 
 /// `Lambda e_l >= -|Lambda| eps_l` for the deployed execution's rounding errors
@@ -91,9 +99,11 @@ pub(super) fn lower_bounds(
 /// bounded above as computed.
 fn add_unit_errors(lam: &Array2<f64>, eps_l: &[f64], carried: &mut Carried) {
     let m = eps_l.len();
-    let weighted = lam.mapv(f64::abs).dot(&ArrayView1::from(eps_l));
+    let sum_m = NonnegSum::new(m);
+    let eps_l = Array1::from(eps_l.to_vec());
+    let weighted = RowSums::of(lam, (&eps_l, &eps_l), &eps_l).abs_v;
     carried.add_error(weighted.iter().map(|&v| {
-        let up = nonneg_sum_up(v, m);
+        let up = sum_m.up(v);
         if up.is_nan() {
             f64::INFINITY
         } else {
@@ -115,36 +125,185 @@ fn substitute_layer(
     carried: &mut Carried,
 ) -> Array2<f64> {
     let (m_l, n_l) = layer.w.dim();
-    let abs_lam = lam.mapv(f64::abs);
-    let bias = lam.dot(&layer.b);
-    let bias_mag = abs_lam.dot(&layer.abs_b);
+    if let Some(units) = signed_units(lam) {
+        // rows +-e_j (a hidden unit's bounds): the products are signed rows of W_l and entries
+        // of b_l, exact
+        let bias: Vec<f64> = units.iter().map(|&(j, s)| s * layer.b[j]).collect();
+        carried.add_constant(&bias);
+        let mut m = Array2::zeros((units.len(), n_l));
+        for (mut row, &(j, s)) in m.rows_mut().into_iter().zip(&units) {
+            row.zip_mut_with(&layer.w.row(j), |v, &w| *v = s * w);
+        }
+        return m;
+    }
     let w_mag = layer.abs_w.dot(input_mag);
-    let lam_w_mag = abs_lam.dot(&w_mag);
-    let lam_sums = abs_lam.sum_axis(Axis(1));
+    let sums = RowSums::of(lam, (&layer.b, &layer.abs_b), &w_mag);
+    let (bias, bias_mag, lam_w_mag, lam_sums) = (sums.signed, sums.abs_b, sums.abs_v, sums.abs_lam);
     let input_sum = nonneg_sum_up(input_mag.sum(), n_l);
     let g = gamma_up(m_l.max(n_l) + 1);
     let slack = underflow_slack(m_l + n_l + 2);
-    carried.add_constant(bias.as_slice().expect("a new array is contiguous"));
+    let (sum_m, sum_n) = (NonnegSum::new(m_l), NonnegSum::new(n_l));
+    carried.add_constant(&bias);
     carried.add_error((0..lam.nrows()).map(|r| {
         // |Lambda| (|W| |h|max) from two float64 products of nonnegative terms: the exact value
         // is at most (fl + m eta) / (1 - gamma)^2 + n eta sum|Lambda_r| / (1 - gamma), below
         // 4 (fl + m eta) + 2 n eta sum|Lambda_r|
-        let two_level = nonneg_sum_up(nonneg_sum_up(lam_w_mag[r], m_l), n_l);
-        let lam_mass = nonneg_sum_up(lam_sums[r], m_l);
-        let rounding = mul_up(g, add_up(two_level, nonneg_sum_up(bias_mag[r], m_l)));
+        let two_level = sum_n.up(sum_m.up(lam_w_mag[r]));
+        let lam_mass = sum_m.up(lam_sums[r]);
+        let rounding = mul_up(g, add_up(two_level, sum_m.up(bias_mag[r])));
         let underflow = mul_up(slack, add_up(mul_up(4.0, add_up(1.0, lam_mass)), input_sum));
         add_up(rounding, underflow)
     }));
     lam.dot(layer.w)
 }
 
+/// `Lambda z_hat_l` of the deployed execution, for a layer whose inputs `h = h_hat_{l-1}` are
+/// ReLU outputs (`0 <= h <= a`): with `z_hat_l = W_l h + b_l + e_l` and
+/// `|e_l| <= r_w A h + r_b |b_l| + abs` (`A >= |W_l|`, [`super::deployed`]), and `h >= 0`,
+/// `Lambda z_hat_l >= (M - c Q) h + Lambda b_l - r_b |Lambda| |b_l| - abs sum|Lambda| - m eta sum a`
+/// where `M = fl(Lambda W_l)` (within `gamma_m |Lambda| A + m eta` of the exact product),
+/// `Q >= |Lambda| A` bounds `fl(|Lambda| A)` above and `c = gamma_m + r_w`: the rounding error and
+/// the product's own rounding become a linear term in `h`, carried back through the relaxations
+/// instead of being bounded at `h = a`. Returns the coefficients `fl(M - c Q)` rounded down (a
+/// smaller coefficient of a nonnegative `h` keeps the form below) and adds `fl(Lambda b_l)` to
+/// the constant and the rest to the error.
+fn substitute_deployed(
+    layer: &super::LocalLayer,
+    model: &LayerErrorModel,
+    lam: &Array2<f64>,
+    input_mag: &Array1<f64>,
+    carried: &mut Carried,
+) -> Array2<f64> {
+    let (m_l, n_l) = layer.w.dim();
+    let r = model.rounding();
+    let abs_lam = lam.mapv(f64::abs);
+    let bias = lam.dot(&layer.b);
+    let bias_mag = abs_lam.dot(&layer.abs_b);
+    let lam_sums = abs_lam.sum_axis(Axis(1));
+    let input_sum = nonneg_sum_up(input_mag.sum(), n_l);
+    let g = gamma_up(m_l);
+    let keep = sub_down(1.0, g);
+    // c Q <= cq (fl(|Lambda| A) + (m + 1) eta) with cq >= (gamma_m + r_w) / (1 - gamma_m)
+    let cq = if keep > 0.0 {
+        div_up(add_up(g, r.rel_w), keep)
+    } else {
+        f64::INFINITY
+    };
+    let slack = underflow_slack(m_l);
+    let sum_m = NonnegSum::new(m_l);
+    let mut coef = lam.dot(layer.w);
+    let mag = abs_lam.dot(model.abs_w());
+    Zip::from(&mut coef)
+        .and(&mag)
+        .for_each(|c, &p| *c = sub_down(*c, mul_up(cq, add_up(p, slack))));
+    carried.add_constant(bias.as_slice().expect("a new array is contiguous"));
+    carried.add_error((0..lam.nrows()).map(|row| {
+        let bias_err = mul_up(add_up(g, r.rel_b), sum_m.up(bias_mag[row]));
+        let lam_mass = sum_m.up(lam_sums[row]);
+        let floor = add_up(
+            mul_up(r.abs, lam_mass),
+            add_up(slack, mul_up(slack, input_sum)),
+        );
+        add_up(bias_err, floor)
+    }));
+    coef
+}
+
+/// Per row of `Lambda`, the sums the substitution's constants and error bounds need, in one pass
+/// (each a float64 sum of `m` terms in some order, bounded as such).
+struct RowSums {
+    /// `Lambda b`.
+    signed: Vec<f64>,
+    /// `|Lambda| |b|`.
+    abs_b: Vec<f64>,
+    /// `|Lambda| v`.
+    abs_v: Vec<f64>,
+    /// `sum |Lambda|`.
+    abs_lam: Vec<f64>,
+    /// `sum Lambda^2`.
+    squares: Vec<f64>,
+}
+
+impl RowSums {
+    /// The sums for `Lambda`, `(b, |b|)` and `v`.
+    fn of(lam: &Array2<f64>, (b, abs_b): (&Array1<f64>, &Array1<f64>), v: &Array1<f64>) -> Self {
+        let rows = lam.nrows();
+        let mut out = RowSums {
+            signed: Vec::with_capacity(rows),
+            abs_b: Vec::with_capacity(rows),
+            abs_v: Vec::with_capacity(rows),
+            abs_lam: Vec::with_capacity(rows),
+            squares: Vec::with_capacity(rows),
+        };
+        for row in lam.rows() {
+            let [s, sb, sv, sl, sq] =
+                match (row.as_slice(), b.as_slice(), abs_b.as_slice(), v.as_slice()) {
+                    (Some(l), Some(b), Some(ab), Some(v)) => lane_sums(l, b, ab, v),
+                    _ => lane_sums(&row.to_vec(), &b.to_vec(), &abs_b.to_vec(), &v.to_vec()),
+                };
+            out.signed.push(s);
+            out.abs_b.push(sb);
+            out.abs_v.push(sv);
+            out.abs_lam.push(sl);
+            out.squares.push(sq);
+        }
+        out
+    }
+}
+
+/// `[sum l b, sum |l| |b|, sum |l| v, sum |l|, sum l^2]` over equal-length slices, in four
+/// interleaved partial sums per quantity (any order is covered by the bounds) so that the loop
+/// vectorises.
+fn lane_sums(l: &[f64], b: &[f64], ab: &[f64], v: &[f64]) -> [f64; 5] {
+    const LANES: usize = 4;
+    let mut acc = [[0.0; LANES]; 5];
+    let n = l.len().min(b.len()).min(ab.len()).min(v.len());
+    let whole = n - n % LANES;
+    for k in (0..whole).step_by(LANES) {
+        for t in 0..LANES {
+            let (x, a) = (l[k + t], l[k + t].abs());
+            acc[0][t] += x * b[k + t];
+            acc[1][t] += a * ab[k + t];
+            acc[2][t] += a * v[k + t];
+            acc[3][t] += a;
+            acc[4][t] += x * x;
+        }
+    }
+    let mut out = acc.map(|lanes| lanes.iter().sum::<f64>());
+    for k in whole..n {
+        let (x, a) = (l[k], l[k].abs());
+        out[0] += x * b[k];
+        out[1] += a * ab[k];
+        out[2] += a * v[k];
+        out[3] += a;
+        out[4] += x * x;
+    }
+    out
+}
+
+/// `(j, s)` per row when every row of `lam` is `s e_j` with `s = +-1`.
+fn signed_units(lam: &Array2<f64>) -> Option<Vec<(usize, f64)>> {
+    lam.rows()
+        .into_iter()
+        .map(|row| {
+            let mut nonzero = row.iter().enumerate().filter(|(_, v)| **v != 0.0);
+            match (nonzero.next(), nonzero.next()) {
+                (Some((j, &s)), None) if s.abs() == 1.0 => Some((j, s)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 /// Replaces `M h_{l-1}` by a linear form in `z_{l-1}` through each unit's relaxation: the
 /// lower line where `M_rj >= 0`, the upper line `s z + t` where `M_rj < 0` (its offsets go to
-/// the constant). A coefficient `fl(M_rj s_j)` differs from `M_rj s_j` by at most
-/// `u |M_rj| s_j + eta/2`, which the error records times `|z_j|max` (`mag`).
+/// the constant). The lower line's slope is `slopes[r, j]` where given (any value in `[0, 1]` is
+/// valid), CROWN's adaptive 0 or 1 otherwise. A coefficient `fl(M_rj s_j)` differs from
+/// `M_rj s_j` by at most `u |M_rj| s_j + eta/2`, which the error records times `|z_j|max`
+/// (`mag`); so does a fractional lower slope's.
 fn relax_rows(
     m: &Array2<f64>,
-    relax: &[UnitRelaxation],
+    (relax, slopes): (&[UnitRelaxation], Option<&Array2<f64>>),
     mag: &[f64],
     carried: &mut Carried,
 ) -> Array2<f64> {
@@ -153,32 +312,46 @@ fn relax_rows(
     let mut offsets = vec![0.0; rows];
     let mut offsets_mag = vec![0.0; rows];
     let mut products_mag = vec![0.0; rows];
-    for r in 0..rows {
-        for (j, unit) in relax.iter().enumerate() {
-            let v = m[[r, j]];
-            next[[r, j]] = match *unit {
+    let lines = m.rows().into_iter().zip(next.rows_mut());
+    for (r, (m_row, mut out)) in lines.enumerate() {
+        let lower_slopes = slopes.map(|s| s.row(r));
+        let (mut offset_sum, mut offset_mag, mut product_mag) = (0.0, 0.0, 0.0);
+        let units = m_row.iter().zip(out.iter_mut()).zip(relax).zip(mag);
+        for (j, (((&v, out), unit), &z_mag)) in units.enumerate() {
+            *out = match *unit {
                 UnitRelaxation::Inactive => 0.0,
                 UnitRelaxation::Active => v,
-                UnitRelaxation::Unstable { lower, .. } if v >= 0.0 => lower * v,
+                UnitRelaxation::Unstable { lower, .. } if v >= 0.0 => {
+                    let a = lower_slopes.map_or(lower, |s| s[j]);
+                    if a != 0.0 && a != 1.0 {
+                        product_mag += v * a * z_mag;
+                    }
+                    a * v
+                }
                 UnitRelaxation::Unstable { slope, offset, .. } => {
-                    offsets[r] += v * offset;
-                    offsets_mag[r] += -v * offset;
-                    products_mag[r] += -v * slope * mag[j];
+                    offset_sum += v * offset;
+                    offset_mag += -v * offset;
+                    product_mag += -v * slope * z_mag;
                     v * slope
                 }
             };
         }
+        offsets[r] = offset_sum;
+        offsets_mag[r] = offset_mag;
+        products_mag[r] = product_mag;
     }
     let mag_sum = nonneg_sum_up(mag.iter().sum(), n);
     let g = gamma_up(n + 1);
+    let sum_n = NonnegSum::new(n);
+    let floor = mul_up(underflow_slack(n), add_up(1.0, mag_sum));
     carried.add_constant(&offsets);
     carried.add_error((0..rows).map(|r| {
         add_up(
             add_up(
-                mul_up(g, nonneg_sum_up(offsets_mag[r], n)),
-                mul_up(UNIT_ROUNDOFF, nonneg_sum_up(products_mag[r], n)),
+                mul_up(g, sum_n.up(offsets_mag[r])),
+                mul_up(UNIT_ROUNDOFF, sum_n.up(products_mag[r])),
             ),
-            mul_up(underflow_slack(n), add_up(1.0, mag_sum)),
+            floor,
         )
     }));
     next
@@ -203,49 +376,48 @@ fn concretise(
 ) -> Vec<f64> {
     let layer = &net.layers[0];
     let (m, n) = layer.w.dim();
-    let abs_lam = lam.mapv(f64::abs);
     let c = layer.w.dot(&x0);
     let c_err: Array1<f64> = layer
         .abs_w
         .dot(&x0.mapv(f64::abs))
         .mapv(|v| add_up(mul_up(gamma_up(n), nonneg_sum_up(v, n)), underflow_slack(n)));
-    let bias = lam.dot(&layer.b);
-    let centre = lam.dot(&c);
-    let centre_mag = abs_lam.dot(&c.mapv(f64::abs));
-    let from_c = abs_lam.dot(&c_err);
-    let bias_mag = abs_lam.dot(&layer.abs_b);
-    let lam_sums = abs_lam.sum_axis(Axis(1));
+    let c_mag = c.mapv(f64::abs);
+    let with_bias = RowSums::of(lam, (&layer.b, &layer.abs_b), &c_mag);
+    let (bias, bias_mag, centre_mag, lam_sums) = (
+        with_bias.signed,
+        with_bias.abs_b,
+        with_bias.abs_v,
+        with_bias.abs_lam,
+    );
+    let with_centre = RowSums::of(lam, (&c, &c_err), &c_mag);
+    let (centre, from_c, lam_squares) =
+        (with_centre.signed, with_centre.abs_b, with_centre.squares);
     let quad = (lam.dot(&net.input_gram) * lam).sum_axis(Axis(1));
     let g = gamma_up(m + 1);
+    let sum_m = NonnegSum::new(m);
     let g_quad = mul_up(2.0, add_up(gamma_up(n), mul_up(2.0, gamma_up(2 * m + 1))));
-    carried.add_constant(bias.as_slice().expect("a new array is contiguous"));
+    carried.add_constant(&bias);
     let slack = underflow_slack(m + n + 2);
     carried.add_error((0..lam.nrows()).map(|r| {
-        let rounding = mul_up(
-            g,
-            add_up(
-                nonneg_sum_up(centre_mag[r], m),
-                nonneg_sum_up(bias_mag[r], m),
-            ),
-        );
-        let lam_mass = nonneg_sum_up(lam_sums[r], m);
+        let rounding = mul_up(g, add_up(sum_m.up(centre_mag[r]), sum_m.up(bias_mag[r])));
+        let lam_mass = sum_m.up(lam_sums[r]);
         add_up(
-            add_up(rounding, nonneg_sum_up(from_c[r], m)),
+            add_up(rounding, sum_m.up(from_c[r])),
             mul_up(slack, mul_up(4.0, add_up(1.0, lam_mass))),
         )
     }));
-    let terms = carried.terms;
+    let sum_t = NonnegSum::new(carried.terms);
     let reach = add_up(eps, net.d0);
     (0..lam.nrows())
         .map(|r| {
-            let lam_sq = nonneg_sum_up(lam.row(r).iter().map(|v| v * v).sum(), m);
-            let lam_mass = nonneg_sum_up(lam_sums[r], m);
+            let lam_sq = sum_m.up(lam_squares[r]);
+            let lam_mass = sum_m.up(lam_sums[r]);
             let quad_err = add_up(
                 mul_up(g_quad, mul_up(net.input_frob2, lam_sq)),
                 mul_up(slack, mul_up(4.0, add_up(1.0, mul_up(lam_mass, lam_mass)))),
             );
             let norm = sqrt_up(add_up(quad[r].max(0.0), quad_err));
-            let err = nonneg_sum_up(carried.err[r], terms);
+            let err = sum_t.up(carried.err[r]);
             let value = add_down(carried.cst[r], centre[r]);
             sub_down(sub_down(value, mul_up(reach, norm)), err)
         })

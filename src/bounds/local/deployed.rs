@@ -62,6 +62,16 @@ impl LayerErrorModel {
         }
     }
 
+    /// The rounding model's coefficients.
+    pub(super) fn rounding(&self) -> LayerRounding {
+        self.rounding
+    }
+
+    /// The absolute weights the model multiplies (at least `|W_l|`).
+    pub(super) fn abs_w(&self) -> &Array2<f64> {
+        &self.abs_w
+    }
+
     /// `eps_l` for inputs with `|h_j| <= mag_j` (every entry an upper bound).
     pub(super) fn unit_errors(&self, mag: ArrayView1<f64>) -> Vec<f64> {
         let n = self.abs_w.ncols();

@@ -83,11 +83,36 @@ pub const ETA: f64 = f64::from_bits(1);
 /// lose at most `eta / 2` each, additions near zero are exact), so
 /// `exact <= (fl + n eta) / (1 - gamma_n)` (infinite when `gamma_n` is).
 pub fn nonneg_sum_up(fl: f64, n: usize) -> f64 {
-    let keep = sub_down(1.0, gamma_up(n));
-    if keep > 0.0 {
-        div_up(add_up(fl, underflow_slack(n)), keep)
-    } else {
-        f64::INFINITY
+    NonnegSum::new(n).up(fl)
+}
+
+/// [`nonneg_sum_up`] for one length `n`, its constants computed once (for loops over rows).
+#[derive(Clone, Copy, Debug)]
+pub struct NonnegSum {
+    /// `n eta`, rounded up.
+    slack: f64,
+    /// `1 / (1 - gamma_n)`, rounded up (infinite when `gamma_n >= 1`).
+    inv_keep: f64,
+}
+
+impl NonnegSum {
+    /// The bound for sums of `n` terms.
+    pub fn new(n: usize) -> Self {
+        let keep = sub_down(1.0, gamma_up(n));
+        NonnegSum {
+            slack: underflow_slack(n),
+            inv_keep: if keep > 0.0 {
+                div_up(1.0, keep)
+            } else {
+                f64::INFINITY
+            },
+        }
+    }
+
+    /// An upper bound on the exact sum whose float64 evaluation returned `fl`:
+    /// `(fl + n eta) / (1 - gamma_n)`, rounded up.
+    pub fn up(&self, fl: f64) -> f64 {
+        mul_up(add_up(fl, self.slack), self.inv_keep)
     }
 }
 

@@ -15,6 +15,7 @@ mod backward;
 mod deployed;
 pub mod interval;
 pub mod relax;
+mod slopes;
 
 pub use deployed::{Deployment, LayerRounding};
 
@@ -54,6 +55,19 @@ pub struct LocalNet<'a> {
     lip_prefix: Vec<f64>,
     /// `D_0` of the deployed execution (0 for the real network).
     d0: f64,
+    /// Where and how long the final margins' lower slopes are optimised (`None`: CROWN's).
+    search: Option<SlopeSearch>,
+}
+
+/// Optimised lower slopes for the final margins ([`slopes`], alpha-CROWN): for the margins whose
+/// CROWN bound is at most `target` (the bound they must exceed), `iterations` steps of
+/// projected gradient ascent; each such margin keeps the better of the two sound bounds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlopeSearch {
+    /// Steps of the search.
+    pub iterations: usize,
+    /// Margins whose bound is above it are not searched.
+    pub target: f64,
 }
 
 /// Pre-activation bounds of every hidden layer over the ball, with their relaxations.
@@ -127,7 +141,14 @@ impl<'a> LocalNet<'a> {
             input_frob2,
             lip_prefix,
             d0,
+            search: None,
         })
+    }
+
+    /// The same network with the final margins' lower slopes optimised as `search` says.
+    pub fn with_slope_search(mut self, search: SlopeSearch) -> Self {
+        self.search = Some(search);
+        self
     }
 
     /// Number of classes.
@@ -205,8 +226,7 @@ impl<'a> LocalNet<'a> {
     }
 
     /// CROWN bounds for the units of hidden layer `l` that `bounds` leaves unstable: one
-    /// backward substitution with rows `e_j` and `-e_j` per such unit (`below.errors` already
-    /// holds layer `l`'s rounding bound).
+    /// backward substitution with rows `e_j` and `-e_j` per such unit.
     fn tighten(
         &self,
         l: usize,
@@ -231,6 +251,7 @@ impl<'a> LocalNet<'a> {
             l,
             c,
             (&below.pre, &below.relax, &below.errors),
+            (None, false),
             x,
             eps,
         );
@@ -263,7 +284,7 @@ impl<'a> LocalNet<'a> {
         lip_slack: &[f64],
     ) -> (Vec<f64>, Option<HiddenBounds>) {
         let classes = self.classes();
-        let Some(mut hidden) = self.hidden_bounds(x0, eps, lip_slack) else {
+        let Some(hidden) = self.hidden_bounds(x0, eps, lip_slack) else {
             let none = (0..classes)
                 .map(|j| {
                     if j == i {
@@ -283,17 +304,56 @@ impl<'a> LocalNet<'a> {
         }
         let top = self.layers.len() - 1;
         let x = ArrayView1::from(x0);
-        hidden
-            .errors
-            .push(self.unit_errors(top, &hidden.pre, x, eps));
         let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
-        let lower = backward::lower_bounds(self, top, c, parts, x, eps);
-        hidden.errors.pop();
+        let mut lower = backward::lower_bounds(self, top, c.clone(), parts, (None, true), x, eps);
+        if let Some(search) = self.search {
+            self.search_slopes(search, &c, &mut lower, (&hidden, x, eps));
+        }
         let mut out = vec![f64::INFINITY; classes];
         for (t, &j) in others.iter().enumerate() {
             out[j] = lower[t];
         }
         (out, Some(hidden))
+    }
+}
+
+impl LocalNet<'_> {
+    /// For the rows of `c` whose bound in `lower` is at most the search's target, searches lower
+    /// slopes ([`slopes::search`]) and keeps, per row, the larger of the two sound bounds.
+    fn search_slopes(
+        &self,
+        search: SlopeSearch,
+        c: &Array2<f64>,
+        lower: &mut [f64],
+        (hidden, x, eps): (&HiddenBounds, ArrayView1<f64>, f64),
+    ) {
+        let rows: Vec<usize> = (0..c.nrows())
+            .filter(|&r| lower[r].partial_cmp(&search.target) != Some(std::cmp::Ordering::Greater))
+            .collect();
+        if rows.is_empty() || search.iterations == 0 {
+            return;
+        }
+        let c = c.select(ndarray::Axis(0), &rows);
+        let start: Vec<f64> = rows.iter().map(|&r| lower[r]).collect();
+        let Some(found) = slopes::search(
+            self,
+            &hidden.relax,
+            (&c, x, eps),
+            (&start, search.target),
+            search.iterations,
+        ) else {
+            return;
+        };
+        let top = self.layers.len() - 1;
+        let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
+        let lines = (Some(&found[..]), true);
+        let better = backward::lower_bounds(self, top, c, parts, lines, x, eps);
+        for (&r, b) in rows.iter().zip(better) {
+            // NaN compares false: a failed search keeps CROWN's bound
+            if b > lower[r] {
+                lower[r] = b;
+            }
+        }
     }
 }
 

@@ -12,10 +12,14 @@ use crate::arith::format::pow2;
 use crate::arith::sound::{add_up, l2_norm_up};
 use crate::bounds::certify::tensor_core::alignment_weight;
 use crate::bounds::certify::{LocalMargins, ModelBounds};
-use crate::bounds::local::{Deployment, LocalNet};
+use crate::bounds::local::{Deployment, LocalNet, SlopeSearch};
 use crate::engine::data::InputStream;
 use crate::error::LipfpError;
 use crate::progress::Progress;
+
+/// Steps of the lower-slope search on the margins CROWN's slopes leave uncertified
+/// ([`SlopeSearch`]).
+const SLOPE_STEPS: usize = 20;
 
 /// What the local-bounds pass measured at one point (see [`LocalMargins`]).
 #[derive(Clone, Debug)]
@@ -125,7 +129,12 @@ impl<'a> LocalModel<'a> {
             })
             .collect::<Result<Vec<_>, String>>()?;
         let deployment = Deployment { layers, d0: fmt.d0 };
-        let net = LocalNet::new(&subject.net, Some(&fmt.lip_prefix), Some(deployment))?;
+        let search = SlopeSearch {
+            iterations: SLOPE_STEPS,
+            target: fmt.head_margin,
+        };
+        let net = LocalNet::new(&subject.net, Some(&fmt.lip_prefix), Some(deployment))?
+            .with_slope_search(search);
         Ok(LocalModel { net, fmt })
     }
 

@@ -1,0 +1,312 @@
+//! Optimised lower slopes for the final margins (alpha-CROWN, Xu et al. 2021): every lower line
+//! `a z <= max(z, 0)` with `a` in `[0, 1]` is valid, so the slopes of each margin's unstable units
+//! may be chosen to maximise that margin's bound. The search runs in plain float64 (projected
+//! gradient ascent with Adam) on the real network's relaxation; only its result, slopes in
+//! `[0, 1]`, enters the rigorous substitution ([`super::backward::lower_bounds`]), so the search's
+//! own rounding cannot make a bound unsound (docs/soundness.md "Local bounds", L5).
+//!
+//! For fixed slopes and a fixed sign pattern the bound is
+//! `B = cst + Lambda_1 (W_1 x0 + b_1) - eps ||W_1^T Lambda_1^T||`, a minimum over the ball of a
+//! linear function of `x`; its derivative in the slope `a_kj` of hidden unit `j` of layer `k` is
+//! `mu_kj v_kj`, where `mu_k` is the row's coefficient over `h_k` and `v_k` the value of `z_k`
+//! in the relaxed network (lines in place of ReLUs) at the minimiser
+//! `x* = x0 - eps W_1^T Lambda_1^T / ||W_1^T Lambda_1^T||`: one forward pass per step.
+
+use std::cmp::Ordering;
+
+use ndarray::{Array1, Array2, ArrayView1, Axis};
+
+use super::relax::UnitRelaxation;
+use super::LocalNet;
+
+/// Adam's step size on the slopes.
+const STEP: f64 = 0.1;
+/// Adam's decay rates of the first and second moments.
+const DECAY: (f64, f64) = (0.9, 0.999);
+
+/// The relaxed network's state for a block of margin rows at given slopes.
+struct Pass {
+    /// Per row, the (float64, unrounded) bound.
+    bound: Vec<f64>,
+    /// Per hidden layer, the rows' coefficients over its outputs `h_k` (`mu_k`).
+    mu: Vec<Array2<f64>>,
+    /// The rows' coefficients over the first layer's pre-activations.
+    first: Array2<f64>,
+    /// Per row, `||W_1^T Lambda_1^T||`.
+    norm: Vec<f64>,
+}
+
+/// Per hidden layer, slopes for every row of `c` (rows x units; only entries of unstable units
+/// where the row's coefficient is nonnegative are read), found by up to `iterations` steps of
+/// projected gradient ascent from CROWN's adaptive slopes: the best slopes seen per row. `relax`
+/// are the hidden layers' relaxations, `x0` the centre, `eps` the radius; `start` the rows' sound
+/// CROWN bounds and `target` the value they must exceed. The search stops early once every row
+/// is predicted above the target, and gives up (`None`) once a row's progress, extrapolated
+/// generously, cannot reach it (never for an infinite target: then it takes every step); the prediction of a sound bound is the search's own bound less
+/// its excess over the sound one at CROWN's slopes (the deployment's rounding).
+pub(super) fn search(
+    net: &LocalNet,
+    relax: &[Vec<UnitRelaxation>],
+    (c, x0, eps): (&Array2<f64>, ArrayView1<f64>, f64),
+    (start, target): (&[f64], f64),
+    iterations: usize,
+) -> Option<Vec<Array2<f64>>> {
+    let rows = c.nrows();
+    if start.iter().any(|s| !s.is_finite()) {
+        return None;
+    }
+    let mut slopes: Vec<Array2<f64>> = relax
+        .iter()
+        .map(|units| {
+            let lower: Array1<f64> = units.iter().map(crown_slope).collect();
+            let mut a = Array2::zeros((rows, units.len()));
+            a.rows_mut().into_iter().for_each(|mut r| r.assign(&lower));
+            a
+        })
+        .collect();
+    let mut best = slopes.clone();
+    let mut best_bound = vec![f64::NEG_INFINITY; rows];
+    let mut excess = vec![0.0; rows];
+    let mut moments: Vec<(Array2<f64>, Array2<f64>)> = slopes
+        .iter()
+        .map(|a| (Array2::zeros(a.dim()), Array2::zeros(a.dim())))
+        .collect();
+    let centre = net.layers[0].w.dot(&x0);
+    for step in 1..=iterations {
+        let pass = backward(net, relax, c, &slopes, &centre, eps);
+        for r in 0..rows {
+            if step == 1 {
+                excess[r] = (pass.bound[r] - start[r]).max(0.0);
+            }
+            if pass.bound[r].partial_cmp(&best_bound[r]) != Some(Ordering::Greater) {
+                continue;
+            }
+            best_bound[r] = pass.bound[r];
+            for (b, a) in best.iter_mut().zip(&slopes) {
+                b.row_mut(r).assign(&a.row(r));
+            }
+        }
+        let predicted: Vec<f64> = (best_bound.iter().zip(&excess))
+            .map(|(b, e)| b - e)
+            .collect();
+        if (predicted.iter().zip(&excess)).all(|(p, e)| *p > target + 0.1 * e) {
+            break;
+        }
+        let reach = 2.0 * (iterations - step) as f64 / step as f64;
+        let hopeless = (predicted.iter().zip(start)).any(|(p, s)| {
+            let reached = p + (p - s).max(0.0) * reach;
+            matches!(reached.partial_cmp(&target), None | Some(Ordering::Less))
+        });
+        if step >= 5 && hopeless && target.is_finite() {
+            return None;
+        }
+        if step == iterations {
+            break;
+        }
+        let grads = gradients(net, relax, &pass, &slopes, &centre, eps);
+        for ((a, g), (m, v)) in slopes.iter_mut().zip(&grads).zip(&mut moments) {
+            adam_ascent(a, g, m, v, step);
+        }
+    }
+    Some(best)
+}
+
+/// CROWN's adaptive lower slope of a unit (the one the plain substitution uses).
+fn crown_slope(unit: &UnitRelaxation) -> f64 {
+    match *unit {
+        UnitRelaxation::Unstable { lower, .. } => lower,
+        _ => 0.0,
+    }
+}
+
+/// One Adam step of ascent on `a` along `g`, projected onto `[0, 1]`.
+fn adam_ascent(
+    a: &mut Array2<f64>,
+    g: &Array2<f64>,
+    m: &mut Array2<f64>,
+    v: &mut Array2<f64>,
+    step: usize,
+) {
+    let (b1, b2) = DECAY;
+    let c1 = 1.0 - b1.powi(step as i32);
+    let c2 = 1.0 - b2.powi(step as i32);
+    ndarray::Zip::from(a)
+        .and(g)
+        .and(m)
+        .and(v)
+        .for_each(|a, &g, m, v| {
+            *m = b1 * *m + (1.0 - b1) * g;
+            *v = b2 * *v + (1.0 - b2) * g * g;
+            let update = STEP * (*m / c1) / ((*v / c2).sqrt() + 1e-12);
+            *a = (*a + update).clamp(0.0, 1.0);
+        });
+}
+
+/// The backward substitution at the given slopes, in plain float64.
+fn backward(
+    net: &LocalNet,
+    relax: &[Vec<UnitRelaxation>],
+    c: &Array2<f64>,
+    slopes: &[Array2<f64>],
+    centre: &Array1<f64>,
+    eps: f64,
+) -> Pass {
+    let top = net.layers.len() - 1;
+    let mut lam = c.clone();
+    let mut cst = Array1::<f64>::zeros(c.nrows());
+    let mut mu = vec![Array2::zeros((0, 0)); top];
+    for l in (1..=top).rev() {
+        let layer = &net.layers[l];
+        cst += &lam.dot(&layer.b);
+        let m = lam.dot(layer.w);
+        let mut next = m.clone();
+        for ((r, j), v) in next.indexed_iter_mut() {
+            *v = match relax[l - 1][j] {
+                UnitRelaxation::Inactive => 0.0,
+                UnitRelaxation::Active => *v,
+                UnitRelaxation::Unstable { .. } if *v >= 0.0 => slopes[l - 1][[r, j]] * *v,
+                UnitRelaxation::Unstable { slope, offset, .. } => {
+                    cst[r] += *v * offset;
+                    slope * *v
+                }
+            };
+        }
+        mu[l - 1] = m;
+        lam = next;
+    }
+    let first = &net.layers[0];
+    cst += &lam.dot(&(centre + &first.b));
+    let quad = (lam.dot(&net.input_gram) * &lam).sum_axis(Axis(1));
+    let norm: Vec<f64> = quad.iter().map(|q| q.max(0.0).sqrt()).collect();
+    let bound = (cst.iter().zip(&norm)).map(|(c, n)| c - eps * n).collect();
+    Pass {
+        bound,
+        mu,
+        first: lam,
+        norm,
+    }
+}
+
+/// The bound's derivative in every slope (zero where the slope is not read): `mu_kj v_kj`, with
+/// `v` the relaxed network's pre-activations at each row's minimiser (module docs).
+fn gradients(
+    net: &LocalNet,
+    relax: &[Vec<UnitRelaxation>],
+    pass: &Pass,
+    slopes: &[Array2<f64>],
+    centre: &Array1<f64>,
+    eps: f64,
+) -> Vec<Array2<f64>> {
+    // v_1 = W_1 x* + b_1 = W_1 x0 + b_1 - eps G Lambda_1^T / ||W_1^T Lambda_1^T||
+    let mut v = pass.first.dot(&net.input_gram);
+    for (mut row, &n) in v.rows_mut().into_iter().zip(&pass.norm) {
+        let scale = if n > 0.0 { -eps / n } else { 0.0 };
+        row.mapv_inplace(|g| g * scale);
+        row += centre;
+        row += &net.layers[0].b;
+    }
+    let mut grads = Vec::with_capacity(relax.len());
+    for (k, units) in relax.iter().enumerate() {
+        let mu = &pass.mu[k];
+        let mut grad = Array2::zeros(mu.dim());
+        let mut h = Array2::zeros(mu.dim());
+        for ((r, j), g) in grad.indexed_iter_mut() {
+            let (m, z) = (mu[[r, j]], v[[r, j]]);
+            h[[r, j]] = match units[j] {
+                UnitRelaxation::Inactive => 0.0,
+                UnitRelaxation::Active => z,
+                UnitRelaxation::Unstable { .. } if m >= 0.0 => {
+                    *g = m * z;
+                    slopes[k][[r, j]] * z
+                }
+                UnitRelaxation::Unstable { slope, offset, .. } => slope * z + offset,
+            };
+        }
+        grads.push(grad);
+        let next = &net.layers[k + 1];
+        v = h.dot(&next.w.t()) + &next.b;
+    }
+    grads
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arith::format::Format;
+    use crate::onnx::model::{Activation, Dense, DenseNet};
+
+    /// A 3-5-4-3 ReLU network with fixed pseudo-random weights.
+    fn net() -> DenseNet {
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        };
+        let mut layer = |m: usize, n: usize, act| Dense {
+            w: Array2::from_shape_fn((m, n), |_| next()),
+            b: (0..m).map(|_| 0.3 * next()).collect(),
+            act,
+            nodes: vec![],
+            ops: vec![],
+            casts: vec![],
+            affine: None,
+        };
+        DenseNet {
+            layers: vec![
+                layer(5, 3, Activation::Relu),
+                layer(4, 5, Activation::Relu),
+                layer(3, 4, Activation::Identity),
+            ],
+            input_name: "x".into(),
+            input_shape: vec![3],
+            head: vec![],
+            format: Format::Float64,
+            converted_changed: 0,
+            path: "t".into(),
+        }
+    }
+
+    /// The derivative `mu_kj v_kj` (module docs) matches central differences of the bound in
+    /// every slope the substitution reads, at slopes inside `[0, 1]`.
+    #[test]
+    fn gradients_match_finite_differences_of_the_bound() {
+        let dense = net();
+        let local = LocalNet::new(&dense, None, None).unwrap();
+        let x0 = [0.2, -0.4, 0.7];
+        let eps = 0.5;
+        let hidden = local.hidden_bounds(&x0, eps, &[]).unwrap();
+        let unstable: usize = (hidden.relax.iter().flatten())
+            .filter(|u| matches!(u, UnitRelaxation::Unstable { .. }))
+            .count();
+        assert!(unstable >= 3, "{unstable} unstable units");
+        let c = ndarray::array![[1.0, -1.0, 0.0], [1.0, 0.0, -1.0]];
+        let slopes: Vec<Array2<f64>> = (hidden.relax.iter())
+            .map(|units| {
+                Array2::from_shape_fn((2, units.len()), |(r, j)| 0.3 + 0.1 * (r + j) as f64)
+            })
+            .collect();
+        let centre = dense.layers[0].w.dot(&ArrayView1::from(&x0));
+        let pass = backward(&local, &hidden.relax, &c, &slopes, &centre, eps);
+        let grads = gradients(&local, &hidden.relax, &pass, &slopes, &centre, eps);
+        let mut read = 0;
+        for (k, g) in grads.iter().enumerate() {
+            for ((r, j), &d) in g.indexed_iter() {
+                let h = 1e-6;
+                let at = |delta: f64| {
+                    let mut s = slopes.clone();
+                    s[k][[r, j]] += delta;
+                    backward(&local, &hidden.relax, &c, &s, &centre, eps).bound[r]
+                };
+                let numeric = (at(h) - at(-h)) / (2.0 * h);
+                assert!(
+                    (numeric - d).abs() <= 1e-6 * (1.0 + d.abs()),
+                    "layer {k} row {r} unit {j}: {d} vs {numeric}"
+                );
+                read += usize::from(d != 0.0);
+            }
+        }
+        assert!(read >= 2, "{read} slopes read");
+    }
+}
