@@ -414,8 +414,8 @@ fn lazy_curve_counts_equal_the_full_curve() {
         let ran = lazy.reference.as_ref().unwrap().points();
         assert!(ran < lazy.n(), "{format:?}: the reference ran everywhere");
         let (a, b) = (
-            certify_curve(&lazy, &grid, &modes).unwrap(),
-            certify_curve(&full, &grid, &modes).unwrap(),
+            certify_curve(&lazy, &grid, &modes, None).unwrap(),
+            certify_curve(&full, &grid, &modes, None).unwrap(),
         );
         for (ma, mb) in a.modes.iter().zip(&b.modes) {
             assert_eq!(ma.mode, mb.mode);

@@ -283,14 +283,17 @@ fn sharded_local_certificates_merge_and_verify() {
 }
 
 /// A robustness curve over `local`: at every grid radius its counts are those of a run at that
-/// radius, and every point's reported radius is one its certificate holds at.
+/// radius, and every point's reported radius is one its certificate holds at; with its time
+/// budget spent, no point is certified and the outcome says how many were left.
 #[test]
 fn local_curves_match_fixed_radius_runs() {
     use lipfp::policy::CurveGrid;
     let (dir, subject) = fixture_subject("lipfp-local-curve", ReferencePlan::None);
     let texts = ["0.03", "0.1", "0.25"];
-    let curve =
-        run::certify_curve(&subject, &CurveGrid::given(&texts).unwrap(), &[Mode::Local]).unwrap();
+    let grid = CurveGrid::given(&texts).unwrap();
+    let curve = run::certify_curve(&subject, &grid, &[Mode::Local], None).unwrap();
+    assert_eq!(curve.local_over_budget, 0);
+    assert!(curve.budget_note().is_none());
     let local = curve.modes.iter().find(|m| m.mode == Mode::Local).unwrap();
     for (p, text) in local.points.iter().zip(texts) {
         let fixed = run::certify(
@@ -316,5 +319,17 @@ fn local_curves_match_fixed_radius_runs() {
         }
     }
     eprintln!("{:?}", local.points);
+    // a spent budget leaves every point without local bounds: certified nowhere, and said
+    let spent = run::certify_curve(&subject, &grid, &[Mode::Local], Some(0.0)).unwrap();
+    let local = spent.modes.iter().find(|m| m.mode == Mode::Local).unwrap();
+    assert!(
+        local.points.iter().all(|p| p.certified == 0),
+        "{:?}",
+        local.points
+    );
+    assert!(local.radii.iter().all(Option::is_none));
+    assert_eq!(spent.local_over_budget, subject.n());
+    let note = spent.budget_note().expect("a note");
+    assert!(note.contains(&subject.n().to_string()), "{note}");
     std::fs::remove_dir_all(&dir).ok();
 }

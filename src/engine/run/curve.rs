@@ -12,7 +12,7 @@
 use rayon::prelude::*;
 
 use super::certify::centre_of;
-use super::local_curve;
+use super::local_curve::{self, LocalBudget};
 use super::Subject;
 use crate::bounds::certify::{margin_lower, predicted_class, Centre, Certifier, Mode};
 use crate::error::LipfpError;
@@ -68,6 +68,20 @@ pub struct CurveOutcome {
     pub modes: Vec<ModeCurve>,
     /// Seconds spent.
     pub seconds: f64,
+    /// Points the local curve's time budget left without local bounds (never certified there).
+    pub local_over_budget: usize,
+}
+
+impl CurveOutcome {
+    /// The note a report carries when the local curve's time budget ran out.
+    pub fn budget_note(&self) -> Option<String> {
+        (self.local_over_budget > 0).then(|| {
+            format!(
+                "robustness curve: local bounds not computed at {} points within local_budget_s; they are not certified by local at any radius",
+                self.local_over_budget
+            )
+        })
+    }
 }
 
 /// One point's threshold in one mode: certified at `lo` (`None`: not even at 0), not at `hi`.
@@ -247,11 +261,13 @@ pub fn decimal_text(digits: u64, exp: i32) -> String {
     }
 }
 
-/// The curves of `subject` in `modes` (the real ceiling always included) over `grid`.
+/// The curves of `subject` in `modes` (the real ceiling always included) over `grid`; a local
+/// curve's bounds stop after `local_budget_s` seconds.
 pub fn certify_curve(
     subject: &Subject,
     grid: &CurveGrid,
     modes: &[Mode],
+    local_budget_s: Option<f64>,
 ) -> Result<CurveOutcome, LipfpError> {
     let start = std::time::Instant::now();
     let mut all = vec![Mode::Real];
@@ -259,7 +275,7 @@ pub fn certify_curve(
     all.dedup();
     let Ok(mb) = &subject.bounds else {
         let thresholds = vec![vec![Threshold { lo: None, hi: 0.0 }; subject.n()]; all.len()];
-        return finish(subject, grid, &all, thresholds, None, start);
+        return finish(subject, (grid, &all), thresholds, None, start);
     };
     let certifier = Certifier {
         fmt: mb,
@@ -272,17 +288,26 @@ pub fn certify_curve(
             .map(|i| threshold(&certifier, mode, &centre_of(subject, i)))
             .collect()
     };
+    let budget = LocalBudget::new(local_budget_s, subject.n());
     let standard = all.contains(&Mode::Best).then(|| of_mode(Mode::Standard));
     let thresholds: Vec<Vec<Threshold>> = all
         .iter()
         .map(|&mode| match (mode, &standard) {
             (Mode::Standard, Some(std)) => Ok(std.clone()),
             (Mode::Best, Some(std)) => Ok(best_thresholds(subject, &certifier, std)),
-            (Mode::Local, _) => local_curve::thresholds(subject, &certifier),
+            (Mode::Local, _) => local_curve::thresholds(subject, &certifier, &budget),
             _ => Ok(of_mode(mode)),
         })
         .collect::<Result<_, LipfpError>>()?;
-    finish(subject, grid, &all, thresholds, Some(&certifier), start)
+    let mut out = finish(
+        subject,
+        (grid, &all),
+        thresholds,
+        Some((&certifier, &budget)),
+        start,
+    )?;
+    out.local_over_budget = budget.skipped();
+    Ok(out)
 }
 
 /// `best`'s thresholds: searched where the float64 reference ran; elsewhere the standard
@@ -317,19 +342,25 @@ fn best_thresholds(
 /// Counts at every grid radius from the thresholds (certificates run where they decide).
 fn finish(
     subject: &Subject,
-    grid: &CurveGrid,
-    all: &[Mode],
+    (grid, all): (&CurveGrid, &[Mode]),
     thresholds: Vec<Vec<Threshold>>,
-    certifier: Option<&Certifier<'_>>,
+    certifier: Option<(&Certifier<'_>, &LocalBudget)>,
     start: std::time::Instant,
 ) -> Result<CurveOutcome, LipfpError> {
+    let (certifier, budget) = match certifier {
+        Some((c, b)) => (Some(c), Some(b)),
+        None => (None, None),
+    };
     let radii = grid_radii(grid, &thresholds)?;
     let mut modes = Vec::with_capacity(all.len());
     for (&mode, th) in all.iter().zip(&thresholds) {
         // local bounds are computed per radius and need not be monotone in it: every grid
         // radius runs the certificate (local_curve); the others use the brackets
         let verdicts: Vec<Vec<bool>> = match (mode, certifier) {
-            (Mode::Local, Some(c)) => local_curve::grid_points(subject, c, &radii)?,
+            (Mode::Local, Some(c)) => match budget {
+                Some(b) => local_curve::grid_points(subject, c, &radii, b)?,
+                None => vec![vec![false; subject.n()]; radii.len()],
+            },
             (Mode::Local, None) => vec![vec![false; subject.n()]; radii.len()],
             _ => radii
                 .iter()
@@ -369,6 +400,7 @@ fn finish(
     Ok(CurveOutcome {
         modes,
         seconds: start.elapsed().as_secs_f64(),
+        local_over_budget: 0,
     })
 }
 
