@@ -334,9 +334,10 @@ fn plans_combine_as_the_modes_need() {
         ReferencePlan::None
     );
     assert_eq!(best(&r), ReferencePlan::Undecided(vec![r.clone()]));
+    // the automatic grid: the pass plans the radius, the curve the rest
     assert_eq!(
         ReferencePlan::for_run(&[Mode::Best], &r, Some(&CurveGrid::Auto)),
-        ReferencePlan::Every { products: true }
+        ReferencePlan::Undecided(vec![r.clone()])
     );
     // a given grid: undecided at the radius or at any grid radius (each once)
     let grid = CurveGrid::given(&["0.2", "0.1", "0.3"]).unwrap();
@@ -430,4 +431,51 @@ fn lazy_curve_counts_equal_the_full_curve() {
         }
         eprintln!("{format:?}: reference at {ran} of {} points", lazy.n());
     }
+}
+
+/// A curve over `best` on the automatic grid no longer needs the reference everywhere: the pass
+/// plans the certified radius, the curve chooses its grid and runs the reference at the points
+/// one of its radii leaves undecided; its counts equal those of the full pass's curve on the
+/// same radii.
+#[test]
+fn lazy_automatic_curve_counts_equal_the_full_curve_on_its_grid() {
+    use lipfp::engine::run::certify_curve;
+    let r = Radius::parse_decimal("0.1").unwrap();
+    let modes = [Mode::Standard, Mode::Best];
+    let plan = ReferencePlan::for_run(&modes, &r, Some(&CurveGrid::Auto));
+    assert_eq!(plan, ReferencePlan::Undecided(vec![r.clone()]));
+    let format = (Format::Float32, None);
+    let lazy = subject(files("digits"), format, plan);
+    let full = subject(
+        files("digits"),
+        format,
+        ReferencePlan::Every { products: true },
+    );
+    let a = certify_curve(&lazy, &CurveGrid::Auto, &modes, None).unwrap();
+    let ran = lazy.reference.as_ref().unwrap().points() + a.reference_extra;
+    assert!(
+        a.reference_extra > 0,
+        "the grid needed no further reference point"
+    );
+    assert!(
+        ran < lazy.n(),
+        "the reference ran at {ran} of {} points",
+        lazy.n()
+    );
+    let texts: Vec<String> = a.modes[0]
+        .points
+        .iter()
+        .map(|p| p.epsilon.clone())
+        .collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let grid = CurveGrid::given(&texts).unwrap();
+    let b = certify_curve(&full, &grid, &modes, None).unwrap();
+    for (ma, mb) in a.modes.iter().zip(&b.modes) {
+        assert_eq!(ma.mode, mb.mode);
+        assert_eq!(ma.points, mb.points, "{}", ma.mode);
+    }
+    eprintln!(
+        "automatic grid {texts:?}: reference at {ran} of {} points",
+        lazy.n()
+    );
 }

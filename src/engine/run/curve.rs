@@ -11,6 +11,7 @@
 
 use rayon::prelude::*;
 
+use super::best_curve::{best_thresholds, extend_for_grid, Centres};
 use super::certify::centre_of;
 use super::local_curve::{self, LocalBudget};
 use super::Subject;
@@ -70,6 +71,9 @@ pub struct CurveOutcome {
     pub seconds: f64,
     /// Points the local curve's time budget left without local bounds (never certified there).
     pub local_over_budget: usize,
+    /// Points where the curve ran the float64 reference beyond the subject's own pass (for the
+    /// automatic grid over `best`).
+    pub reference_extra: usize,
 }
 
 impl CurveOutcome {
@@ -140,7 +144,7 @@ impl Bracket {
 /// The threshold of one point in `mode`: bracketed from the real-arithmetic radius by doubling
 /// or halving, then narrowed by false position (bisection where a slack is unknown) to a
 /// relative width of [`RELATIVE_WIDTH`]; every `lo` is a radius the certificate holds at.
-fn threshold(certifier: &Certifier<'_>, mode: Mode, c: &Centre<'_>) -> Threshold {
+pub(super) fn threshold(certifier: &Certifier<'_>, mode: Mode, c: &Centre<'_>) -> Threshold {
     let run = |eps: f64| {
         let r = certifier.certify(mode, c, eps);
         (r.verdict.is_ok(), r.slack.filter(|s| !s.is_nan()))
@@ -281,6 +285,7 @@ pub fn certify_curve(
         fmt: mb,
         hi: subject.reference.as_ref().and_then(|r| r.bounds.as_ref()),
     };
+    let mut centres = Centres::new(subject);
     let of_mode = |mode: Mode| -> Vec<Threshold> {
         (0..subject.n())
             .into_par_iter()
@@ -294,49 +299,35 @@ pub fn certify_curve(
         .iter()
         .map(|&mode| match (mode, &standard) {
             (Mode::Standard, Some(std)) => Ok(std.clone()),
-            (Mode::Best, Some(std)) => Ok(best_thresholds(subject, &certifier, std)),
+            (Mode::Best, Some(std)) => Ok(best_thresholds(&centres, &certifier, std)),
             (Mode::Local, _) => local_curve::thresholds(subject, &certifier, &budget),
             _ => Ok(of_mode(mode)),
         })
-        .collect::<Result<_, LipfpError>>()?;
-    let mut out = finish(
-        subject,
-        (grid, &all),
-        thresholds,
-        Some((&certifier, &budget)),
-        start,
-    )?;
-    out.local_over_budget = budget.skipped();
-    Ok(out)
-}
-
-/// `best`'s thresholds: searched where the float64 reference ran; elsewhere the standard
-/// certificate's (`std`). There `best` certifies exactly where standard does and is undecided
-/// (never certified) up to the radius where it is refuted (docs/soundness.md "Lazy float64
-/// reference"), so standard's bracket is `best`'s: `lo` is certified by `best` (which takes every
-/// standard source), and a grid radius inside the bracket is decided by running `best` there.
-fn best_thresholds(
-    subject: &Subject,
-    certifier: &Certifier<'_>,
-    std: &[Threshold],
-) -> Vec<Threshold> {
-    let ran = |i: usize| {
-        subject
-            .reference
-            .as_ref()
-            .is_some_and(|r| r.slot.get(i).copied().flatten().is_some())
+        .collect::<Result<Vec<_>, LipfpError>>()?;
+    // the automatic grid over a lazy reference: choose it, then run the reference where one of
+    // its radii needs it (best_curve)
+    let best = all.iter().position(|&m| m == Mode::Best);
+    let mut extra = 0;
+    let (grid, thresholds) = match (grid, best) {
+        (CurveGrid::Auto, Some(b)) if centres.lazy() => {
+            let radii = auto_grid(&thresholds)?;
+            let ups: Vec<f64> = (radii.iter())
+                .filter_map(|r| match r {
+                    Radius::Uniform { up, .. } => Some(*up),
+                    Radius::PerInstance(_) => None,
+                })
+                .collect();
+            let mut thresholds = thresholds;
+            extra = extend_for_grid(&mut centres, &certifier, &ups, &mut thresholds[b])?;
+            (CurveGrid::Given(radii), thresholds)
+        }
+        _ => (grid.clone(), thresholds),
     };
-    (0..subject.n())
-        .into_par_iter()
-        .with_min_len(64)
-        .map(|i| {
-            if ran(i) {
-                threshold(certifier, Mode::Best, &centre_of(subject, i))
-            } else {
-                std[i]
-            }
-        })
-        .collect()
+    let context = (&certifier, &budget, &centres);
+    let mut out = finish(subject, (&grid, &all), thresholds, Some(context), start)?;
+    out.local_over_budget = budget.skipped();
+    out.reference_extra = extra;
+    Ok(out)
 }
 
 /// Counts at every grid radius from the thresholds (certificates run where they decide).
@@ -344,12 +335,12 @@ fn finish(
     subject: &Subject,
     (grid, all): (&CurveGrid, &[Mode]),
     thresholds: Vec<Vec<Threshold>>,
-    certifier: Option<(&Certifier<'_>, &LocalBudget)>,
+    context: Option<(&Certifier<'_>, &LocalBudget, &Centres<'_>)>,
     start: std::time::Instant,
 ) -> Result<CurveOutcome, LipfpError> {
-    let (certifier, budget) = match certifier {
-        Some((c, b)) => (Some(c), Some(b)),
-        None => (None, None),
+    let (certifier, budget, centres) = match context {
+        Some((c, b, p)) => (Some(c), Some(b), Some(p)),
+        None => (None, None, None),
     };
     let radii = grid_radii(grid, &thresholds)?;
     let mut modes = Vec::with_capacity(all.len());
@@ -372,11 +363,12 @@ fn finish(
                             None => false,
                             Some(lo) if *eps <= lo => true,
                             Some(_) if *eps >= th[i].hi => false,
-                            Some(_) => certifier.is_some_and(|c| {
-                                c.certify(mode, &centre_of(subject, i), *eps)
-                                    .verdict
-                                    .is_ok()
-                            }),
+                            Some(_) => match (certifier, centres) {
+                                (Some(c), Some(p)) => {
+                                    c.certify(mode, &p.at(i), *eps).verdict.is_ok()
+                                }
+                                _ => false,
+                            },
                         })
                         .collect()
                 })
@@ -401,6 +393,7 @@ fn finish(
         modes,
         seconds: start.elapsed().as_secs_f64(),
         local_over_budget: 0,
+        reference_extra: 0,
     })
 }
 

@@ -2,6 +2,7 @@
 //! certificates (parallel) -> per-mode figures. Reporters consume [`CertifyOutcome`]; they never
 //! compute.
 
+mod best_curve;
 mod best_local;
 mod certify;
 mod curve;

@@ -7,7 +7,7 @@ use std::time::Instant;
 use ndarray::{Array2, ArrayView2, Axis};
 
 use super::reference::{AtPoint, ReferenceData, Selection};
-use super::{InputsInfo, Rows, STREAM_ROWS};
+use super::{InputsInfo, Rows, Subject, STREAM_ROWS};
 use crate::arith::execution::ExecutionModel;
 use crate::arith::sound::l2_norm_up;
 use crate::bounds::certify::componentwise::AbsWeights;
@@ -96,18 +96,33 @@ impl Passes {
         norms: &Result<NetworkNorms, String>,
         seconds: f64,
     ) -> ReferenceData {
-        let mut slot = vec![None; self.out.x_norms.len()];
-        for (k, &i) in self.out.hi_points.iter().enumerate() {
+        let n = self.out.x_norms.len();
+        self.out.reference_data(n, (net, norms), seconds)
+    }
+}
+
+impl PassOut {
+    /// Its reference measurements (taken out) over a subject of `n` points.
+    fn reference_data(
+        &mut self,
+        n: usize,
+        (net, norms): (&DenseNet, &Result<NetworkNorms, String>),
+        seconds: f64,
+    ) -> ReferenceData {
+        let mut slot = vec![None; n];
+        for (k, &i) in self.hi_points.iter().enumerate() {
             slot[i] = Some(k);
         }
+        let mut decided = std::mem::take(&mut self.decided);
+        decided.resize(n, None);
         ReferenceData {
             slot,
-            decided: std::mem::take(&mut self.out.decided),
-            logits: std::mem::take(&mut self.out.hi_logits),
-            norms: std::mem::take(&mut self.out.hi_norms),
-            gaps: std::mem::take(&mut self.out.gaps),
-            abs_norms: std::mem::take(&mut self.out.abs_norms),
-            abs_last: std::mem::take(&mut self.out.abs_last),
+            decided,
+            logits: std::mem::take(&mut self.hi_logits),
+            norms: std::mem::take(&mut self.hi_norms),
+            gaps: std::mem::take(&mut self.gaps),
+            abs_norms: std::mem::take(&mut self.abs_norms),
+            abs_last: std::mem::take(&mut self.abs_last),
             bounds: norms.as_ref().ok().map(|n| {
                 let mut b = ModelBounds::new(net, &n.layers, &ExecutionModel::float64_reference());
                 b.use_merged_norms(&n.merged);
@@ -116,6 +131,41 @@ impl Passes {
             seconds,
         }
     }
+}
+
+/// The float64 reference, with the componentwise products, at `points` of `subject` (ascending),
+/// streamed from its inputs: what the forward passes measure at the points they select, over
+/// the subject's points (a robustness curve's automatic grid asks for them after the passes).
+pub(super) fn reference_at(
+    subject: &Subject,
+    points: &[usize],
+) -> Result<ReferenceData, LipfpError> {
+    let t = Instant::now();
+    let net = &subject.net;
+    let exec = Executor::new(net, &subject.execution);
+    let every = Selection::Every(true);
+    let hi = HiPass {
+        exec: Executor::new(net, &ExecutionModel::float64_reference()),
+        abs: Some(AbsWeights::new(net, &subject.execution)),
+        selection: &every,
+    };
+    let dim = subject.inputs.dim;
+    let mut out = PassOut::default();
+    subject.visit_rows(points, |chosen, rows| {
+        let view =
+            ArrayView2::from_shape((chosen.len(), dim), rows).map_err(|e| LipfpError::Data {
+                path: subject.inputs.path.clone(),
+                message: format!("rows for the float64 reference: {e}"),
+            })?;
+        let (_, dep) = exec.forward_block(view, Hidden::Penultimate);
+        let all: Vec<usize> = (0..chosen.len()).collect();
+        let mut block = reference_rows(&hi, view, dep.first(), &all);
+        block.hi_points = chosen.to_vec();
+        out.extend(block);
+        Ok(())
+    })?;
+    let seconds = t.elapsed().as_secs_f64();
+    Ok(out.reference_data(subject.n(), (net, &subject.norms), seconds))
 }
 
 /// Stream `rows` through the deployment execution (and, at the points `reference` selects, the

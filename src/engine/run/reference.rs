@@ -1,10 +1,10 @@
 //! The float64 reference execution: which points it runs on, and what it measured there.
 //!
-//! The pre-deployment modes `hybrid`, `measured` and `float64-centre` read it at every point, as
-//! does a robustness curve over `best` on the automatic grid. At fixed radii (the certified
-//! radius and a curve's given radii), `best` reads it only where the standard certificate does
-//! not decide the point (docs/soundness.md "Lazy float64 reference"), so the pass runs on those
-//! points alone and every figure at those radii stays the one the full pass gives.
+//! The pre-deployment modes `hybrid`, `measured` and `float64-centre` read it at every point. At
+//! fixed radii (the certified radius and a curve's radii), `best` reads it only where the
+//! standard certificate does not decide the point (docs/soundness.md "Lazy float64 reference"),
+//! so the pass runs on those points alone and every figure at those radii stays the one the full
+//! pass gives; a curve on the automatic grid runs it at the further points its grid needs.
 
 use super::certify::point_radii;
 use crate::bounds::certify::modes::Decided;
@@ -31,7 +31,8 @@ impl ReferencePlan {
     /// `curve`'s grid. A curve over `best` with given radii needs the reference only where the
     /// standard certificate leaves one of them undecided (its counts at the grid radii are then
     /// exact; its per-point radii are sound lower bounds, docs/soundness.md "Lazy float64
-    /// reference"); the automatic grid is known only after the thresholds, so it runs everywhere.
+    /// reference"); the automatic grid is known only after the thresholds, so the pass plans the
+    /// certified radius and the curve runs the reference at the points its grid then needs.
     pub fn for_run(modes: &[Mode], radius: &Radius, curve: Option<&CurveGrid>) -> ReferencePlan {
         let best = modes.contains(&Mode::Best);
         if modes
@@ -50,7 +51,9 @@ impl ReferencePlan {
                 radii.extend(grid.iter().filter(|r| *r != radius).cloned());
                 ReferencePlan::Undecided(radii)
             }
-            Some(CurveGrid::Auto) => ReferencePlan::Every { products: true },
+            // the automatic grid is chosen after the thresholds; the curve then runs the
+            // reference where its radii need it (best_curve)
+            Some(CurveGrid::Auto) => ReferencePlan::Undecided(vec![radius.clone()]),
         }
     }
 
