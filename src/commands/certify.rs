@@ -145,7 +145,7 @@ fn attach_curve(
         CurveGrid::parse_list(text).map_err(|m| LipfpError::Usage(format!("--curve: {m}")))?;
     progress.stage("robustness curve");
     let curve = run::certify_curve(subject, &grid, &req.modes, req.local_budget_s)?;
-    gate.notes.extend(curve.budget_note());
+    gate.notes.extend(curve.notes());
     let c = CurveReport::new(&curve, subject.n());
     if let Some(path) = &req.plot {
         let svg = reports::plot::svg(&gate.name, &c, None)?;

@@ -239,7 +239,7 @@ fn evaluate_gate(
         progress.stage(&format!("gate `{}`: robustness curve", g.name));
         let curve = run::certify_curve(subject, grid, &g.modes, g.local_budget_s)
             .map_err(|e| e.to_string())?;
-        gate.notes.extend(curve.budget_note());
+        gate.notes.extend(curve.notes());
         gate.curve = Some(CurveReport::new(&curve, subject.n()));
         gate.baseline_curve = baseline.and_then(|b| b.curve(&g.name, &identity)).cloned();
     }

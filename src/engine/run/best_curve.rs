@@ -4,7 +4,7 @@
 //! is `best`'s there. On given radii the reference pass already ran wherever one of them needs it;
 //! on the automatic grid, which is known only once the thresholds are, the grid is chosen first
 //! and the reference then runs at the points one of its radii leaves undecided
-//! ([`extend_for_grid`]), so no point needs it everywhere.
+//! ([`extend_for_grid`]), so it need not run everywhere.
 
 use rayon::prelude::*;
 
@@ -43,10 +43,10 @@ impl<'a> Centres<'a> {
         c
     }
 
-    /// Whether the reference ran at point `i`.
+    /// Whether the subject's reference pass ran at point `i`.
     fn has_reference(&self, i: usize) -> bool {
         let ran = |r: &ReferenceData| r.slot.get(i).copied().flatten().is_some();
-        self.subject.reference.as_ref().is_some_and(ran) || self.extra.as_ref().is_some_and(ran)
+        self.subject.reference.as_ref().is_some_and(ran)
     }
 
     /// Whether the subject's reference pass ran at a selection of its points only.
@@ -55,7 +55,7 @@ impl<'a> Centres<'a> {
     }
 }
 
-/// `best`'s thresholds: searched where the float64 reference ran; elsewhere the standard
+/// `best`'s thresholds: searched where the subject's float64 reference ran; elsewhere the standard
 /// certificate's (`std`): `lo` is certified by `best` (which takes every standard source), and
 /// a grid radius inside the bracket is decided by running `best` there.
 pub(super) fn best_thresholds(
@@ -77,32 +77,60 @@ pub(super) fn best_thresholds(
 }
 
 /// Runs the float64 reference at every point without it that some radius of `grid` leaves
-/// undecided by the standard certificate, adds it to `centres` and re-searches `best`'s
-/// thresholds there (`best` is replaced). Returns how many points it ran at.
+/// undecided by the standard certificate (thresholds `std`) and adds it to `centres`; returns
+/// how many points it ran at. `best`'s threshold there keeps standard's `lo` (certified, a sound
+/// lower bound on its radius) and its upper end moves to the radius from which `best` is refused
+/// ([`reference_window`]): with the reference `best` may certify past standard, so every grid
+/// radius in between is decided by running `best` there, and the counts are the full pass's.
 pub(super) fn extend_for_grid(
     centres: &mut Centres<'_>,
     certifier: &Certifier<'_>,
     grid: &[f64],
-    best: &mut [Threshold],
+    (std, best): (&[Threshold], &mut [Threshold]),
 ) -> Result<usize, LipfpError> {
     let subject = centres.subject;
-    let needed: Vec<usize> = (0..subject.n())
+    let mut grid = grid.to_vec();
+    grid.sort_by(f64::total_cmp);
+    let (needed, refused): (Vec<usize>, Vec<f64>) = (0..subject.n())
         .into_par_iter()
-        .filter(|&i| {
+        .with_min_len(64)
+        .filter_map(|i| {
             let c = centres.at(i);
-            c.hi.is_none()
-                && (grid.iter()).any(|&eps| certifier.best_without_reference(&c, eps).is_none())
+            let window =
+                c.hi.is_none()
+                    .then(|| reference_window(certifier, &c, &grid, std[i].lo));
+            window.flatten().map(|hi| (i, hi))
         })
-        .collect();
-    if needed.is_empty() {
-        return Ok(0);
+        .unzip();
+    if !needed.is_empty() {
+        centres.extra = Some(reference_at(subject, &needed)?);
     }
-    centres.extra = Some(reference_at(subject, &needed)?);
-    let searched: Vec<Threshold> = (needed.par_iter())
-        .map(|&i| threshold(certifier, Mode::Best, &centres.at(i)))
-        .collect();
-    for (&i, t) in needed.iter().zip(searched) {
-        best[i] = t;
+    for (&i, hi) in needed.iter().zip(refused) {
+        // certified at standard's `lo`; refused from `hi`; in between running `best` decides
+        best[i].hi = hi;
     }
     Ok(needed.len())
+}
+
+/// Where `best` needs the reference at `c` among the ascending radii `grid`: `None` when at none
+/// of them, else the smallest radius from which it is refused without it (infinite when none):
+/// standard certifies at and below its threshold `lo`, and once `best` is refused without the
+/// reference it is at every larger radius too, with it or not (refuted: the bound
+/// `m_hat + E_ctr - L eps - g` only falls as `eps` grows and no source certifies past it;
+/// non-finite logits or a vacuous model at any radius).
+fn reference_window(
+    certifier: &Certifier<'_>,
+    c: &Centre<'_>,
+    grid: &[f64],
+    lo: Option<f64>,
+) -> Option<f64> {
+    let mut needed = false;
+    for &eps in grid.iter().filter(|&&eps| lo.is_none_or(|lo| eps > lo)) {
+        match certifier.best_without_reference(c, eps) {
+            None => needed = true,
+            Some(Ok(())) => {}
+            Some(Err(_)) => return needed.then_some(eps),
+        }
+    }
+    needed.then_some(f64::INFINITY)
 }

@@ -77,18 +77,29 @@ pub struct CurveOutcome {
 }
 
 impl CurveOutcome {
-    /// The note a report carries when the local curve's time budget ran out.
-    pub fn budget_note(&self) -> Option<String> {
-        (self.local_over_budget > 0).then(|| {
-            format!(
+    /// The notes a report carries about how the curve was computed: the float64 reference run
+    /// for the automatic grid, and a spent local budget.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.reference_extra > 0 {
+            notes.push(format!(
+                "robustness curve: the float64 reference ran at {} further points, where the automatic grid's radii left best undecided",
+                self.reference_extra
+            ));
+        }
+        if self.local_over_budget > 0 {
+            notes.push(format!(
                 "robustness curve: local bounds not computed at {} points within local_budget_s; they are not certified by local at any radius",
                 self.local_over_budget
-            )
-        })
+            ));
+        }
+        notes
     }
 }
 
-/// One point's threshold in one mode: certified at `lo` (`None`: not even at 0), not at `hi`.
+/// One point's threshold in one mode: certified at `lo` and below (`None`: not known certified
+/// even at 0), not certified at `hi` and above; a radius in between is decided by running the
+/// certificate there.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Threshold {
     pub(super) lo: Option<f64>,
@@ -295,7 +306,7 @@ pub fn certify_curve(
     };
     let budget = LocalBudget::new(local_budget_s, subject.n());
     let standard = all.contains(&Mode::Best).then(|| of_mode(Mode::Standard));
-    let thresholds: Vec<Vec<Threshold>> = all
+    let mut thresholds: Vec<Vec<Threshold>> = all
         .iter()
         .map(|&mode| match (mode, &standard) {
             (Mode::Standard, Some(std)) => Ok(std.clone()),
@@ -306,10 +317,9 @@ pub fn certify_curve(
         .collect::<Result<Vec<_>, LipfpError>>()?;
     // the automatic grid over a lazy reference: choose it, then run the reference where one of
     // its radii needs it (best_curve)
-    let best = all.iter().position(|&m| m == Mode::Best);
     let mut extra = 0;
-    let (grid, thresholds) = match (grid, best) {
-        (CurveGrid::Auto, Some(b)) if centres.lazy() => {
+    let grid = match grid {
+        CurveGrid::Auto if all.contains(&Mode::Best) && centres.lazy() => {
             let radii = auto_grid(&thresholds)?;
             let ups: Vec<f64> = (radii.iter())
                 .filter_map(|r| match r {
@@ -317,11 +327,14 @@ pub fn certify_curve(
                     Radius::PerInstance(_) => None,
                 })
                 .collect();
-            let mut thresholds = thresholds;
-            extra = extend_for_grid(&mut centres, &certifier, &ups, &mut thresholds[b])?;
-            (CurveGrid::Given(radii), thresholds)
+            let std = standard.as_deref().unwrap_or_default();
+            if let Some(b) = all.iter().position(|&m| m == Mode::Best) {
+                let best = &mut thresholds[b];
+                extra = extend_for_grid(&mut centres, &certifier, &ups, (std, best))?;
+            }
+            CurveGrid::Given(radii)
         }
-        _ => (grid.clone(), thresholds),
+        _ => grid.clone(),
     };
     let context = (&certifier, &budget, &centres);
     let mut out = finish(subject, (&grid, &all), thresholds, Some(context), start)?;
@@ -360,10 +373,9 @@ fn finish(
                         .into_par_iter()
                         .with_min_len(256)
                         .map(|i| match th[i].lo {
-                            None => false,
                             Some(lo) if *eps <= lo => true,
-                            Some(_) if *eps >= th[i].hi => false,
-                            Some(_) => match (certifier, centres) {
+                            _ if *eps >= th[i].hi => false,
+                            _ => match (certifier, centres) {
                                 (Some(c), Some(p)) => {
                                     c.certify(mode, &p.at(i), *eps).verdict.is_ok()
                                 }

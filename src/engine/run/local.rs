@@ -157,8 +157,9 @@ impl<'a> LocalModel<'a> {
 }
 
 impl Subject {
-    /// Streams the subject's inputs once from its file and calls `f` with each block's points
-    /// among `indices` (ascending) and their converted rows, concatenated.
+    /// Streams the subject's inputs once from its file (or from the rows it kept in memory) and
+    /// calls `f` with each block's points among `indices` (ascending) and their converted rows,
+    /// concatenated.
     pub fn visit_rows(
         &self,
         indices: &[usize],
@@ -181,6 +182,23 @@ impl Subject {
             return Ok(());
         }
         let dim = self.inputs.dim;
+        if let Some(kept) = &self.rows {
+            // the same blocks of `block_rows` rows as the file gives
+            let block = block_rows.max(1);
+            for chosen in indices.chunk_by(|a, b| a / block == b / block) {
+                let mut rows = Vec::with_capacity(chosen.len() * dim);
+                for &i in chosen {
+                    let row = kept.row(i).ok_or_else(|| {
+                        LipfpError::data(&self.inputs.path, format!("no input {i} in memory"))
+                    })?;
+                    rows.extend_from_slice(row);
+                }
+                if !f(chosen, &rows)? {
+                    break;
+                }
+            }
+            return Ok(());
+        }
         let mut stream = InputStream::open(
             &self.inputs.path,
             self.inputs.label_column.as_deref(),

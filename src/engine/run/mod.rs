@@ -177,6 +177,9 @@ pub struct Subject {
     /// SHA-256 of the points certified: the inputs converted to the format (float64 bits)
     /// and the labels (see [`TestSetHasher`](crate::engine::digest::TestSetHasher)).
     pub test_set_hash: String,
+    /// The converted input rows of the subject's points, row-major, when they fit in
+    /// [`KEEP_ROWS_BYTES`] (else later passes stream them from the file again).
+    pub rows: Option<KeptRows>,
 }
 
 impl Subject {
@@ -222,11 +225,17 @@ pub use certify::{
 };
 pub use curve::{certify_curve, decimal_text, CurveOutcome, CurvePoint, ModeCurve};
 pub use local::{local_pass, LocalPass};
+pub use passes::KeptRows;
 pub use reference::{ReferenceData, ReferencePlan};
 
 /// Rows read per step when streaming inputs from a file: memory stays bounded by this many
 /// rows of inputs plus the per-point results.
 pub const STREAM_ROWS: usize = 16_384;
+
+/// A subject keeps its converted input rows in memory after the forward passes when they take
+/// at most this many bytes (later passes over chosen points then read no file); larger test sets
+/// stream again.
+pub const KEEP_ROWS_BYTES: usize = 256 << 20;
 
 /// Where input rows come from.
 enum Rows<'a> {
@@ -435,11 +444,14 @@ fn compute(
             (first, info.n, total),
         )
     });
+    let keep_rows = (info.n.checked_mul(info.dim))
+        .and_then(|v| v.checked_mul(std::mem::size_of::<f64>()))
+        .is_some_and(|bytes| bytes <= KEEP_ROWS_BYTES);
     let mut passes = passes::forward_passes(
         &net,
         &execution,
         selection.as_ref(),
-        rows,
+        (rows, keep_rows),
         &mut info,
         labels.as_deref(),
         progress,
@@ -480,6 +492,7 @@ fn compute(
         first,
         total,
         test_set_hash: passes.test_set_hash,
+        rows: passes.rows,
     })
 }
 

@@ -64,12 +64,31 @@ impl PassOut {
     }
 }
 
+/// A subject's converted input rows kept in memory, in the blocks of [`STREAM_ROWS`] rows the
+/// passes read (moved, not copied).
+#[derive(Clone, Debug)]
+pub struct KeptRows {
+    blocks: Vec<Vec<f64>>,
+    dim: usize,
+}
+
+impl KeptRows {
+    /// Row `i` of the subject.
+    pub fn row(&self, i: usize) -> Option<&[f64]> {
+        let block = self.blocks.get(i / STREAM_ROWS)?;
+        let at = (i % STREAM_ROWS) * self.dim;
+        block.get(at..at + self.dim)
+    }
+}
+
 /// The forward passes over all of a subject's points.
 pub(super) struct Passes {
     /// Per-point results.
     pub(super) out: PassOut,
     /// See [`Subject::test_set_hash`](super::Subject::test_set_hash).
     pub(super) test_set_hash: String,
+    /// The converted input rows, when asked to keep them.
+    pub(super) rows: Option<KeptRows>,
     /// Wall seconds of the passes (deployment and float64 together).
     seconds: f64,
 }
@@ -152,16 +171,14 @@ pub(super) fn reference_at(
     let dim = subject.inputs.dim;
     let mut out = PassOut::default();
     subject.visit_rows(points, |chosen, rows| {
-        let view =
-            ArrayView2::from_shape((chosen.len(), dim), rows).map_err(|e| LipfpError::Data {
-                path: subject.inputs.path.clone(),
-                message: format!("rows for the float64 reference: {e}"),
-            })?;
-        let (_, dep) = exec.forward_block(view, Hidden::Penultimate);
-        let all: Vec<usize> = (0..chosen.len()).collect();
-        let mut block = reference_rows(&hi, view, dep.first(), &all);
-        block.hi_points = chosen.to_vec();
-        out.extend(block);
+        let blocks = map_blocks(rows, dim, |at, view| {
+            let (_, dep) = exec.forward_block(view, Hidden::Penultimate);
+            let all: Vec<usize> = (0..view.nrows()).collect();
+            let mut block = reference_rows(&hi, view, dep.first(), &all);
+            block.hi_points = chosen[at..at + view.nrows()].to_vec();
+            block
+        });
+        blocks.into_iter().for_each(|b| out.extend(b));
         Ok(())
     })?;
     let seconds = t.elapsed().as_secs_f64();
@@ -169,13 +186,14 @@ pub(super) fn reference_at(
 }
 
 /// Stream `rows` through the deployment execution (and, at the points `reference` selects, the
-/// float64 one) in parallel blocks, hashing the inputs and `labels` beside them; for streamed
-/// rows, `info.converted_changed` is set from the stream.
+/// float64 one) in parallel blocks, hashing the inputs and `labels` beside them, and with `keep`
+/// keeping the converted rows; for streamed rows, `info.converted_changed` is set from the
+/// stream.
 pub(super) fn forward_passes(
     net: &DenseNet,
     execution: &ExecutionModel,
     reference: Option<&Selection<'_>>,
-    rows: Rows<'_>,
+    (rows, keep): (Rows<'_>, bool),
     info: &mut InputsInfo,
     labels: Option<&[usize]>,
     progress: &Progress,
@@ -202,8 +220,14 @@ pub(super) fn forward_passes(
     let task = progress.task("forward passes", info.n as u64);
     let mut out = PassOut::default();
     let mut hasher = TestSetHasher::new(net.format, info.n, info.dim);
+    let mut kept = keep.then(|| KeptRows {
+        blocks: Vec::new(),
+        dim: info.dim,
+    });
     match rows {
         Rows::Memory(values) => {
+            // rows already in memory were given by the caller: not kept twice
+            kept = None;
             // the (sequential) hash runs beside the (parallel) forward passes
             let ((), o) = rayon::join(
                 || hasher.inputs(values),
@@ -222,6 +246,9 @@ pub(super) fn forward_passes(
                     || pass_rows(&exec, hi_exec.as_ref(), (&block, at), info.dim, &task),
                 );
                 out.extend(o);
+                if let Some(k) = kept.as_mut() {
+                    k.blocks.push(block);
+                }
             }
             info.converted_changed = stream.converted_changed;
         }
@@ -231,6 +258,7 @@ pub(super) fn forward_passes(
     Ok(Passes {
         out,
         test_set_hash,
+        rows: kept,
         seconds: t.elapsed().as_secs_f64(),
     })
 }
