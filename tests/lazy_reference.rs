@@ -184,6 +184,35 @@ fn lazy_best_gives_the_full_verdicts_with_per_instance_radii() {
 /// A test set larger than two read blocks (the digits points repeated), sharded so that the
 /// shard starts mid-file and spans a block boundary, with per-instance radii: the selection's
 /// and the slots' offsets must line up with the radii and the points.
+/// The rows a subject keeps in memory after its forward passes are the ones its file gives
+/// again (over read-block boundaries of a shard), in the same blocks of a chosen stride.
+fn kept_rows_are_the_files(files: &(PathBuf, PathBuf, PathBuf), shard: Shard) {
+    let mut s = shard_subject(
+        files.clone(),
+        (Format::Float32, None),
+        ReferencePlan::None,
+        Some(shard),
+    );
+    assert!(s.rows.is_some(), "a small test set is kept");
+    let picks: Vec<usize> = (0..s.n())
+        .filter(|i| i % 997 == 3 || *i == s.n() - 1)
+        .collect();
+    let collect = |s: &Subject| {
+        let mut seen = Vec::new();
+        s.visit_rows_while(&picks, 700, |chosen, rows| {
+            seen.push((chosen.to_vec(), rows.to_vec()));
+            Ok(true)
+        })
+        .unwrap();
+        seen
+    };
+    let from_memory = collect(&s);
+    s.rows = None;
+    let from_file = collect(&s);
+    assert_eq!(from_memory.len(), from_file.len());
+    assert!(from_memory == from_file, "kept rows differ from the file's");
+}
+
 #[test]
 fn lazy_best_gives_the_full_verdicts_on_a_streamed_shard() {
     let dir = tempfile::tempdir().unwrap();
@@ -213,6 +242,7 @@ fn lazy_best_gives_the_full_verdicts_on_a_streamed_shard() {
         "the shard spans two read blocks"
     );
     let radius = Radius::PerInstance(radii_path);
+    kept_rows_are_the_files(&files, shard);
     let s = lazy_equals_full_on(files, (Format::Float32, None), &radius, Some(shard));
     eprintln!("digits x{total} shard 2/2, per-instance radii: {s:?}");
     assert!(s.reference > 0 && s.certified > 0 && s.refuted > 0, "{s:?}");
