@@ -313,7 +313,12 @@ fn relax_rows(
     let mut offsets_mag = vec![0.0; rows];
     let mut products_mag = vec![0.0; rows];
     let lines = m.rows().into_iter().zip(next.rows_mut());
+    let table = slopes.is_none().then(|| LineTable::new(relax, mag));
     for (r, (m_row, mut out)) in lines.enumerate() {
+        if let (Some(t), Some(m_row), Some(out)) = (&table, m_row.as_slice(), out.as_slice_mut()) {
+            [offsets[r], offsets_mag[r], products_mag[r]] = t.apply(m_row, out);
+            continue;
+        }
         let lower_slopes = slopes.map(|s| s.row(r));
         let (mut offset_sum, mut offset_mag, mut product_mag) = (0.0, 0.0, 0.0);
         let units = m_row.iter().zip(out.iter_mut()).zip(relax).zip(mag);
@@ -355,6 +360,85 @@ fn relax_rows(
         )
     }));
     next
+}
+
+/// Every unit's lines as arrays, for rows relaxed with CROWN's slopes ([`relax_rows`] without
+/// searched slopes): per unit the lower and upper slopes, the upper offset, and the fractional
+/// upper slope times `|z_j|max` (0 where the product is exact: stable units, and the lower slopes
+/// 0 or 1).
+struct LineTable {
+    lower: Vec<f64>,
+    upper: Vec<f64>,
+    offset: Vec<f64>,
+    inexact: Vec<f64>,
+}
+
+impl LineTable {
+    fn new(relax: &[UnitRelaxation], mag: &[f64]) -> Self {
+        let n = relax.len();
+        let mut t = LineTable {
+            lower: Vec::with_capacity(n),
+            upper: Vec::with_capacity(n),
+            offset: Vec::with_capacity(n),
+            inexact: Vec::with_capacity(n),
+        };
+        for (unit, &z_mag) in relax.iter().zip(mag) {
+            let (lo, up, off, inexact) = match *unit {
+                UnitRelaxation::Inactive => (0.0, 0.0, 0.0, 0.0),
+                UnitRelaxation::Active => (1.0, 1.0, 0.0, 0.0),
+                UnitRelaxation::Unstable {
+                    lower,
+                    slope,
+                    offset,
+                } => (lower, slope, offset, slope * z_mag),
+            };
+            t.lower.push(lo);
+            t.upper.push(up);
+            t.offset.push(off);
+            t.inexact.push(inexact);
+        }
+        t
+    }
+
+    /// Relaxes one row `m` into `out`: the lower slope where `m_j >= 0`, the upper line where
+    /// `m_j < 0`; returns `[sum m_j t_j, sum |m_j| t_j, sum |m_j| s_j |z_j|max]` over the
+    /// upper lines (float64 sums in four interleaved partial sums, any order being covered).
+    fn apply(&self, m: &[f64], out: &mut [f64]) -> [f64; 3] {
+        const LANES: usize = 4;
+        let n = m.len().min(out.len()).min(self.lower.len());
+        let (m, out) = (&m[..n], &mut out[..n]);
+        let (lower, upper) = (&self.lower[..n], &self.upper[..n]);
+        let (offset, inexact) = (&self.offset[..n], &self.inexact[..n]);
+        let mut acc = [[0.0; LANES]; 3];
+        let line = |v: f64, k: usize| {
+            let neg = v < 0.0;
+            let slope = if neg { upper[k] } else { lower[k] };
+            let back = if neg { -v } else { 0.0 };
+            (v * slope, back * offset[k], back * inexact[k])
+        };
+        let whole = n - n % LANES;
+        for (c, (m, out)) in (m[..whole].chunks_exact(LANES))
+            .zip(out[..whole].chunks_exact_mut(LANES))
+            .enumerate()
+        {
+            for t in 0..LANES {
+                let (value, off, inx) = line(m[t], c * LANES + t);
+                out[t] = value;
+                acc[0][t] -= off;
+                acc[1][t] += off;
+                acc[2][t] += inx;
+            }
+        }
+        let mut sums = acc.map(|lanes| lanes.iter().sum::<f64>());
+        for k in whole..n {
+            let (value, off, inx) = line(m[k], k);
+            out[k] = value;
+            sums[0] -= off;
+            sums[1] += off;
+            sums[2] += inx;
+        }
+        sums
+    }
 }
 
 /// At the input, for `Lambda z_1(x) = M x + Lambda b_1` with `M = Lambda W_1` (never formed):
@@ -423,4 +507,59 @@ fn concretise(
         })
         .map(|v| if v.is_nan() { f64::NEG_INFINITY } else { v })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bounds::local::relax::relax_unit;
+
+    /// The table path of `relax_rows` (CROWN's slopes) gives the coefficients, constants and
+    /// error bounds of the general path given the same slopes explicitly.
+    #[test]
+    fn line_table_matches_the_general_relaxation() {
+        let bounds = [
+            (-1.0, 2.0),
+            (-3.0, 0.5),
+            (0.2, 1.0),
+            (-2.0, -0.1),
+            (-0.7, 0.7),
+            (-1e-3, 4.0),
+        ];
+        let relax: Vec<UnitRelaxation> = bounds
+            .iter()
+            .map(|&(l, u)| relax_unit(l, u).unwrap())
+            .collect();
+        let mag: Vec<f64> = bounds
+            .iter()
+            .map(|&(l, u): &(f64, f64)| l.abs().max(u.abs()))
+            .collect();
+        let m = Array2::from_shape_fn((5, relax.len()), |(r, j)| {
+            ((r * 7 + j * 3) % 11) as f64 / 3.0 - 1.7
+        });
+        let crown = Array2::from_shape_fn(m.dim(), |(_, j)| match relax[j] {
+            UnitRelaxation::Unstable { lower, .. } => lower,
+            _ => 0.0,
+        });
+        let run = |slopes: Option<&Array2<f64>>| {
+            let mut carried = Carried {
+                cst: vec![0.0; m.nrows()],
+                err: vec![0.0; m.nrows()],
+                terms: 0,
+            };
+            let next = relax_rows(&m, (&relax, slopes), &mag, &mut carried);
+            (next, carried.cst, carried.err)
+        };
+        let (table, general) = (run(None), run(Some(&crown)));
+        assert_eq!(table.0, general.0);
+        for (a, b) in table
+            .1
+            .iter()
+            .zip(&general.1)
+            .chain(table.2.iter().zip(&general.2))
+        {
+            assert!((a - b).abs() <= 1e-15 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+        assert!(table.1.iter().any(|c| *c != 0.0), "no upper line was used");
+    }
 }
