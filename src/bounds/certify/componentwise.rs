@@ -153,23 +153,16 @@ mod tests {
     use rug::Rational;
 
     fn net(w: Array2<f64>) -> DenseNet {
-        DenseNet {
-            layers: vec![Dense {
-                b: vec![0.0; w.nrows()],
-                w,
-                act: Activation::Identity,
-                nodes: vec![],
-                ops: vec![],
-                casts: vec![],
-                affine: None,
-            }],
-            input_name: "x".into(),
-            input_shape: vec![3],
-            head: vec![],
-            format: Format::Float64,
-            converted_changed: 0,
-            path: "t".into(),
-        }
+        let layer = Dense {
+            b: vec![0.0; w.nrows()],
+            w,
+            act: Activation::Identity,
+            nodes: vec![],
+            ops: vec![],
+            casts: vec![],
+            affine: None,
+        };
+        DenseNet::of_layers(vec![layer], Format::Float64)
     }
 
     /// `|W| |x|` bounds the exact products from above, and `|| |W| |x| ||` the exact norm.

@@ -528,15 +528,7 @@ mod tests {
             casts: Vec::new(),
             affine: None,
         };
-        let net = DenseNet {
-            layers: (0..3).map(layer).collect(),
-            input_name: "x".into(),
-            input_shape: vec![2],
-            head: Vec::new(),
-            format: Format::Float32,
-            converted_changed: 0,
-            path: "three.onnx".into(),
-        };
+        let net = DenseNet::of_layers((0..3).map(layer).collect(), Format::Float32);
         // distinct bounds per layer (each above the true norm 2), so that a prefix reading
         // the wrong layer's norm shows
         let norms = [2.0, 3.0, 5.0]

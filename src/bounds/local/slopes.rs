@@ -253,19 +253,12 @@ mod tests {
             casts: vec![],
             affine: None,
         };
-        DenseNet {
-            layers: vec![
-                layer(5, 3, Activation::Relu),
-                layer(4, 5, Activation::Relu),
-                layer(3, 4, Activation::Identity),
-            ],
-            input_name: "x".into(),
-            input_shape: vec![3],
-            head: vec![],
-            format: Format::Float64,
-            converted_changed: 0,
-            path: "t".into(),
-        }
+        let layers = vec![
+            layer(5, 3, Activation::Relu),
+            layer(4, 5, Activation::Relu),
+            layer(3, 4, Activation::Identity),
+        ];
+        DenseNet::of_layers(layers, Format::Float64)
     }
 
     /// The derivative `mu_kj v_kj` (module docs) matches central differences of the bound in

@@ -171,6 +171,24 @@ pub struct DenseNet {
     pub path: PathBuf,
 }
 
+#[cfg(test)]
+impl DenseNet {
+    /// A network of `layers` in `format` for unit tests: graph input `x` of the first layer's
+    /// width, no head, no model file.
+    pub(crate) fn of_layers(layers: Vec<Dense>, format: Format) -> DenseNet {
+        let width = layers.first().map_or(0, |l| l.w.ncols());
+        DenseNet {
+            layers,
+            input_name: "x".into(),
+            input_shape: vec![width],
+            head: Vec::new(),
+            format,
+            converted_changed: 0,
+            path: "test.onnx".into(),
+        }
+    }
+}
+
 impl DenseNet {
     /// Read the outputs by their smallest (`decision = "argmin"`): negate the output layer's weights and bias
     /// (exact). Floating-point rounding is symmetric (`fl(-a) = -fl(a)`, in every summation
