@@ -9,8 +9,8 @@
 use rayon::prelude::*;
 
 use super::certify::centre_of;
-use super::curve::{threshold, Threshold};
 use super::passes::reference_at;
+use super::threshold::{threshold, Threshold};
 use super::{ReferenceData, Subject};
 use crate::bounds::certify::{Centre, Certifier, Mode};
 use crate::error::LipfpError;

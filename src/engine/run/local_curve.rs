@@ -12,8 +12,8 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::certify::centre_of;
-use super::curve::{guess, threshold_by, Threshold};
 use super::local::LocalModel;
+use super::threshold::{guess, threshold_by, Threshold};
 use super::Subject;
 use crate::bounds::certify::{Certifier, Mode};
 use crate::error::LipfpError;

@@ -10,6 +10,7 @@ mod local;
 mod local_curve;
 mod passes;
 mod reference;
+mod threshold;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
