@@ -8,7 +8,7 @@ mod common;
 
 use common::exact_points::{cases, points, PCase, Point};
 use lipfp::bounds::certify::{
-    Centre, Certifier, Decided, HiCentre, LocalMargins, Mode, PointResult, Refusal,
+    Centre, Certifier, Decided, LocalMargins, Mode, PointResult, Refusal,
 };
 
 /// `mode` at `p` with radius `eps`: with the test's float64 reference when `reference`, the
@@ -20,13 +20,7 @@ fn run(
     (reference, decided, local): (bool, Option<Decided>, Option<LocalMargins<'_>>),
     x_norm: f64,
 ) -> PointResult {
-    let hi = HiCentre {
-        logits: &p.hi_logits,
-        gap: p.gap,
-        norms: &p.hi_norms,
-        abs_norms: &p.abs_norms,
-        abs_last: &p.abs_last,
-    };
+    let hi = p.hi();
     let centre = Centre {
         logits: &p.logits,
         x_norm,

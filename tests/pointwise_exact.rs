@@ -53,7 +53,7 @@ use common::exact_bounds::*;
 use common::exact_points::*;
 use lipfp::arith::format::Format;
 use lipfp::bounds::certify::componentwise::{self, AbsWeights};
-use lipfp::bounds::certify::{HiCentre, Mode, PointResult, Refusal};
+use lipfp::bounds::certify::{Mode, PointResult, Refusal};
 use lipfp::onnx::model::DenseNet;
 use ndarray::Array2;
 use rug::Rational;
@@ -558,13 +558,7 @@ fn componentwise_chain_and_pair_error_are_tight_upper_bounds() {
                 check_upper(&format!("{w} D"), dhi[l], &dh[l]);
             }
             let dhi_iv: Vec<Iv> = dhi.iter().map(|&d| Iv::of(d)).collect();
-            let hi = HiCentre {
-                logits: &p.hi_logits,
-                gap: p.gap,
-                norms: &p.hi_norms,
-                abs_norms: &p.abs_norms,
-                abs_last: &p.abs_last,
-            };
+            let hi = p.hi();
             for eps in radii(&c, p) {
                 let w = format!("{} point {k} eps={eps:e}", c.label);
                 let (d, rho) = componentwise::chain(&c.mb, p.x_norm, &hi, &dhi, eps);

@@ -261,6 +261,19 @@ pub fn point(net: &DenseNet, k: usize) -> Point {
     }
 }
 
+impl Point {
+    /// What the float64 reference measured at the point, as the certificates read it.
+    pub fn hi(&self) -> HiCentre<'_> {
+        HiCentre {
+            logits: &self.hi_logits,
+            gap: self.gap,
+            norms: &self.hi_norms,
+            abs_norms: &self.abs_norms,
+            abs_last: &self.abs_last,
+        }
+    }
+}
+
 pub fn points(net: &DenseNet) -> Vec<Point> {
     (0..5).map(|k| point(net, k)).collect()
 }
@@ -269,11 +282,8 @@ pub fn points(net: &DenseNet) -> Vec<Point> {
 /// `abs_norms` as the componentwise layer products.
 pub fn certify(c: &PCase, p: &Point, mode: Mode, eps: f64, abs_norms: &[f64]) -> PointResult {
     let hi = HiCentre {
-        logits: &p.hi_logits,
-        gap: p.gap,
-        norms: &p.hi_norms,
         abs_norms,
-        abs_last: &p.abs_last,
+        ..p.hi()
     };
     let centre = Centre {
         logits: &p.logits,
