@@ -505,6 +505,16 @@ pub fn net_c(f: Format) -> DenseNet {
     )
 }
 
+/// Net D: 5 -> 3, no hidden layer (the only layer is both first and last).
+pub fn net_d(f: Format) -> DenseNet {
+    generated(f, &[5, 3], &[1.0], &[&[0.25, -0.5, 0.125]])
+}
+
+/// Net E: 3 -> 1 -> 2, a hidden layer of width 1.
+pub fn net_e(f: Format) -> DenseNet {
+    generated(f, &[3, 1, 2], &[1.0, 1.0], &[&[0.3], &[0.1, -0.2]])
+}
+
 /// Frobenius norm (round to nearest; only used to choose valid norm bounds with some room).
 pub fn frob(w: &Array2<f64>) -> f64 {
     w.iter().map(|x| x * x).sum::<f64>().sqrt()

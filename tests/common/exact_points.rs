@@ -44,6 +44,8 @@ pub fn cases() -> Vec<PCase> {
                 ("A 3-4-2", net_a(format), true),
                 ("B 4-5-5-3 softmax", b, false),
                 ("C 2-3-3", net_c(format), false),
+                ("D 5-3 no hidden layer", net_d(format), false),
+                ("E 3-1-2 width 1", net_e(format), false),
             ] {
                 let norms: Vec<LayerNorms> = norms_for(&net, dyadic);
                 let exec = ExecutionModel::deployed(format, None, ftz).unwrap();
@@ -238,10 +240,12 @@ pub fn point(net: &DenseNet, k: usize) -> Point {
             abs_last = u.iter().map(up).collect();
         }
     }
+    // the last layer's input: the input itself when there is no hidden layer
+    let hi_penultimate = depth.checked_sub(2).map_or(&x, |l| &hi_hidden[l]);
     let gap = sqrt_up(sum_sq_q(
         penultimate
             .iter()
-            .zip(&hi_hidden[depth - 2])
+            .zip(hi_penultimate)
             .map(|(&a, &b)| q(a) - q(b)),
     ));
     Point {

@@ -183,6 +183,10 @@ pub fn nets() -> Vec<(String, DenseNet)> {
             "4-6-6-6-4 wide".into(),
             random_net(&[4, 6, 6, 6, 4], 4, 3.0),
         ),
+        // degenerate shapes: no hidden layer (the first layer is also the last), width 1
+        ("5-3 no hidden layer".into(), random_net(&[5, 3], 5, 1.0)),
+        ("4-2 no hidden layer".into(), random_net(&[4, 2], 6, 2.0)),
+        ("3-1-3 width 1".into(), random_net(&[3, 1, 3], 7, 1.5)),
     ]
 }
 

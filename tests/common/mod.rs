@@ -4,6 +4,7 @@ pub mod affine;
 pub mod affine_nets;
 pub mod ball;
 pub mod classifiers;
+pub mod emulated;
 pub mod exact;
 pub mod exact_bounds;
 pub mod exact_points;

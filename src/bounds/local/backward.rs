@@ -49,11 +49,14 @@ impl Carried {
 /// Lower bounds on the rows of `C z_k(x)` for every `x` with `||x - x0||_2 <= eps`, given
 /// bounds `pre[l]` on the pre-activations of the hidden layers `l < k` over the ball and their
 /// relaxations `relax[l]` (with per-row lower slopes `slopes[l]` where given). For the deployed
-/// execution, `errors[l]` (`l <= k`) bounds its rounding error `e_l` componentwise and a row over
-/// `z_l` picks up `-|Lambda| errors[l]` ([`super::deployed`]); with `linear`, the rounding of the
-/// layers above the first enters as a linear term in their inputs instead
-/// ([`substitute_deployed`]: tighter, one more matrix product per layer). The real network has
-/// none. Each result rounds down; NaN where a value was not finite.
+/// execution, every layer `l <= k` has its rounding error `e_l` charged exactly once: the first
+/// layer's (its input is the ball) always as `-|Lambda| eps_1` with `eps_1` recomputed over the
+/// ball ([`LayerErrorModel::input_errors`]), so that a network without a hidden layer (`k = 0`,
+/// the first layer also the last) is charged too; a layer `1 <= l <= k` either as
+/// `-|Lambda| errors[l]` ([`super::deployed`]) or, with `linear`, as a linear term in its inputs
+/// ([`substitute_deployed`]: tighter, one more matrix product per layer). A layer above the first
+/// without `errors[l]` and without `linear` gets no bound (NaN). The real network has none. Each
+/// result rounds down; NaN where a value was not finite.
 pub(super) fn lower_bounds(
     net: &LocalNet,
     k: usize,
@@ -74,22 +77,27 @@ pub(super) fn lower_bounds(
         let layer = &net.layers[l];
         // the inputs of layer l are ReLU outputs, bounded by max(hi, 0)
         let input_mag: Array1<f64> = pre[l - 1].hi.iter().map(|h| h.max(0.0)).collect();
-        let m = match &layer.rounding {
-            Some(model) if linear => {
+        let m = match (&layer.rounding, linear) {
+            (Some(model), true) => {
                 substitute_deployed(layer, model, &lam, &input_mag, &mut carried)
             }
-            _ => {
-                if let Some(e) = errors.get(l).filter(|e| !e.is_empty()) {
-                    add_unit_errors(&lam, e, &mut carried);
-                }
+            (Some(_), false) => {
+                // a deployed layer's rounding must be charged: without its bound, no bound
+                let Some(e) = errors.get(l).filter(|e| e.len() == layer.w.nrows()) else {
+                    return vec![f64::NAN; rows];
+                };
+                add_unit_errors(&lam, e, &mut carried);
                 substitute_layer(layer, &lam, &input_mag, &mut carried)
             }
+            (None, _) => substitute_layer(layer, &lam, &input_mag, &mut carried),
         };
         let lines = (&relax[l - 1][..], slopes.map(|s| &s[l - 1]));
         lam = relax_rows(&m, lines, &pre[l - 1].magnitude(), &mut carried);
     }
-    if let Some(e) = errors.first().filter(|e| !e.is_empty()) {
-        add_unit_errors(&lam, e, &mut carried);
+    if let Some(model) = &net.layers[0].rounding {
+        // the first layer's rounding over the ball, charged here for every `k`: with no hidden
+        // layer (`k = 0`) the loop above is empty and this is the only layer's rounding
+        add_unit_errors(&lam, &model.input_errors(x0, eps), &mut carried);
     }
     concretise(net, &lam, carried, x0, eps)
 }
