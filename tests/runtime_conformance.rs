@@ -19,12 +19,11 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::ball::{attack_sample, check_deviation, random_samples, Figures};
+use common::bundles::{gpu_bundle, write_bundle};
 use common::emulated::{half_executions, openvino_executions, tf32_executions};
 use common::exact::ExactNet;
 use common::onnx_builder::*;
-use common::runtime::{
-    argmax, example, export_float16, python, read_f64_npy, read_inputs, script, write_npy,
-};
+use common::runtime::{argmax, example, export_float16, python, read_f64_npy, read_inputs, script};
 use half::f16;
 use lipfp::arith::execution::Gpu;
 use lipfp::arith::format::Format;
@@ -34,7 +33,6 @@ use lipfp::bounds::certify::Mode;
 use lipfp::engine::run::{self, ReferencePlan, Subject, SubjectSpec};
 use lipfp::onnx::reader::proto::tensor_proto::DataType;
 use lipfp::policy::Radius;
-use rug::Rational;
 use serde_json::{json, Value};
 
 /// One model, runtime and set of emulated executions to check.
@@ -80,33 +78,6 @@ fn certify(t: &Target, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
     )
 }
 
-/// Write the network and `rows` (storage values) as a bundle directory.
-fn write_bundle(dir: &Path, subject: &Subject, rows: &[f64]) {
-    std::fs::create_dir_all(dir).unwrap();
-    let net = &subject.net;
-    assert!(
-        net.layers.iter().all(|l| l.affine.is_none()),
-        "the emulators run dense chains only"
-    );
-    for (l, layer) in net.layers.iter().enumerate() {
-        let (m, n) = (layer.m() as u64, layer.n() as u64);
-        write_npy(
-            &dir.join(format!("W{l}.npy")),
-            &[m, n],
-            &layer.w.iter().copied().collect::<Vec<_>>(),
-        );
-        write_npy(&dir.join(format!("b{l}.npy")), &[m], &layer.b);
-    }
-    let dim = net.input_dim();
-    write_npy(
-        &dir.join("x.npy"),
-        &[(rows.len() / dim) as u64, dim as u64],
-        rows,
-    );
-    let meta = json!({"layers": net.layers.len(), "storage": net.format.name()});
-    std::fs::write(dir.join("meta.json"), meta.to_string()).unwrap();
-}
-
 /// The logits of every execution at `rows`: `[execution][row * classes + class]`.
 fn emulate(
     python: &Path,
@@ -115,7 +86,7 @@ fn emulate(
     rows: &[f64],
     executions: &[Value],
 ) -> Vec<Vec<f64>> {
-    write_bundle(dir, subject, rows);
+    write_bundle(dir, &subject.net, rows);
     let spec = dir.join("executions.json");
     std::fs::write(&spec, Value::Array(executions.to_vec()).to_string()).unwrap();
     let out = dir.join("logits.npy");
@@ -229,10 +200,10 @@ fn check_target(python: &Path, t: Target) -> Figures {
             let certified_rows = &rows[..cls.len() * dim];
             gpu_bundle(
                 &Path::new(&out).join(&t.name),
-                &subject,
+                (&t.name, &subject),
                 certified_rows,
                 &cls,
-                &t,
+                &t.runtime,
             );
         }
     }
@@ -261,56 +232,6 @@ fn check_target(python: &Path, t: Target) -> Figures {
         t.name
     );
     fig
-}
-
-/// A bundle for the GPU script: the rows, their classes, the exact margins `m_{c j}` (nearest
-/// `f64`) and lipfp's bounds on `|m_hat_{cj} - m_{cj}|` (`-1` where lipfp claims nothing).
-fn gpu_bundle(dir: &Path, subject: &Subject, rows: &[f64], cls: &[usize], t: &Target) {
-    write_bundle(dir, subject, rows);
-    let bounds = subject.bounds.as_ref().unwrap();
-    let (dim, classes) = (subject.net.input_dim(), subject.net.classes());
-    let exact = ExactNet::new(&subject.net);
-    let (mut margin, mut bound) = (Vec::new(), Vec::new());
-    for (r, &c) in cls.iter().enumerate() {
-        let p = &rows[r * dim..(r + 1) * dim];
-        let ex = exact.logits(p);
-        let norm = l2_norm_up(p.iter().copied());
-        for j in 0..classes {
-            margin.push(Rational::from(&ex[c] - &ex[j]).to_f64());
-            bound.push(if j == c {
-                0.0
-            } else {
-                bounds.margin_deviation(norm, c, j).unwrap_or(-1.0)
-            });
-        }
-    }
-    let shape = [cls.len() as u64, classes as u64];
-    write_npy(&dir.join("margin.npy"), &shape, &margin);
-    write_npy(&dir.join("bound.npy"), &shape, &bound);
-    let c: Vec<i64> = cls.iter().map(|&c| c as i64).collect();
-    write_npy(&dir.join("cls.npy"), &[c.len() as u64], &c);
-    let settings = torch_settings(&t.runtime, subject.net.format);
-    let meta = json!({"name": t.name, "layers": subject.net.layers.len(),
-        "storage": subject.net.format.name(), "runtime": t.runtime.runtime.name(),
-        "torch_settings": settings});
-    std::fs::write(dir.join("meta.json"), meta.to_string()).unwrap();
-}
-
-/// The PyTorch settings a certificate for `r` covers (the GPU script runs each).
-fn torch_settings(r: &RuntimeChoice, storage: Format) -> Vec<Value> {
-    let tf32_on = storage == Format::Float32 && r.tf32.unwrap_or(r.runtime != Runtime::PytorchCuda);
-    let rpr_on = r.reduced_precision_reduction.unwrap_or(true);
-    let mut out = Vec::new();
-    for tf32 in [false, true].into_iter().filter(|&t| !t || tf32_on) {
-        for rpr in [false, true].into_iter().filter(|&p| !p || rpr_on) {
-            for bias in ["addmm", "matmul_add"] {
-                out.push(json!({"name": format!("tf32={tf32} rpr={rpr} {bias}"), "tf32": tf32,
-                    "fp16_reduced_precision_reduction": rpr, "bf16_reduced_precision_reduction": rpr,
-                    "bias": bias}));
-            }
-        }
-    }
-    out
 }
 
 fn choice(runtime: Runtime, gpu: Option<Gpu>) -> RuntimeChoice {

@@ -3,6 +3,7 @@
 pub mod affine;
 pub mod affine_nets;
 pub mod ball;
+pub mod bundles;
 pub mod classifiers;
 pub mod emulated;
 pub mod exact;
@@ -12,3 +13,4 @@ pub mod local_nets;
 pub mod mermaid;
 pub mod onnx_builder;
 pub mod runtime;
+pub mod shape_family;
