@@ -367,3 +367,50 @@ fn without_rounding_the_deployed_bounds_are_the_real_networks() {
         }
     }
 }
+
+#[test]
+fn a_deeper_layers_lipschitz_source_is_widened_by_the_deviation_chain_only() {
+    // 2 -> 2 -> 1 -> 2 with every unit on over the ball; the second layer's pre-activation
+    // z_2 = [1, 1] relu(W_1 x + 8) has its tightest bound from the Lipschitz source,
+    // z_2(x0) -+ (||w_2|| ||W_1|| eps + D), D the chain's deviation: the first layer's own
+    // flushed-input and rounding widening (`eps_1 + D_0 ||W_{1,j}||`) must not be added to it
+    let w1 = ndarray::Array2::from_shape_vec((2, 2), vec![1.0, 1.0, 1.0, -1.0]).unwrap();
+    let w2 = ndarray::Array2::from_shape_vec((1, 2), vec![1.0, 1.0]).unwrap();
+    let w3 = ndarray::Array2::from_shape_vec((2, 1), vec![1.0, -1.0]).unwrap();
+    let n = net(
+        Format::Float32,
+        vec![w1, w2, w3],
+        vec![vec![8.0, 8.0], vec![0.0], vec![0.0, 0.0]],
+    );
+    let r = LayerRounding {
+        rel_w: 2f64.powi(-10),
+        rel_b: 2f64.powi(-11),
+        abs: 2f64.powi(-20),
+    };
+    let dep = Deployment {
+        layers: n.layers.iter().map(|l| (r, l.w.mapv(f64::abs))).collect(),
+        d0: 2f64.powi(-12),
+    };
+    let sqrt2 = 2f64.sqrt().next_up();
+    let prefix = [1.0, sqrt2, sqrt2 * sqrt2 * 2.0];
+    let local = LocalNet::new(&n, Some(&prefix), Some(dep)).unwrap();
+    let (eps, chain) = (0.1, 1e-3);
+    let x0 = [0.25, -0.5];
+    let hidden = local.hidden_bounds(&x0, eps, &[0.0, chain]).unwrap();
+    let b = &hidden.pre[1];
+    let lipschitz = 2.0 * eps + chain;
+    let width = b.hi[0] - b.lo[0];
+    assert!(
+        width <= 2.0 * lipschitz * (1.0 + 1e-9),
+        "width {width} beyond the Lipschitz source's {}",
+        2.0 * lipschitz
+    );
+    // and it is the Lipschitz source, not interval propagation (which is wider here)
+    let interval = 2.0 * (2.0 * sqrt2 * eps);
+    assert!(width < interval, "{width} {interval}");
+    // z_2(x0) = 7.75 + 8.75, and every point of the ball is within 2 eps of it
+    assert!(
+        b.lo[0] <= 16.5 - 2.0 * eps && b.hi[0] >= 16.5 + 2.0 * eps,
+        "{b:?}"
+    );
+}

@@ -281,3 +281,30 @@ fn local_bounds_are_as_tight_as_crown() {
     );
     assert!(total >= 0.0, "lipfp's margins sum {total} below CROWN's");
 }
+
+#[test]
+fn a_ball_without_finite_hidden_bounds_decides_nothing() {
+    // the refusal path: where a hidden layer's bounds are not finite (an infinite radius), no
+    // margin is bounded: `-inf` for every other class, `+inf` for the class itself
+    for (name, net) in nets().into_iter().filter(|(_, n)| n.layers.len() > 1) {
+        let local = LocalNet::new(&net, None, None).unwrap();
+        let x0 = vec![0.25; net.input_dim()];
+        let i = argmax(&forward(&net, &x0).1);
+        assert!(
+            local.hidden_bounds(&x0, f64::INFINITY, &[]).is_none(),
+            "{name}"
+        );
+        let (lower, hidden) = local.point_bounds(&x0, f64::INFINITY, i, &[]);
+        assert!(hidden.is_none(), "{name}");
+        let want: Vec<f64> = (0..net.classes())
+            .map(|j| {
+                if j == i {
+                    f64::INFINITY
+                } else {
+                    f64::NEG_INFINITY
+                }
+            })
+            .collect();
+        assert_eq!(lower, want, "{name}");
+    }
+}

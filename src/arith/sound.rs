@@ -61,26 +61,23 @@ pub fn mul_up(a: f64, b: f64) -> f64 {
         // exact zero (or NaN when the other factor is infinite or NaN)
         p
     } else if p == 0.0 {
-        // underflowed to zero: the exact product lies within one subnormal step of zero
-        if (a > 0.0) == (b > 0.0) {
-            f64::from_bits(1)
-        } else {
+        // underflowed to zero, signed as the exact product (IEEE 754, 6.3): a positive one lies
+        // below the smallest subnormal, a negative one below zero
+        if p.is_sign_negative() {
             0.0
+        } else {
+            f64::from_bits(1)
         }
     } else {
         p.next_up()
     }
 }
 
-/// `a / b` rounded up, for `b > 0`.
+/// `a / b` rounded up, for `b > 0` (a quotient that underflows to zero steps to the smallest
+/// subnormal, an upper bound of any exact value below it).
 #[inline]
 pub fn div_up(a: f64, b: f64) -> f64 {
-    let q = a / b;
-    if q == 0.0 && a > 0.0 {
-        f64::from_bits(1)
-    } else {
-        q.next_up()
-    }
+    (a / b).next_up()
 }
 
 /// `sqrt(a)` rounded up, for `a >= 0` (IEEE square root is correctly rounded).
@@ -122,9 +119,8 @@ pub fn pow2_ceil(x: f64) -> f64 {
         let mant = bits & ((1u64 << 52) - 1);
         if mant == 0 {
             x
-        } else if exp + 1 >= 0x7ff {
-            f64::INFINITY
         } else {
+            // exponent field 0x7ff with a zero mantissa is +inf: the overflow case needs no branch
             f64::from_bits((exp + 1) << 52)
         }
     } else {
@@ -231,6 +227,32 @@ mod tests {
             };
             assert!(is_pow2, "{x}");
         }
+    }
+
+    /// The exact values at the edges: zero factors, products and quotients that underflow.
+    #[test]
+    fn steps_at_zero_and_underflow_are_pinned() {
+        let tiny = f64::from_bits(1);
+        // a zero factor gives the exact (signed) zero
+        assert_eq!(mul_up(0.0, -1.0).to_bits(), (-0.0f64).to_bits());
+        assert_eq!(mul_up(-1.0, 0.0).to_bits(), (-0.0f64).to_bits());
+        assert_eq!(mul_up(0.0, 1.0).to_bits(), 0.0f64.to_bits());
+        assert_eq!(mul_up(2.0, 0.0).to_bits(), 0.0f64.to_bits());
+        assert!(mul_up(0.0, f64::INFINITY).is_nan());
+        // underflow: positive products step to the smallest subnormal, negative ones to zero
+        assert_eq!(mul_up(1e-200, 1e-200), tiny);
+        assert_eq!(mul_up(-1e-200, -1e-200), tiny);
+        assert_eq!(mul_up(-1e-200, 1e-200), 0.0);
+        assert_eq!(mul_up(1e-200, -1e-200), 0.0);
+        assert_eq!(mul_up(3.0, 0.5), 1.5f64.next_up());
+        assert_eq!(div_up(1e-300, 1e300), tiny);
+        assert_eq!(div_up(0.0, 2.0), tiny);
+        assert_eq!(div_up(1.0, 4.0), 0.25f64.next_up());
+        assert_eq!(pow2_ceil(f64::MAX), f64::INFINITY);
+        assert_eq!(pow2_ceil(1.5), 2.0);
+        assert_eq!(pow2_ceil(2f64.powi(1023)), 2f64.powi(1023));
+        assert_eq!(pow2_ceil(3.0 * 2f64.powi(1022)), f64::INFINITY);
+        assert_eq!(pow2_ceil(3.0 * tiny), 4.0 * tiny);
     }
 
     #[test]

@@ -493,7 +493,18 @@ mod tests {
             Refusal::ReferenceOverflow(2),
             Refusal::Model,
             Refusal::NoReference,
+            Refusal::NoLocal,
         ] {
+            // every variant is listed: adding one without listing it fails to compile here
+            match r {
+                Refusal::Margin
+                | Refusal::Overflow(_)
+                | Refusal::NonFiniteLogits
+                | Refusal::ReferenceOverflow(_)
+                | Refusal::Model
+                | Refusal::NoReference
+                | Refusal::NoLocal => {}
+            }
             assert_eq!(Refusal::from_code(&r.code()), Some(r));
         }
         assert_eq!(Refusal::from_code("bogus"), None);

@@ -285,16 +285,7 @@ impl<'a> LocalNet<'a> {
     ) -> (Vec<f64>, Option<HiddenBounds>) {
         let classes = self.classes();
         let Some(hidden) = self.hidden_bounds(x0, eps, lip_slack) else {
-            let none = (0..classes)
-                .map(|j| {
-                    if j == i {
-                        f64::INFINITY
-                    } else {
-                        f64::NEG_INFINITY
-                    }
-                })
-                .collect();
-            return (none, None);
+            return (undecided_margins(classes, i), None);
         };
         let others: Vec<usize> = (0..classes).filter(|&j| j != i).collect();
         let mut c = Array2::zeros((others.len(), classes));
@@ -355,6 +346,20 @@ impl LocalNet<'_> {
             }
         }
     }
+}
+
+/// Margin bounds that decide nothing, for predicted class `i`: `+inf` at `i` (no margin with
+/// itself) and `-inf` for every other class (not certified).
+fn undecided_margins(classes: usize, i: usize) -> Vec<f64> {
+    (0..classes)
+        .map(|j| {
+            if j == i {
+                f64::INFINITY
+            } else {
+                f64::NEG_INFINITY
+            }
+        })
+        .collect()
 }
 
 /// Refuses a layer that local bounds do not cover: an affine step, or a layer whose activation
