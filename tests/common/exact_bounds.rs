@@ -515,6 +515,38 @@ pub fn net_e(f: Format) -> DenseNet {
     generated(f, &[3, 1, 2], &[1.0, 1.0], &[&[0.3], &[0.1, -0.2]])
 }
 
+/// Net F: 3 -> 3 -> 2 whose hidden layer copies its input (identity weights, zero bias).
+pub fn net_f(f: Format) -> DenseNet {
+    let eye = Array2::from_shape_fn((3, 3), |(r, c)| f64::from(u8::from(r == c)));
+    let w2 = weights(f, 2, 3, 11, 1.0);
+    net(
+        f,
+        vec![eye, w2],
+        vec![vec![0.0; 3], rounded(f, &[0.2, -0.1])],
+    )
+}
+
+/// Net G: 4 -> 3 -> 2 with biases far larger than the weights (a hidden layer always on, output
+/// biases near 1000).
+pub fn net_g(f: Format) -> DenseNet {
+    generated(
+        f,
+        &[4, 3, 2],
+        &[0.5, 0.5],
+        &[&[64.0, 48.0, 80.0], &[1000.0, 999.5]],
+    )
+}
+
+/// Net H: 3 -> 4 -> 2 whose hidden layer is dead (every ReLU off: biases -64).
+pub fn net_h(f: Format) -> DenseNet {
+    generated(
+        f,
+        &[3, 4, 2],
+        &[0.5, 1.0],
+        &[&[-64.0, -64.0, -64.0, -64.0], &[0.3, -0.2]],
+    )
+}
+
 /// Frobenius norm (round to nearest; only used to choose valid norm bounds with some room).
 pub fn frob(w: &Array2<f64>) -> f64 {
     w.iter().map(|x| x * x).sum::<f64>().sqrt()

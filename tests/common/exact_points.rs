@@ -46,6 +46,9 @@ pub fn cases() -> Vec<PCase> {
                 ("C 2-3-3", net_c(format), false),
                 ("D 5-3 no hidden layer", net_d(format), false),
                 ("E 3-1-2 width 1", net_e(format), false),
+                ("F 3-3-2 identity layer", net_f(format), false),
+                ("G 4-3-2 huge biases", net_g(format), false),
+                ("H 3-4-2 dead layer", net_h(format), false),
             ] {
                 let norms: Vec<LayerNorms> = norms_for(&net, dyadic);
                 let exec = ExecutionModel::deployed(format, None, ftz).unwrap();
