@@ -414,3 +414,68 @@ fn a_deeper_layers_lipschitz_source_is_widened_by_the_deviation_chain_only() {
         "{b:?}"
     );
 }
+
+#[test]
+fn over_a_box_without_a_hidden_layer_the_deployed_bound_is_exact() {
+    // the minimum over the box less every output's rounding bound, with
+    // |x'| <= max(|lo|, |hi|): sum_k |c_k| (rel_w |w_k| m + rel_b |b_k| + abs)
+    use lipfp::bounds::local::InputSet;
+    let r = LayerRounding {
+        rel_w: 2f64.powi(-10),
+        rel_b: 2f64.powi(-11),
+        abs: 2f64.powi(-20),
+    };
+    let mut rng = Rng(29);
+    let mut pinned = 0;
+    for (name, n) in nets().into_iter().filter(|(_, n)| n.layers.len() == 1) {
+        let dep = Deployment {
+            layers: vec![(r, n.layers[0].w.mapv(f64::abs))],
+            d0: 0.0,
+        };
+        let local = LocalNet::new(&n, None, Some(dep)).unwrap();
+        let (w, b) = (&n.layers[0].w, &n.layers[0].b);
+        let (dim, classes) = (n.input_dim(), n.classes());
+        for _ in 0..8 {
+            let x0: Vec<f64> = (0..dim)
+                .map(|_| Format::Float32.round(rng.normal()))
+                .collect();
+            let e = 0.05;
+            let lo: Vec<f64> = x0.iter().map(|v| v - e).collect();
+            let hi: Vec<f64> = x0.iter().map(|v| v + e).collect();
+            let c = ndarray::Array2::from_shape_fn((2, classes), |_| rng.unit());
+            let lower = local
+                .linear_lower_bounds(
+                    InputSet::Box { lo: &lo, hi: &hi },
+                    &c,
+                    &[],
+                    f64::NEG_INFINITY,
+                )
+                .unwrap();
+            for (row_index, row) in c.rows().into_iter().enumerate() {
+                let mut want = Rational::new();
+                for i in 0..dim {
+                    let a: Rational = (0..classes).map(|k| q(row[k]) * q(w[[k, i]])).sum();
+                    let (x, y) = (a.clone() * q(lo[i]), a * q(hi[i]));
+                    want += if x < y { x } else { y };
+                }
+                for k in 0..classes {
+                    let m: Rational = (0..dim)
+                        .map(|i| q(w[[k, i]].abs()) * q(lo[i].abs().max(hi[i].abs())))
+                        .sum();
+                    let e_k = q(r.rel_w) * m + q(r.rel_b) * q(b[k].abs()) + q(r.abs);
+                    want += q(row[k]) * q(b[k]) - q(row[k].abs()) * e_k;
+                }
+                let what = format!(
+                    "{name} row {row_index}: {} vs {}",
+                    lower[row_index],
+                    want.to_f64()
+                );
+                assert!(q(lower[row_index]) <= want, "above the exact bound: {what}");
+                let tol = pow2(-40) * (want.clone().abs() + q(8.0));
+                assert!(q(lower[row_index]) >= want.clone() - tol, "looser: {what}");
+                pinned += 1;
+            }
+        }
+    }
+    assert!(pinned >= 32, "{pinned}");
+}

@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::exact_bounds::{q, Iv};
+use common::exact_bounds::{pow2, q, Iv};
 use common::local_nets::{argmax, ball_points, exact_forward, exact_gradient, forward, nets, Rng};
 use lipfp::arith::format::Format;
 use lipfp::bounds::local::{LocalNet, SlopeSearch};
@@ -307,4 +307,94 @@ fn a_ball_without_finite_hidden_bounds_decides_nothing() {
             .collect();
         assert_eq!(lower, want, "{name}");
     }
+}
+
+/// The exact minimum of `a . x` over the box `[lo, hi]`: `sum_i min(a_i lo_i, a_i hi_i)`.
+fn box_minimum(a: &[Rational], lo: &[f64], hi: &[f64]) -> Rational {
+    a.iter()
+        .zip(lo.iter().zip(hi))
+        .map(|(a, (l, h))| {
+            let (x, y) = (a.clone() * q(*l), a.clone() * q(*h));
+            if x < y {
+                x
+            } else {
+                y
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn over_a_box_the_bounds_contain_the_exact_values_and_are_exact_where_linear() {
+    use lipfp::bounds::local::InputSet;
+    let mut rng = Rng(41);
+    let (mut checked, mut pinned) = (0, 0);
+    for (name, net) in nets() {
+        let local = LocalNet::new(&net, None, None).unwrap();
+        let n = net.input_dim();
+        let classes = net.classes();
+        for centre in 0..4 {
+            let x0: Vec<f64> = (0..n)
+                .map(|_| Format::Float32.round(rng.normal()))
+                .collect();
+            for e in [0.0, 0.01, 0.1, 0.5] {
+                // an l_inf box clipped to [-1, 1] (some coordinates clip, some collapse)
+                let lo: Vec<f64> = x0.iter().map(|v| (v - e).clamp(-1.0, 1.0)).collect();
+                let hi: Vec<f64> = x0.iter().map(|v| (v + e).clamp(-1.0, 1.0)).collect();
+                let lo: Vec<f64> = lo.iter().zip(&hi).map(|(l, h)| l.min(*h)).collect();
+                // random rows over the outputs, and the margins of class 0
+                let mut c = ndarray::Array2::from_shape_fn((3, classes), |_| rng.unit());
+                c.row_mut(0).fill(0.0);
+                c[[0, 0]] = 1.0;
+                c[[0, classes - 1]] = -1.0;
+                let set = InputSet::Box { lo: &lo, hi: &hi };
+                let lower = local
+                    .linear_lower_bounds(set, &c, &[], f64::NEG_INFINITY)
+                    .expect("finite");
+                let what = format!("{name} centre {centre} e {e}");
+                // containment at the vertices and random points of the box
+                for k in 0..24 {
+                    let x: Vec<f64> = (0..n)
+                        .map(|i| match k % 3 {
+                            0 => lo[i],
+                            1 => hi[i],
+                            _ => lo[i] + (hi[i] - lo[i]) * (0.5 + 0.5 * rng.unit()),
+                        })
+                        .collect();
+                    let x: Vec<f64> = (0..n).map(|i| x[i].clamp(lo[i], hi[i])).collect();
+                    let xq: Vec<Rational> = x.iter().map(|v| q(*v)).collect();
+                    let (_, logits) = exact_forward(&net, &xq);
+                    for (r, row) in c.rows().into_iter().enumerate() {
+                        let v: Rational = row.iter().zip(&logits).map(|(a, y)| q(*a) * y).sum();
+                        assert!(q(lower[r]) <= v, "{what}: row {r} above a value in the box");
+                    }
+                    checked += 1;
+                }
+                // without a hidden layer the bound is the exact minimum over the box
+                if net.layers.len() == 1 {
+                    let (w, b) = (&net.layers[0].w, &net.layers[0].b);
+                    for (r, row) in c.rows().into_iter().enumerate() {
+                        let a: Vec<Rational> = (0..n)
+                            .map(|i| (0..classes).map(|k| q(row[k]) * q(w[[k, i]])).sum())
+                            .collect();
+                        let cst: Rational = (0..classes).map(|k| q(row[k]) * q(b[k])).sum();
+                        let want = box_minimum(&a, &lo, &hi) + cst;
+                        assert!(q(lower[r]) <= want, "{what}: row {r} above the minimum");
+                        let tol = pow2(-40) * (want.clone().abs() + q(8.0));
+                        assert!(
+                            q(lower[r]) >= want.clone() - tol,
+                            "{what}: row {r} {} vs {}",
+                            lower[r],
+                            want.to_f64()
+                        );
+                        pinned += 1;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "box points checked exactly: {checked}; rows pinned without a hidden layer: {pinned}"
+    );
+    assert!(checked > 1000 && pinned > 50, "{checked} {pinned}");
 }

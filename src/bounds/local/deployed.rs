@@ -9,6 +9,7 @@
 use ndarray::{Array1, Array2, ArrayView1};
 
 use super::interval::nonneg_sum_up;
+use super::region::Region;
 use crate::arith::sound::{add_up, l2_norm_up, mul_up};
 
 /// A layer's componentwise rounding model (f64 upper bounds of the execution model's
@@ -88,6 +89,20 @@ impl LayerErrorModel {
             (sums.iter().zip(&self.row_norms))
                 .map(|(&s, &r)| add_up(nonneg_sum_up(s, n), mul_up(eps, r))),
         )
+    }
+
+    /// `eps_1` over the region: over a ball, [`LayerErrorModel::input_errors`]; over a box,
+    /// [`LayerErrorModel::unit_errors`] of `|x'_i| <= max(|lo_i|, |hi_i|)`.
+    pub(super) fn region_errors(&self, region: &Region) -> Vec<f64> {
+        match &region.boxed {
+            None => self.input_errors(region.centre.view(), region.eps),
+            Some(b) => {
+                let mag: Array1<f64> = (b.lo.iter().zip(&b.hi))
+                    .map(|(l, h)| l.abs().max(h.abs()))
+                    .collect();
+                self.unit_errors(mag.view())
+            }
+        }
     }
 
     /// `rel_w s_k + rel_b |b_k| + abs`, rounded up, from upper bounds `s_k` on `|w_k| . |h|`.

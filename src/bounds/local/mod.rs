@@ -14,17 +14,20 @@
 mod backward;
 mod deployed;
 pub mod interval;
+mod region;
 pub mod relax;
 mod slopes;
 
 pub use deployed::{Deployment, LayerRounding};
+pub use region::InputSet;
 
-use ndarray::{Array1, Array2, ArrayView1};
+use ndarray::{Array1, Array2};
 
-use crate::arith::sound::{add_up, l2_norm_up, mul_up};
+use crate::arith::sound::{add_up, l2_norm_up, mul_up, sub_down};
 use crate::onnx::model::{Activation, DenseNet};
 use deployed::LayerErrorModel;
 use interval::{layer_box, point, Bounds};
+use region::Region;
 use relax::{relax_unit, UnitRelaxation};
 
 /// One dense layer as the local bounds read it.
@@ -163,7 +166,14 @@ impl<'a> LocalNet<'a> {
     /// deviation chain): the per-unit Lipschitz source is widened by it, and dropped where it is
     /// not given (the real network needs none). `None` when a bound is not finite.
     pub fn hidden_bounds(&self, x0: &[f64], eps: f64, lip_slack: &[f64]) -> Option<HiddenBounds> {
-        let x = ArrayView1::from(x0);
+        let region = Region::new(InputSet::Ball { x0, eps }, self.input_dim())?;
+        self.hidden_over(&region, lip_slack)
+    }
+
+    /// [`LocalNet::hidden_bounds`] over `region`: around its centre within its covering radius,
+    /// and for a box also the first layer's interval over the box itself.
+    fn hidden_over(&self, region: &Region, lip_slack: &[f64]) -> Option<HiddenBounds> {
+        let (x, eps) = (region.centre.view(), region.eps);
         let hidden = self.layers.len() - 1;
         let mut out = HiddenBounds {
             pre: Vec::with_capacity(hidden),
@@ -175,7 +185,7 @@ impl<'a> LocalNet<'a> {
         for l in 0..hidden {
             let layer = &self.layers[l];
             let at_centre = layer_box(layer, &centre);
-            let errors = self.unit_errors(l, &out.pre, x, eps);
+            let errors = self.unit_errors(l, &out.pre, region);
             let widen = match (&layer.rounding, l) {
                 (None, _) => 0.0,
                 (Some(_), 0) => 0.0,
@@ -193,12 +203,20 @@ impl<'a> LocalNet<'a> {
                     .collect();
                 bounds = bounds.widen(&flushed);
             }
+            if let (0, Some(b)) = (l, &region.boxed) {
+                // the first layer over the box itself (a flushed input within D_0 per coordinate)
+                let input = Bounds {
+                    lo: b.lo.iter().map(|v| sub_down(*v, self.d0)).collect(),
+                    hi: b.hi.iter().map(|v| add_up(*v, self.d0)).collect(),
+                };
+                bounds = bounds.intersect(&layer_box(layer, &input).widen(&errors));
+            }
             if let Some(prev) = out.pre.last() {
                 bounds = bounds.intersect(&layer_box(layer, &prev.relu()).widen(&errors));
             }
             out.errors.push(errors);
             if l > 0 {
-                self.tighten(l, &mut bounds, &out, x, eps);
+                self.tighten(l, &mut bounds, &out, region);
             }
             let relax = (bounds.lo.iter().zip(&bounds.hi))
                 .map(|(lo, hi)| relax_unit(*lo, *hi))
@@ -210,14 +228,14 @@ impl<'a> LocalNet<'a> {
         Some(out)
     }
 
-    /// The deployed execution's rounding bound `eps_l` for layer `l`, whose inputs are the ball
+    /// The deployed execution's rounding bound `eps_l` for layer `l`, whose inputs are the region
     /// (`l = 0`) or the ReLU of `pre[l - 1]`; empty for the real network.
-    fn unit_errors(&self, l: usize, pre: &[Bounds], x: ArrayView1<f64>, eps: f64) -> Vec<f64> {
+    fn unit_errors(&self, l: usize, pre: &[Bounds], region: &Region) -> Vec<f64> {
         let Some(model) = &self.layers[l].rounding else {
             return Vec::new();
         };
         match l.checked_sub(1).and_then(|p| pre.get(p)) {
-            None => model.input_errors(x, eps),
+            None => model.region_errors(region),
             Some(below) => {
                 let mag: Array1<f64> = below.hi.iter().map(|h| h.max(0.0)).collect();
                 model.unit_errors(mag.view())
@@ -227,14 +245,7 @@ impl<'a> LocalNet<'a> {
 
     /// CROWN bounds for the units of hidden layer `l` that `bounds` leaves unstable: one
     /// backward substitution with rows `e_j` and `-e_j` per such unit.
-    fn tighten(
-        &self,
-        l: usize,
-        bounds: &mut Bounds,
-        below: &HiddenBounds,
-        x: ArrayView1<f64>,
-        eps: f64,
-    ) {
+    fn tighten(&self, l: usize, bounds: &mut Bounds, below: &HiddenBounds, region: &Region) {
         let unstable: Vec<usize> = (0..bounds.lo.len())
             .filter(|&j| bounds.lo[j] < 0.0 && bounds.hi[j] > 0.0)
             .collect();
@@ -252,8 +263,7 @@ impl<'a> LocalNet<'a> {
             c,
             (&below.pre, &below.relax, &below.errors),
             (None, false),
-            x,
-            eps,
+            region,
         );
         for (t, &j) in unstable.iter().enumerate() {
             bounds.lo[j] = bounds.lo[j].max(lower[2 * t]);
@@ -284,27 +294,68 @@ impl<'a> LocalNet<'a> {
         lip_slack: &[f64],
     ) -> (Vec<f64>, Option<HiddenBounds>) {
         let classes = self.classes();
-        let Some(hidden) = self.hidden_bounds(x0, eps, lip_slack) else {
-            return (undecided_margins(classes, i), None);
-        };
         let others: Vec<usize> = (0..classes).filter(|&j| j != i).collect();
         let mut c = Array2::zeros((others.len(), classes));
         for (t, &j) in others.iter().enumerate() {
             c[[t, i]] = 1.0;
             c[[t, j]] = -1.0;
         }
-        let top = self.layers.len() - 1;
-        let x = ArrayView1::from(x0);
-        let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
-        let mut lower = backward::lower_bounds(self, top, c.clone(), parts, (None, true), x, eps);
-        if let Some(search) = self.search {
-            self.search_slopes(search, &c, &mut lower, (&hidden, x, eps));
-        }
+        let region = Region::new(InputSet::Ball { x0, eps }, self.input_dim());
+        let Some((lower, hidden)) =
+            region.and_then(|r| self.rows_over(&r, &c, lip_slack, self.search))
+        else {
+            return (undecided_margins(classes, i), None);
+        };
         let mut out = vec![f64::INFINITY; classes];
         for (t, &j) in others.iter().enumerate() {
             out[j] = lower[t];
         }
         (out, Some(hidden))
+    }
+
+    /// Lower bounds on the rows of `C y(x)` (any linear forms of the outputs, real or deployed
+    /// with a deployment) over `set`; `lip_slack` as in [`LocalNet::hidden_bounds`]. With a slope
+    /// search, the rows whose bound is at most `target` are searched. `None` when the set is empty
+    /// or not finite, or a hidden bound is not finite; a row is NaN-free, `-inf` where no finite
+    /// bound holds.
+    pub fn linear_lower_bounds(
+        &self,
+        set: InputSet<'_>,
+        c: &Array2<f64>,
+        lip_slack: &[f64],
+        target: f64,
+    ) -> Option<Vec<f64>> {
+        if c.ncols() != self.classes() {
+            return None;
+        }
+        let region = Region::new(set, self.input_dim())?;
+        let search = self.search.map(|s| SlopeSearch { target, ..s });
+        self.rows_over(&region, c, lip_slack, search)
+            .map(|(lower, _)| lower)
+    }
+
+    /// Number of inputs.
+    pub fn input_dim(&self) -> usize {
+        self.layers.first().map_or(0, |l| l.w.ncols())
+    }
+
+    /// The rows of `c` over `region` with the hidden bounds they rest on: CROWN's slopes, then
+    /// the `search` where given.
+    fn rows_over(
+        &self,
+        region: &Region,
+        c: &Array2<f64>,
+        lip_slack: &[f64],
+        search: Option<SlopeSearch>,
+    ) -> Option<(Vec<f64>, HiddenBounds)> {
+        let hidden = self.hidden_over(region, lip_slack)?;
+        let top = self.layers.len() - 1;
+        let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
+        let mut lower = backward::lower_bounds(self, top, c.clone(), parts, (None, true), region);
+        if let Some(search) = search {
+            self.search_slopes(search, c, &mut lower, (&hidden, region));
+        }
+        Some((lower, hidden))
     }
 }
 
@@ -316,7 +367,7 @@ impl LocalNet<'_> {
         search: SlopeSearch,
         c: &Array2<f64>,
         lower: &mut [f64],
-        (hidden, x, eps): (&HiddenBounds, ArrayView1<f64>, f64),
+        (hidden, region): (&HiddenBounds, &Region),
     ) {
         let rows: Vec<usize> = (0..c.nrows())
             .filter(|&r| lower[r].partial_cmp(&search.target) != Some(std::cmp::Ordering::Greater))
@@ -329,7 +380,7 @@ impl LocalNet<'_> {
         let Some(found) = slopes::search(
             self,
             &hidden.relax,
-            (&c, x, eps),
+            (&c, region.centre.view(), region.eps),
             (&start, search.target),
             search.iterations,
         ) else {
@@ -338,7 +389,7 @@ impl LocalNet<'_> {
         let top = self.layers.len() - 1;
         let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
         let lines = (Some(&found[..]), true);
-        let better = backward::lower_bounds(self, top, c, parts, lines, x, eps);
+        let better = backward::lower_bounds(self, top, c, parts, lines, region);
         for (&r, b) in rows.iter().zip(better) {
             // NaN compares false: a failed search keeps CROWN's bound
             if b > lower[r] {

@@ -1,0 +1,141 @@
+//! The input set local bounds hold over (docs/soundness.md "Local bounds", L6): an l2 ball, or a
+//! box (an l_inf ball clipped to the valid input range, or a VNN-LIB property's input bounds).
+
+use ndarray::Array1;
+
+use crate::arith::sound::{add_up, l2_norm_up};
+
+/// An input set, as the caller states it.
+#[derive(Clone, Copy, Debug)]
+pub enum InputSet<'a> {
+    /// `||x - x0||_2 <= eps` (`x0` exact, `eps` an upper bound of the radius).
+    Ball {
+        /// The centre.
+        x0: &'a [f64],
+        /// The radius.
+        eps: f64,
+    },
+    /// `lo <= x <= hi` componentwise.
+    Box {
+        /// Lower ends.
+        lo: &'a [f64],
+        /// Upper ends.
+        hi: &'a [f64],
+    },
+}
+
+/// An input set as the bound computation reads it: a centre, an l2 radius around it covering the
+/// set, and for a box its ends and half-widths.
+#[derive(Clone, Debug)]
+pub(super) struct Region {
+    /// The ball's centre, or the box's float64 midpoint.
+    pub(super) centre: Array1<f64>,
+    /// An upper bound of `max over the set of ||x - centre||_2`.
+    pub(super) eps: f64,
+    /// The box, `None` for a ball.
+    pub(super) boxed: Option<BoxSet>,
+}
+
+/// A box `[lo, hi]` with half-widths `r_i >= max(hi_i - c_i, c_i - lo_i)` (rounded up) around
+/// the region's centre `c`.
+#[derive(Clone, Debug)]
+pub(super) struct BoxSet {
+    /// Lower ends.
+    pub(super) lo: Vec<f64>,
+    /// Upper ends.
+    pub(super) hi: Vec<f64>,
+    /// Half-widths around the centre.
+    pub(super) half: Array1<f64>,
+}
+
+impl Region {
+    /// The region of `set`, or `None` when it is empty, not finite or of another dimension than
+    /// `dim`.
+    pub(super) fn new(set: InputSet<'_>, dim: usize) -> Option<Region> {
+        match set {
+            InputSet::Ball { x0, eps } => {
+                let finite = x0.iter().all(|v| v.is_finite()) && eps >= 0.0;
+                (x0.len() == dim && finite && !eps.is_nan()).then(|| Region {
+                    centre: Array1::from(x0.to_vec()),
+                    eps,
+                    boxed: None,
+                })
+            }
+            InputSet::Box { lo, hi } => {
+                let ok = lo.len() == dim
+                    && hi.len() == dim
+                    && (lo.iter().zip(hi)).all(|(l, h)| l.is_finite() && h.is_finite() && l <= h);
+                ok.then(|| Region::of_box(lo, hi))
+            }
+        }
+    }
+
+    /// The box `[lo, hi]`: midpoint `c = fl(lo/2 + hi/2)` (halving is exact but for subnormals;
+    /// any `c` will do) and `r_i = max(hi_i - c_i, c_i - lo_i)` rounded up, so that
+    /// `[c - r, c + r]` contains the box; the covering radius is `||r||_2` rounded up.
+    fn of_box(lo: &[f64], hi: &[f64]) -> Region {
+        let centre: Array1<f64> = (lo.iter().zip(hi))
+            .map(|(l, h)| 0.5 * l + 0.5 * h)
+            .collect();
+        let half: Array1<f64> = (lo.iter().zip(hi).zip(&centre))
+            .map(|((l, h), c)| add_up(*h, -c).max(add_up(*c, -l)).max(0.0))
+            .collect();
+        let eps = l2_norm_up(half.iter().copied());
+        Region {
+            centre,
+            eps,
+            boxed: Some(BoxSet {
+                lo: lo.to_vec(),
+                hi: hi.to_vec(),
+                half,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rug::Rational;
+
+    fn q(x: f64) -> Rational {
+        Rational::from_f64(x).unwrap()
+    }
+
+    #[test]
+    fn a_box_is_inside_its_region_and_its_covering_ball() {
+        let lo = [0.0, -1.0, 0.1, 1e-310, 3.0];
+        let hi = [0.03, 1.0, 0.1 + 1e-17, 3e-310, 3.0];
+        let r = Region::new(InputSet::Box { lo: &lo, hi: &hi }, 5).unwrap();
+        let half = &r.boxed.as_ref().unwrap().half;
+        let mut sq = Rational::new();
+        for i in 0..5 {
+            let (c, h) = (q(r.centre[i]), q(half[i]));
+            assert!(c.clone() - &h <= q(lo[i]) && q(hi[i]) <= c + &h, "{i}");
+            sq += h.clone() * &h;
+        }
+        assert!(q(r.eps) * q(r.eps) >= sq);
+        // a degenerate coordinate keeps its value as the centre, and at most one subnormal width
+        assert_eq!(r.centre[4], 3.0);
+        assert!(half[4] <= f64::from_bits(1));
+    }
+
+    #[test]
+    fn empty_or_mismatched_sets_are_refused() {
+        let (lo, hi) = ([0.0, 1.0], [1.0, 0.5]);
+        assert!(Region::new(InputSet::Box { lo: &lo, hi: &hi }, 2).is_none());
+        assert!(Region::new(
+            InputSet::Box {
+                lo: &lo[..1],
+                hi: &hi
+            },
+            2
+        )
+        .is_none());
+        let nan = [f64::NAN, 0.0];
+        assert!(Region::new(InputSet::Ball { x0: &nan, eps: 0.1 }, 2).is_none());
+        assert!(Region::new(InputSet::Ball { x0: &lo, eps: -1.0 }, 2).is_none());
+        let r = Region::new(InputSet::Ball { x0: &lo, eps: 0.25 }, 2).unwrap();
+        assert!(r.boxed.is_none() && r.eps == 0.25);
+    }
+}
