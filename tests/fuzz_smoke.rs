@@ -306,6 +306,15 @@ fn policy_parser_survives_mutated_policies() {
 }
 
 #[test]
+fn vnnlib_parser_survives_mutated_properties() {
+    smoke(
+        "vnnlib",
+        &["box-argmin.vnnlib", "linear-terms.vnnlib"],
+        |_, b| harness::vnnlib(b),
+    );
+}
+
+#[test]
 fn certificate_reader_survives_mutated_files() {
     smoke(
         "certificates",

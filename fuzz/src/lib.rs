@@ -653,3 +653,31 @@ pub fn certificates(scratch: &Scratch, bytes: &[u8]) -> Result<(), String> {
     }
     result
 }
+
+/// A VNN-LIB property: its text (UTF-8) parsed by `vnnlib::parse`. What parses is a non-empty
+/// box (lower ends at most upper ends, one per declared input) and disjuncts over declared
+/// outputs; a refusal names a line of the file.
+pub fn vnnlib(bytes: &[u8]) -> Result<(), String> {
+    use lipfp::policy::vnnlib;
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return Err("not UTF-8 (refused before parsing)".into());
+    };
+    match vnnlib::parse(text) {
+        Ok(p) => {
+            assert!(!p.boxes.is_empty());
+            for b in &p.boxes {
+                assert_eq!((b.lower.len(), b.upper.len()), (p.inputs, p.inputs));
+                assert!(b.lower.iter().zip(&b.upper).all(|(l, u)| l <= u));
+            }
+            assert!(!p.disjuncts.is_empty() && p.disjuncts.len() <= vnnlib::MAX_DISJUNCTS);
+            for k in p.disjuncts.iter().flatten() {
+                assert!(k.coef.iter().all(|(j, a)| *j < p.outputs && *a != 0));
+            }
+            Ok(())
+        }
+        Err(e) => {
+            assert!(e.line >= 1 && e.line <= text.lines().count().max(1), "{e}");
+            Err(e.to_string())
+        }
+    }
+}

@@ -15,3 +15,4 @@ pub mod inspect;
 pub mod inspect_runtimes;
 pub mod regressions;
 pub mod report;
+pub mod verify;

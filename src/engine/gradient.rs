@@ -104,6 +104,23 @@ impl GradNet {
     /// The logits `[rows, classes]` at the rows of `x` and the gradient `[rows, n_1]` of each
     /// row's margin `z_c - z_j` (`c = class[row]`, `j` its runner-up at that row).
     pub fn margin_gradient(&self, x: &Array2<f64>, class: &[usize]) -> (Array2<f64>, Array2<f64>) {
+        self.objective_gradient(x, |r, logits| {
+            let mut seed = vec![0.0; logits.len()];
+            let c = class[r];
+            seed[c] = 1.0;
+            seed[runner_up(logits, c)] = -1.0;
+            seed
+        })
+    }
+
+    /// The logits `[rows, classes]` at the rows of `x` and the gradient `[rows, n_1]` of each
+    /// row's linear objective `a . z`, `a = objective(row, logits of the row)` (in the linear
+    /// region of the row: ReLUs at 0 count as off).
+    pub fn objective_gradient(
+        &self,
+        x: &Array2<f64>,
+        objective: impl Fn(usize, &[f64]) -> Vec<f64>,
+    ) -> (Array2<f64>, Array2<f64>) {
         let mut z = x.clone();
         let mut masks: Vec<Option<Array2<bool>>> = Vec::with_capacity(self.layers.len());
         for (layer, relu) in &self.layers {
@@ -129,10 +146,10 @@ impl GradNet {
         let logits = z;
         let mut g = Array2::<f64>::zeros(logits.raw_dim());
         for (r, row) in logits.axis_iter(Axis(0)).enumerate() {
-            let c = class[r];
-            let row = row.to_vec();
-            g[[r, c]] = 1.0;
-            g[[r, runner_up(&row, c)]] = -1.0;
+            let seed = objective(r, &row.to_vec());
+            for (v, s) in g.row_mut(r).iter_mut().zip(seed) {
+                *v = s;
+            }
         }
         for ((layer, _), mask) in self.layers.iter().zip(&masks).rev() {
             if let Some(m) = mask {

@@ -14,3 +14,4 @@ pub mod digest;
 pub mod exec;
 pub mod gradient;
 pub mod run;
+pub mod verify;

@@ -16,6 +16,7 @@ mod radius;
 use gate::Defaults;
 
 mod decision;
+pub mod vnnlib;
 pub use decision::Decision;
 pub use radius::{parse_decimal_exact, CurveGrid, Radius};
 

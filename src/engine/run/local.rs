@@ -156,6 +156,26 @@ impl<'a> LocalModel<'a> {
     }
 }
 
+/// Lower bounds on the rows of `c` (linear forms of the outputs) of the subject's deployed
+/// execution over the box `[lo, hi]` ([`LocalNet::linear_lower_bounds`], every row's slopes
+/// searched), or why local bounds do not cover the subject or the box.
+pub fn box_lower_bounds(
+    subject: &Subject,
+    (lo, hi): (&[f64], &[f64]),
+    c: &ndarray::Array2<f64>,
+) -> Result<Vec<f64>, String> {
+    let model = LocalModel::new(subject)?;
+    // every point of the box has ||x|| <= || max(|lo|, |hi|) ||
+    let r0 = l2_norm_up(lo.iter().zip(hi).map(|(l, h)| l.abs().max(h.abs())));
+    let slack: Vec<f64> = match model.fmt.deviation_profile(r0) {
+        Ok((_, devs)) => devs.iter().skip(1).copied().collect(),
+        Err(_) => Vec::new(),
+    };
+    let set = crate::bounds::local::InputSet::Box { lo, hi };
+    (model.net.linear_lower_bounds(set, c, &slack, f64::INFINITY))
+        .ok_or_else(|| "the local bounds over the box are not finite".to_string())
+}
+
 impl Subject {
     /// Streams the subject's inputs once from its file (or from the rows it kept in memory) and
     /// calls `f` with each block's points among `indices` (ascending) and their converted rows,

@@ -4,7 +4,8 @@
 //!
 //! Exit codes (the one documented place):
 //! * `0` — success; for `check` and `report`, every gate passed (or had no thresholds);
-//! * `1` — at least one gate failed its thresholds (and none errored);
+//! * `1` — at least one gate failed its thresholds (and none errored); for `verify`, the property
+//!   is violated (a counterexample was found and confirmed);
 //! * `2` — an error. For `check`, either errored gates (a gate whose model, data or radii could
 //!   not be used, or whose required baseline does not compare: every report lists them with
 //!   their error, and the other gates were evaluated), or an error outside every gate (usage,
@@ -12,7 +13,10 @@
 //!   where nothing is reported as complete: a JUnit file, when asked for, then holds one
 //!   `error` testcase, and under GitHub Actions the policy file gets an error annotation and
 //!   the job summary a line;
+//! * `3`, `4` — `verify` only: unknown (neither holds nor violated was shown), timeout;
 //! * anything else — an unexpected failure (a bug: please report it).
+
+mod verify;
 
 use std::path::PathBuf;
 
@@ -43,6 +47,10 @@ pub enum Exit {
     PolicyFailed = 1,
     /// Usage, policy or input error.
     InputError = 2,
+    /// `lipfp verify`: neither holds nor violated was shown.
+    Unknown = 3,
+    /// `lipfp verify`: the time budget ran out first.
+    Timeout = 4,
 }
 
 impl Exit {
@@ -80,6 +88,9 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Measure speed and memory: the MNIST benchmark in every mode and a HIGGS-scale run.
     Bench(BenchArgs),
+    /// Decide a VNN-LIB property (or a benchmark's instance list): exit 0 holds, 1 violated,
+    /// 2 error, 3 unknown, 4 timeout.
+    Verify(verify::VerifyArgs),
 }
 
 /// `lipfp bench`.
@@ -300,6 +311,7 @@ pub fn run(cli: Cli) -> Exit {
         ),
         Command::Inspect(a) => (inspect_model(a, &progress), None, String::new()),
         Command::Bench(a) => (bench(a, &progress), None, String::new()),
+        Command::Verify(a) => (verify::verify(a, &progress), None, String::new()),
     };
     match result {
         Ok(code) => code,

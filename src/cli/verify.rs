@@ -1,0 +1,112 @@
+//! `lipfp verify`'s flags and exit codes ([`crate::commands::verify`] does the work).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{parse_format_flag, Exit};
+use crate::arith::runtime::RuntimeFlags;
+use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
+use crate::commands::verify::{self as run, VerifyRequest};
+use crate::engine::verify::Verdict;
+use crate::error::LipfpError;
+use crate::progress::Progress;
+
+/// `lipfp verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The ONNX model (with PROPERTY).
+    #[arg(required_unless_present = "instances")]
+    pub model: Option<PathBuf>,
+    /// The VNN-LIB property: the unsafe region over the model's inputs X_i and outputs Y_j.
+    #[arg(required_unless_present = "instances")]
+    pub property: Option<PathBuf>,
+    /// A benchmark's instance list (`onnx,vnnlib,timeout` per line, paths relative to it)
+    /// instead of MODEL and PROPERTY.
+    #[arg(long, conflicts_with_all = ["model", "property"])]
+    pub instances: Option<PathBuf>,
+    /// Seconds for the instance (default 300); with --instances, a factor on each listed
+    /// timeout is given by --timeout-scale.
+    #[arg(long, default_value_t = 300.0)]
+    pub timeout: f64,
+    /// With --instances: multiply every listed timeout by this (e.g. 0.5).
+    #[arg(long, default_value_t = 1.0)]
+    pub timeout_scale: f64,
+    /// Write VNN-COMP's result file here (with --instances: the table as CSV).
+    #[arg(long)]
+    pub result: Option<PathBuf>,
+    /// Deployment (storage) format (default: the model's weights' format).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Accumulation format of the runtime's dense layers.
+    #[arg(long)]
+    pub accumulate: Option<String>,
+    /// Flush-to-zero / denormals-are-zero execution.
+    #[arg(long)]
+    pub ftz: bool,
+    /// The runtime the model is served on.
+    #[command(flatten)]
+    pub runtime: RuntimeFlags,
+    /// Gram iterations for the spectral norms.
+    #[arg(long, default_value_t = DEFAULT_GRAM_ITERATIONS)]
+    pub gram_iterations: u32,
+}
+
+/// Runs `lipfp verify`: exit 0 holds, 1 violated, 3 unknown, 4 timeout (2 on error); with
+/// `--instances`, 0 once every instance ran.
+pub fn verify(a: &VerifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !positive(a.timeout) || !positive(a.timeout_scale) {
+        return Err(LipfpError::Usage(
+            "--timeout and --timeout-scale must be positive numbers".into(),
+        ));
+    }
+    let req = VerifyRequest {
+        format: parse_format_flag("--format", a.format.as_deref())?,
+        accumulate: parse_format_flag("--accumulate", a.accumulate.as_deref())?,
+        ftz: a.ftz,
+        runtime: (a.runtime.keys().choice()).map_err(|m| LipfpError::Usage(format!("--{m}")))?,
+        gram_iterations: a.gram_iterations,
+        timeout_s: a.timeout,
+    };
+    if let Some(list) = &a.instances {
+        if let Some(p) = &a.result {
+            crate::files::check_target(p, "result file")?;
+        }
+        let (_, csv) = run::instances(&req, list, a.timeout_scale, progress)?;
+        if let Some(p) = &a.result {
+            run::write_result(p, csv)?;
+        }
+        return Ok(Exit::Pass);
+    }
+    let (Some(model), Some(property)) = (&a.model, &a.property) else {
+        return Err(LipfpError::Usage(
+            "give MODEL and PROPERTY, or --instances".into(),
+        ));
+    };
+    if let Some(p) = &a.result {
+        crate::files::check_target(p, "result file")?;
+    }
+    let r = run::instance(&req, (model, property), a.timeout, progress)?;
+    let o = &r.outcome;
+    println!(
+        "{} in {:.2} s ({}/{} disjuncts excluded by bounds){}",
+        o.verdict.word(),
+        r.seconds,
+        o.excluded,
+        o.disjuncts,
+        o.bounds_note
+            .as_ref()
+            .map(|n| format!("; bounds: {n}"))
+            .unwrap_or_default()
+    );
+    if let Some(p) = &a.result {
+        run::write_result(p, run::result_text(o))?;
+    }
+    Ok(match o.verdict {
+        Verdict::Holds => Exit::Pass,
+        Verdict::Violated(_) => Exit::PolicyFailed,
+        Verdict::Unknown => Exit::Unknown,
+        Verdict::Timeout => Exit::Timeout,
+    })
+}

@@ -1,0 +1,339 @@
+//! Deciding a VNN-LIB property ([`crate::policy::vnnlib`]) with incomplete, floating-point-sound
+//! bounds and a falsifier (docs/soundness.md "Properties"):
+//!
+//! * **holds** (`unsat`) only when every disjunct of the unsafe region is excluded: one of its
+//!   constraints `a . Y + c <= 0` has a sound lower bound above zero over the input box, from the
+//!   local bounds of the deployed execution ([`crate::engine::run::box_lower_bounds`]). The box
+//!   bounded is the property's real box widened to hold every deployment-format rounding of its
+//!   points, and the bounds cover the exact network too (a zero rounding error is covered);
+//! * **violated** (`sat`) only with a counterexample: a deployment-format input inside the real
+//!   box (checked in rationals) whose outputs, computed by lipfp's own covered execution
+//!   ([`Executor`]), satisfy every constraint of a disjunct (checked in rationals);
+//! * otherwise **unknown**, or **timeout** when the budget ran out first.
+//!
+//! The falsifier is a projected sign-gradient descent on the largest constraint value of each
+//! disjunct not excluded, from the box's centre and seeded random points of it.
+
+use std::time::Instant;
+
+use ndarray::Array2;
+use rug::Rational;
+
+use crate::arith::format::Format;
+use crate::arith::sound::{add_down, add_up, mul_up, rational_to_f64_down, rational_to_f64_up};
+use crate::engine::attack::SplitMix;
+use crate::engine::exec::Executor;
+use crate::engine::gradient::GradNet;
+use crate::engine::run::{box_lower_bounds, Subject};
+use crate::policy::vnnlib::{InputBox, OutputConstraint, Property};
+
+/// Sign-gradient steps per start of the falsifier.
+const STEPS: usize = 60;
+/// Starts per disjunct: the centre, then random points of the box.
+const STARTS: usize = 6;
+
+/// What a property came to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// The unsafe region is empty (`unsat`).
+    Holds,
+    /// A counterexample (`sat`).
+    Violated(Counterexample),
+    /// Neither shown.
+    Unknown,
+    /// The budget ran out first.
+    Timeout,
+}
+
+impl Verdict {
+    /// VNN-COMP's word for it.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Holds => "unsat",
+            Verdict::Violated(_) => "sat",
+            Verdict::Unknown => "unknown",
+            Verdict::Timeout => "timeout",
+        }
+    }
+}
+
+/// An input of the deployment format inside the property's box and the outputs lipfp's
+/// execution computes at it, which satisfy every constraint of disjunct `disjunct`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Counterexample {
+    /// The input, `X_0 ..`.
+    pub input: Vec<f64>,
+    /// The outputs, `Y_0 ..`.
+    pub outputs: Vec<f64>,
+    /// The disjunct it satisfies.
+    pub disjunct: usize,
+}
+
+/// The outcome of [`verify`].
+#[derive(Clone, Debug)]
+pub struct VerifyOutcome {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Disjuncts the bounds excluded, of `disjuncts`.
+    pub excluded: usize,
+    /// Disjuncts of the unsafe region.
+    pub disjuncts: usize,
+    /// Why the bounds decided nothing, when they could not be computed.
+    pub bounds_note: Option<String>,
+}
+
+/// An input box of a property as the bounds read it: the real box widened to hold the
+/// deployment-format rounding of each of its points (`RN(x) >= RN(lo) >= lo - u |lo| - a_mul`;
+/// no widening where `lo` is itself a value of the format).
+pub fn bounded_box(p: &InputBox, format: Format) -> (Vec<f64>, Vec<f64>) {
+    let (u, a_mul) = (
+        format.unit_roundoff(),
+        crate::arith::format::pow2(format.a_mul_exponent()),
+    );
+    let outward = |q: &Rational, down: bool| -> f64 {
+        let (d, v) = (rational_to_f64_down(q), rational_to_f64_up(q));
+        let exact = d == v && format.round(d) == d;
+        let slack = add_up(mul_up(u, d.abs().max(v.abs())), a_mul);
+        match (exact, down) {
+            (true, _) => d,
+            (false, true) => add_down(d, -slack),
+            (false, false) => add_up(v, slack),
+        }
+    };
+    let lo = p.lower.iter().map(|q| outward(q, true)).collect();
+    let hi = p.upper.iter().map(|q| outward(q, false)).collect();
+    (lo, hi)
+}
+
+/// Decide `property` for `subject` (its network, deployment format and execution) within
+/// `budget_s` seconds: it holds when every disjunct is excluded over every input box.
+pub fn verify(subject: &Subject, property: &Property, budget_s: f64) -> VerifyOutcome {
+    let start = Instant::now();
+    let disjuncts = property.disjuncts.len();
+    let mut bounds_note = None;
+    let per_box: Vec<Vec<bool>> = (property.boxes.iter())
+        .map(|b| {
+            let bx = bounded_box(b, subject.net.format);
+            excluded_disjuncts(subject, property, (&bx.0, &bx.1)).unwrap_or_else(|why| {
+                bounds_note = Some(why);
+                vec![false; disjuncts]
+            })
+        })
+        .collect();
+    let count = (0..disjuncts)
+        .filter(|&d| per_box.iter().all(|e| e[d]))
+        .count();
+    let outcome = |verdict| VerifyOutcome {
+        verdict,
+        excluded: count,
+        disjuncts,
+        bounds_note: bounds_note.clone(),
+    };
+    if count == disjuncts {
+        return outcome(Verdict::Holds);
+    }
+    let over = || start.elapsed().as_secs_f64() > budget_s;
+    for (b, excluded) in property.boxes.iter().zip(&per_box) {
+        let search = Falsifier::new(subject, property, b);
+        for (d, _) in excluded.iter().enumerate().filter(|(_, e)| !**e) {
+            for s in 0..STARTS {
+                if over() {
+                    return outcome(Verdict::Timeout);
+                }
+                if let Some(cx) = search.run(d, s as u64) {
+                    return outcome(Verdict::Violated(cx));
+                }
+            }
+        }
+    }
+    outcome(Verdict::Unknown)
+}
+
+/// Per disjunct, whether a constraint's lower bound over the box is above zero.
+fn excluded_disjuncts(
+    subject: &Subject,
+    p: &Property,
+    bx: (&[f64], &[f64]),
+) -> Result<Vec<bool>, String> {
+    let rows: Vec<&OutputConstraint> = p.disjuncts.iter().flatten().collect();
+    let classes = subject.net.classes();
+    let mut c = Array2::zeros((rows.len(), classes));
+    // a coefficient that is not a float64 cannot be used exactly: its row excludes nothing
+    let mut exact = vec![true; rows.len()];
+    for (r, k) in rows.iter().enumerate() {
+        for (j, a) in &k.coef {
+            let v = rational_to_f64_down(a);
+            exact[r] &= *j < classes && Rational::from_f64(v).is_some_and(|q| q == *a);
+            if *j < classes {
+                c[[r, *j]] = v;
+            }
+        }
+    }
+    let lower = box_lower_bounds(subject, bx, &c)?;
+    let mut out = Vec::with_capacity(p.disjuncts.len());
+    let mut r = 0;
+    for d in &p.disjuncts {
+        let mut any = false;
+        for k in d {
+            let bound = add_down(lower[r], rational_to_f64_down(&k.constant));
+            any |= exact[r] && bound > 0.0;
+            r += 1;
+        }
+        out.push(any);
+    }
+    Ok(out)
+}
+
+/// The falsifier's fixed parts.
+struct Falsifier<'a> {
+    subject: &'a Subject,
+    property: &'a Property,
+    /// The input box searched.
+    input: &'a InputBox,
+    grad: GradNet,
+    exec: Executor,
+    /// The smallest and largest format values inside the real box, per input.
+    inside: Vec<(f64, f64)>,
+}
+
+impl<'a> Falsifier<'a> {
+    fn new(subject: &'a Subject, property: &'a Property, input: &'a InputBox) -> Self {
+        let f = subject.net.format;
+        let inside = (input.lower.iter().zip(&input.upper))
+            .map(|(l, u)| {
+                let lo = format_value_at(l, f, true);
+                let hi = format_value_at(u, f, false);
+                match (lo, hi) {
+                    (Some(a), Some(b)) if a <= b => (a, b),
+                    _ => (f64::NAN, f64::NAN),
+                }
+            })
+            .collect();
+        Falsifier {
+            subject,
+            property,
+            input,
+            grad: GradNet::new(&subject.net),
+            exec: Executor::new(&subject.net, &subject.execution),
+            inside,
+        }
+    }
+
+    /// One start (`seed` 0: the centre) of the descent on disjunct `d`; the first candidate that
+    /// lipfp's execution places in the unsafe region.
+    fn run(&self, d: usize, seed: u64) -> Option<Counterexample> {
+        if self.inside.iter().any(|(a, _)| a.is_nan()) {
+            return None;
+        }
+        let constraints = &self.property.disjuncts[d];
+        let dim = self.inside.len();
+        let mut rng = SplitMix::new(d, seed as usize);
+        let mut x: Vec<f64> = (self.inside.iter())
+            .map(|(a, b)| {
+                let t = if seed == 0 { 0.5 } else { rng.uniform() };
+                a + (b - a) * t
+            })
+            .collect();
+        let coef: Vec<Vec<f64>> = (constraints.iter())
+            .map(|k| {
+                let mut a = vec![0.0; self.subject.net.classes()];
+                for (j, v) in &k.coef {
+                    if let Some(slot) = a.get_mut(*j) {
+                        *slot = v.to_f64();
+                    }
+                }
+                a
+            })
+            .collect();
+        let consts: Vec<f64> = constraints.iter().map(|k| k.constant.to_f64()).collect();
+        for step in 0..STEPS {
+            let candidate = self.snap(&x);
+            if let Some(cx) = self.confirm(&candidate, d) {
+                return Some(cx);
+            }
+            let rows = Array2::from_shape_vec((1, dim), candidate).ok()?;
+            // the largest constraint value leads: push it down
+            let (_, g) = self.grad.objective_gradient(&rows, |_, y| {
+                let value =
+                    |k: usize| coef[k].iter().zip(y).map(|(a, v)| a * v).sum::<f64>() + consts[k];
+                let lead = (0..coef.len())
+                    .max_by(|&a, &b| value(a).total_cmp(&value(b)))
+                    .unwrap_or(0);
+                coef.get(lead).cloned().unwrap_or_default()
+            });
+            let frac = 0.5 * (1.0 - step as f64 / STEPS as f64) + 0.02;
+            for (i, xi) in x.iter_mut().enumerate() {
+                let (a, b) = self.inside[i];
+                *xi = (*xi - frac * (b - a) * g[[0, i]].signum()).clamp(a, b);
+            }
+        }
+        None
+    }
+
+    /// `x` rounded to the format and kept inside the box's format values.
+    fn snap(&self, x: &[f64]) -> Vec<f64> {
+        let f = self.subject.net.format;
+        (x.iter().zip(&self.inside))
+            .map(|(v, (a, b))| f.round(*v).clamp(*a, *b))
+            .collect()
+    }
+
+    /// The counterexample at `x` when it is in the real box and lipfp's execution puts its
+    /// outputs in disjunct `d` (both checked in rationals).
+    fn confirm(&self, x: &[f64], d: usize) -> Option<Counterexample> {
+        let (p, b) = (self.property, self.input);
+        let inside = (x.iter().zip(b.lower.iter().zip(&b.upper)))
+            .all(|(v, (l, u))| Rational::from_f64(*v).is_some_and(|q| *l <= q && q <= *u));
+        if !inside {
+            return None;
+        }
+        let y = self.exec.logits(x, x.len());
+        let exact: Option<Vec<Rational>> = y.iter().map(|v| Rational::from_f64(*v)).collect();
+        let exact = exact?;
+        let holds = p.disjuncts[d].iter().all(|k| {
+            let value: Rational = (k.coef.iter())
+                .map(|(j, a)| {
+                    exact
+                        .get(*j)
+                        .map_or(Rational::new(), |v| Rational::from(a * v))
+                })
+                .sum::<Rational>()
+                + &k.constant;
+            value <= 0
+        });
+        holds.then(|| Counterexample {
+            input: x.to_vec(),
+            outputs: y,
+            disjunct: d,
+        })
+    }
+}
+
+/// The smallest value of `format` at or above `q` (`up`) or the largest at or below it, when the
+/// format is one whose neighbours lipfp steps through (float32, float64).
+fn format_value_at(q: &Rational, format: Format, up: bool) -> Option<f64> {
+    let mut v = format.round(q.to_f64());
+    for _ in 0..4 {
+        let e = Rational::from_f64(v)?;
+        match (up, e.cmp(q)) {
+            (_, std::cmp::Ordering::Equal) => return Some(v),
+            (true, std::cmp::Ordering::Greater) | (false, std::cmp::Ordering::Less) => {
+                return Some(v)
+            }
+            (true, _) => v = format_next(v, format, true)?,
+            (false, _) => v = format_next(v, format, false)?,
+        }
+    }
+    None
+}
+
+/// The neighbour of a value of `format` (float32 and float64 only).
+fn format_next(v: f64, format: Format, up: bool) -> Option<f64> {
+    match (format, up) {
+        (Format::Float32, true) => Some(f64::from((v as f32).next_up())),
+        (Format::Float32, false) => Some(f64::from((v as f32).next_down())),
+        (Format::Float64, true) => Some(v.next_up()),
+        (Format::Float64, false) => Some(v.next_down()),
+        _ => None,
+    }
+}
