@@ -67,7 +67,7 @@ fn published(tool: &str, onnx: &str, vnnlib: &str) -> Option<String> {
     text.lines().find_map(|l| {
         let f: Vec<&str> = l.split(',').collect();
         (f.len() >= 6 && f[1].ends_with(onnx) && f[2].ends_with(vnnlib)).then(|| {
-            match f[4].trim() {
+            match f[4].trim().to_lowercase().as_str() {
                 "holds" => "unsat".to_string(),
                 "violated" => "sat".to_string(),
                 other => other.to_string(),
@@ -134,6 +134,41 @@ fn mnistfc_counterexamples_hold_under_onnxruntime_and_no_proof_is_refuted() {
         }
     }
     assert!(sat >= 2 && unsat >= 2, "{sat} {unsat}");
+}
+
+#[test]
+#[cfg_attr(
+    not(all(lipfp_shared, lipfp_onnxruntime)),
+    ignore = "needs ../shared/benchmarks and a Python with onnxruntime (set LIPFP_PYTHON)"
+)]
+fn acasxu_through_its_identity_normalisation() {
+    // the networks start with a Sub of a zero mean: an exact identity, dropped for the bounds
+    let dir = vnncomp().join("acasxu");
+    let py = python();
+    for (net, prop, want) in [
+        ("ACASXU_run2a_1_6_batch_2000.onnx", "prop_3.vnnlib", "unsat"),
+        ("ACASXU_run2a_2_1_batch_2000.onnx", "prop_2.vnnlib", "sat"),
+    ] {
+        let (model, property) = (dir.join(net), dir.join(prop));
+        let r = verify_cmd::instance(&request(), (&model, &property), 60.0, &Progress::silent())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.outcome.verdict.word(), want, "{net} {prop}");
+        for tool in ["a-b-CROWN", "nnenum", "VeriNet"] {
+            assert_eq!(published(tool, net, prop).as_deref(), Some(want), "{tool}");
+        }
+        if let Verdict::Violated(cx) = &r.outcome.verdict {
+            let p = verify_cmd::read_property(&property).unwrap();
+            let y = ort_logits(&py, &model, 1, cx.input.len(), &cx.input, &[]);
+            let unsafe_ = p.disjuncts[cx.disjunct].iter().all(|k| {
+                let v: Rational = (k.coef.iter())
+                    .map(|(j, a)| a * Rational::from_f64(y[*j]).unwrap())
+                    .sum::<Rational>()
+                    + &k.constant;
+                v <= 0
+            });
+            assert!(unsafe_, "{net} {prop}: onnxruntime's outputs {y:?}");
+        }
+    }
 }
 
 fn lipfp(args: &[&str]) -> (i32, String, String) {

@@ -15,6 +15,7 @@ use crate::bounds::certify::{LocalMargins, ModelBounds};
 use crate::bounds::local::{Deployment, LocalNet, SlopeSearch};
 use crate::engine::data::InputStream;
 use crate::error::LipfpError;
+use crate::onnx::model::{Activation, DenseNet};
 use crate::progress::Progress;
 
 /// Steps of the lower-slope search on the margins CROWN's slopes leave uncertified
@@ -118,17 +119,7 @@ impl<'a> LocalModel<'a> {
     /// `|W|` with the tensor cores' alignment weights), or why local bounds do not cover it.
     pub(super) fn new(subject: &'a Subject) -> Result<LocalModel<'a>, String> {
         let fmt = subject.bounds.as_ref().map_err(Clone::clone)?;
-        let lambda = subject.execution.tensor_input_emin().map(pow2);
-        let layers = (fmt.layers.iter().zip(&subject.net.layers))
-            .enumerate()
-            .map(|(l, (lb, layer))| {
-                let rounding = lb.rounding.ok_or_else(|| {
-                    format!("local bounds do not cover affine steps (layer {})", l + 1)
-                })?;
-                Ok((rounding, layer.w.mapv(|w| alignment_weight(w, lambda))))
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        let deployment = Deployment { layers, d0: fmt.d0 };
+        let deployment = deployment_of(subject, &subject.net, 0)?;
         let search = SlopeSearch {
             iterations: SLOPE_STEPS,
             target: fmt.head_margin,
@@ -156,23 +147,62 @@ impl<'a> LocalModel<'a> {
     }
 }
 
+/// The deployed execution of `net`, the subject's network from layer `skip` on: every layer's
+/// rounding model from the subject's model bounds, `|W|` with the tensor cores' alignment
+/// weights; or why local bounds do not cover it.
+fn deployment_of(subject: &Subject, net: &DenseNet, skip: usize) -> Result<Deployment, String> {
+    let fmt = subject.bounds.as_ref().map_err(Clone::clone)?;
+    let lambda = subject.execution.tensor_input_emin().map(pow2);
+    let layers = (fmt.layers.iter().skip(skip).zip(&net.layers))
+        .enumerate()
+        .map(|(l, (lb, layer))| {
+            let rounding = lb.rounding.ok_or_else(|| {
+                format!(
+                    "local bounds do not cover affine steps (layer {})",
+                    l + skip + 1
+                )
+            })?;
+            Ok((rounding, layer.w.mapv(|w| alignment_weight(w, lambda))))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Deployment { layers, d0: fmt.d0 })
+}
+
 /// Lower bounds on the rows of `c` (linear forms of the outputs) of the subject's deployed
 /// execution over the box `[lo, hi]` ([`LocalNet::linear_lower_bounds`], every row's slopes
-/// searched), or why local bounds do not cover the subject or the box.
+/// searched), or why local bounds do not cover the subject or the box. Leading affine steps that
+/// are exact identities (adding zero, scaling by one: no execution changes a value) are dropped.
 pub fn box_lower_bounds(
     subject: &Subject,
     (lo, hi): (&[f64], &[f64]),
     c: &ndarray::Array2<f64>,
 ) -> Result<Vec<f64>, String> {
-    let model = LocalModel::new(subject)?;
+    let fmt = subject.bounds.as_ref().map_err(Clone::clone)?;
+    let full = &subject.net;
+    let skip = (full.layers.iter())
+        .take_while(|l| {
+            l.act != Activation::Relu && l.affine.as_ref().is_some_and(|a| a.is_exact_identity())
+        })
+        .count();
+    let kept = DenseNet {
+        layers: full.layers[skip.min(full.layers.len())..].to_vec(),
+        ..full.clone()
+    };
+    let deployment = deployment_of(subject, &kept, skip)?;
+    let prefix = fmt.lip_prefix.get(skip..).unwrap_or(&[]);
+    let search = SlopeSearch {
+        iterations: SLOPE_STEPS,
+        target: f64::INFINITY,
+    };
+    let net = LocalNet::new(&kept, Some(prefix), Some(deployment))?.with_slope_search(search);
     // every point of the box has ||x|| <= || max(|lo|, |hi|) ||
     let r0 = l2_norm_up(lo.iter().zip(hi).map(|(l, h)| l.abs().max(h.abs())));
-    let slack: Vec<f64> = match model.fmt.deviation_profile(r0) {
-        Ok((_, devs)) => devs.iter().skip(1).copied().collect(),
+    let slack: Vec<f64> = match fmt.deviation_profile(r0) {
+        Ok((_, devs)) => devs.iter().skip(1 + skip).copied().collect(),
         Err(_) => Vec::new(),
     };
     let set = crate::bounds::local::InputSet::Box { lo, hi };
-    (model.net.linear_lower_bounds(set, c, &slack, f64::INFINITY))
+    (net.linear_lower_bounds(set, c, &slack, f64::INFINITY))
         .ok_or_else(|| "the local bounds over the box are not finite".to_string())
 }
 

@@ -57,6 +57,19 @@ pub struct AffineStep {
     pub ops: Vec<ElementOp>,
 }
 
+impl AffineStep {
+    /// Whether every op leaves every value unchanged in any floating-point arithmetic: adding
+    /// zero, multiplying or dividing by one (e.g. ACAS Xu's `Sub` of a zero mean). Such a step
+    /// can be dropped from the network without changing any execution's result.
+    pub fn is_exact_identity(&self) -> bool {
+        self.ops.iter().all(|op| match op {
+            ElementOp::Add(c) => c.iter().all(|v| *v == 0.0),
+            ElementOp::Mul(k) | ElementOp::Div(k) => k.iter().all(|v| *v == 1.0),
+            ElementOp::Neg | ElementOp::BatchNorm { .. } => false,
+        })
+    }
+}
+
 /// `|scale| / sqrt(var + eps)` rounded up (`var + eps > 0`, checked when the model is read):
 /// the magnitude of a BatchNormalization's slope.
 pub fn batch_norm_scale(scale: f64, var: f64, epsilon: f64) -> f64 {
@@ -517,7 +530,18 @@ impl Builder<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::aligned_shape;
+    use super::{aligned_shape, AffineStep, ElementOp};
+
+    #[test]
+    fn only_zero_additions_and_unit_scalings_are_exact_identities() {
+        let step = |ops| AffineStep { width: 2, ops };
+        let zero = ElementOp::Add(vec![0.0, -0.0]);
+        assert!(step(vec![zero, ElementOp::Div(vec![1.0, 1.0])]).is_exact_identity());
+        assert!(step(vec![ElementOp::Mul(vec![1.0, 1.0])]).is_exact_identity());
+        assert!(!step(vec![ElementOp::Add(vec![0.0, 1e-300])]).is_exact_identity());
+        assert!(!step(vec![ElementOp::Mul(vec![1.0, -1.0])]).is_exact_identity());
+        assert!(!step(vec![ElementOp::Neg]).is_exact_identity());
+    }
 
     #[test]
     fn constants_broadcast_per_feature_only_without_the_batch() {
