@@ -312,6 +312,63 @@ fn bench_curve(
 }
 
 /// `numerator / denominator` of the wall times of two phases of `suite`, when both ran.
+/// VNN-COMP 2021's mnistfc instances decided by `lipfp verify` at a tenth of their timeouts:
+/// per network, the wall time, the instances, and how many were verified (`certified`) and
+/// falsified (in the phase name).
+fn bench_vnncomp(list: &Path, progress: &Progress) -> Result<Vec<Phase>, LipfpError> {
+    use crate::commands::verify::{instances, VerifyRequest};
+    use crate::engine::verify::Verdict;
+    progress.stage("vnncomp2021 mnistfc: lipfp verify at 0.1 x the timeouts");
+    let req = VerifyRequest {
+        format: None,
+        accumulate: None,
+        ftz: false,
+        runtime: None,
+        gram_iterations: DEFAULT_GRAM_ITERATIONS,
+        timeout_s: 300.0,
+    };
+    let (results, _) = instances(&req, list, 0.1, progress)?;
+    let mut nets: Vec<String> = Vec::new();
+    for r in &results {
+        let name = r
+            .model
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !nets.contains(&name) {
+            nets.push(name);
+        }
+    }
+    Ok(nets
+        .iter()
+        .map(|net| {
+            let mine: Vec<_> = (results.iter())
+                .filter(|r| {
+                    r.model
+                        .file_name()
+                        .is_some_and(|f| f.to_string_lossy() == net.as_str())
+                })
+                .collect();
+            let wall: f64 = mine.iter().map(|r| r.seconds).sum();
+            let count =
+                |f: fn(&Verdict) -> bool| mine.iter().filter(|r| f(&r.outcome.verdict)).count();
+            let verified = count(|v| *v == Verdict::Holds);
+            let falsified = count(|v| matches!(v, Verdict::Violated(_)));
+            Phase {
+                suite: "vnncomp2021-mnistfc".into(),
+                phase: format!("verify {net} ({falsified} falsified)"),
+                wall_s: wall,
+                runs: 1,
+                points: Some(mine.len()),
+                per_instance_us: Some(wall * 1e6 / mine.len().max(1) as f64),
+                certified: Some(verified),
+                peak_rss_mib: peak_rss_mib(),
+                speedup_vs_paper_python: None,
+            }
+        })
+        .collect())
+}
+
 fn wall_ratio(phases: &[Phase], suite: &str, (num, den): (&str, &str)) -> Option<Comparison> {
     let wall = |name: &str| {
         phases
@@ -373,6 +430,17 @@ pub fn run_bench(opts: &BenchOptions, progress: &Progress) -> Result<BenchReport
         phases.extend(bench_suite(&local, "0.3", &[Mode::Local], progress)?);
     } else {
         skipped.push(format!("mnist: {} not found", mnist.display()));
+    }
+    let mnistfc = opts
+        .shared
+        .join("benchmarks/vnncomp2021/mnistfc/mnistfc_instances.csv");
+    if mnistfc.exists() {
+        phases.extend(bench_vnncomp(&mnistfc, progress)?);
+    } else {
+        skipped.push(format!(
+            "vnncomp2021 mnistfc: {} not found",
+            mnistfc.display()
+        ));
     }
     if opts.higgs_points > 0 {
         let net = higgs_scale_net(1);
