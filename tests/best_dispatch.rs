@@ -55,6 +55,13 @@ fn local_bounds_are_a_source_of_best_and_of_no_other_mode() {
                 lower: &lower,
                 radii: &radii,
             };
+            let own = run(&c, &p, (Mode::Best, eps), (true, None, None), p.x_norm);
+            if own.verdict.is_ok() && (c.label.contains("huge biases") || c.label.contains("dead"))
+            {
+                // the network is constant over the ball up to its biases: its own bounds
+                // certify at any radius, so there is nothing for a forged source to change
+                continue;
+            }
             for reference in [true, false] {
                 let best = run(&c, &p, (Mode::Best, eps), (reference, None, None), p.x_norm);
                 assert!(best.verdict.is_err(), "{}: certified at {eps}", c.label);
