@@ -2,7 +2,7 @@
 # Run lipfp's fuzz targets (cargo-fuzz, nightly Rust): fuzz/run.sh [SECONDS] [TARGET...]
 #
 #   SECONDS  per target (default 600)
-#   TARGET   onnx, npy, npz, csv, policy, certificates (default: all six)
+#   TARGET   onnx, npy, npz, csv, policy, certificates, vnnlib (default: all seven)
 #   JOBS     environment: targets run at once (default 2)
 #
 # Each target starts from its corpus fuzz/corpus/<target>/ (the committed seeds, plus what
@@ -22,7 +22,7 @@ root=$PWD
 seconds=${1:-600}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(onnx npy npz csv policy certificates)
+((${#targets[@]})) || targets=(onnx npy npz csv policy certificates vnnlib)
 jobs=${JOBS:-2}
 
 # scratch directories of fuzzers that are no longer running (see fuzz/src/lib.rs, Scratch)
