@@ -250,6 +250,8 @@ fn f64_logits(net: &DenseNet, x: &[f64], bias_first: bool) -> Vec<f64> {
 struct Figures {
     /// Points certified at a positive threshold, summed over modes.
     certified: usize,
+    /// The same per mode (in the order of the modes checked).
+    per_mode: Vec<usize>,
     /// Candidates run (each under every run of the execution).
     candidates: usize,
     /// Runs per candidate.
@@ -271,14 +273,18 @@ fn check(
         .unwrap_or_else(|e| panic!("{e}"))
         .input_dim();
     let subject = subject(model, x, dim, exec, dir.path());
-    let mut fig = Figures::default();
+    let mut fig = Figures {
+        per_mode: vec![0; modes.len()],
+        ..Figures::default()
+    };
     let mut candidates = Vec::new();
-    for &m in modes {
+    for (mi, &m) in modes.iter().enumerate() {
         for (k, t) in thresholds(&subject, m, dir.path()).into_iter().enumerate() {
             let (Some(eps), Some(class)) = (t, subject.predictions[k]) else {
                 continue;
             };
             fig.certified += 1;
+            fig.per_mode[mi] += 1;
             let xk = &x[k * dim..(k + 1) * dim];
             let mut inputs = attack(&subject, k, xk, eps);
             inputs.push(xk.to_vec());
@@ -375,6 +381,7 @@ fn every_shape_keeps_its_class_at_every_threshold_radius_under_every_execution()
     let py = python();
     let (mut certified, mut candidates, mut no_hidden) = (0, 0, 0);
     let modes = mode_runs();
+    let mut no_hidden_per_mode = vec![0; modes.len()];
     for shape in shapes(extra_shapes()) {
         let dir = tempfile::tempdir().unwrap();
         let model = write_model(&shape, dir.path());
@@ -385,6 +392,9 @@ fn every_shape_keeps_its_class_at_every_threshold_radius_under_every_execution()
             candidates += fig.candidates * fig.runs;
             if shape.widths.len() == 2 {
                 no_hidden += fig.certified;
+                for (n, c) in no_hidden_per_mode.iter_mut().zip(&fig.per_mode) {
+                    *n += c;
+                }
             }
         }
     }
@@ -396,6 +406,14 @@ fn every_shape_keeps_its_class_at_every_threshold_radius_under_every_execution()
         certified > 500 && no_hidden > 100,
         "{certified} {no_hidden}"
     );
+    // networks without a hidden layer are attacked in every mode
+    for (m, n) in modes.iter().zip(&no_hidden_per_mode) {
+        eprintln!("  without a hidden layer, mode {m}: {n} thresholds attacked");
+        assert!(
+            *n > 0,
+            "mode {m}: no network without a hidden layer was certified"
+        );
+    }
 }
 
 /// The exact deployed margin bound of a network without a hidden layer (see the module docs),
