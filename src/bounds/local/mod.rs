@@ -314,23 +314,21 @@ impl<'a> LocalNet<'a> {
     }
 
     /// Lower bounds on the rows of `C y(x)` (any linear forms of the outputs, real or deployed
-    /// with a deployment) over `set`; `lip_slack` as in [`LocalNet::hidden_bounds`]. With a slope
-    /// search, the rows whose bound is at most `target` are searched. `None` when the set is empty
-    /// or not finite, or a hidden bound is not finite; a row is NaN-free, `-inf` where no finite
+    /// with a deployment) over `set`; `lip_slack` as in [`LocalNet::hidden_bounds`]; the slope
+    /// search, where set, as [`LocalNet::with_slope_search`] says. `None` when the set is empty or
+    /// not finite, or a hidden bound is not finite; a row is NaN-free, `-inf` where no finite
     /// bound holds.
     pub fn linear_lower_bounds(
         &self,
         set: InputSet<'_>,
         c: &Array2<f64>,
         lip_slack: &[f64],
-        target: f64,
     ) -> Option<Vec<f64>> {
         if c.ncols() != self.classes() {
             return None;
         }
         let region = Region::new(set, self.input_dim())?;
-        let search = self.search.map(|s| SlopeSearch { target, ..s });
-        self.rows_over(&region, c, lip_slack, search)
+        self.rows_over(&region, c, lip_slack, self.search)
             .map(|(lower, _)| lower)
     }
 

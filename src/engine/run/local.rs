@@ -202,7 +202,7 @@ pub fn box_lower_bounds(
         Err(_) => Vec::new(),
     };
     let set = crate::bounds::local::InputSet::Box { lo, hi };
-    (net.linear_lower_bounds(set, c, &slack, f64::INFINITY))
+    (net.linear_lower_bounds(set, c, &slack))
         .ok_or_else(|| "the local bounds over the box are not finite".to_string())
 }
 
