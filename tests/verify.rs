@@ -109,15 +109,7 @@ fn mnistfc_counterexamples_hold_under_onnxruntime_and_no_proof_is_refuted() {
                         let v = Rational::from_f64(*v).unwrap();
                         assert!(*l <= v && v <= *u, "{what}: outside the box");
                     }
-                    let y = ort_logits(&py, &model, 1, cx.input.len(), &cx.input, &[]);
-                    let inside = p.disjuncts[cx.disjunct].iter().all(|k| {
-                        let v: Rational = (k.coef.iter())
-                            .map(|(j, a)| a * Rational::from_f64(y[*j]).unwrap())
-                            .sum::<Rational>()
-                            + &k.constant;
-                        v <= 0
-                    });
-                    assert!(inside, "{what}: onnxruntime's outputs {y:?} are not unsafe");
+                    assert!(unsafe_under_onnxruntime(&py, &model, &p, cx), "{what}");
                     sat += 1;
                 }
                 Verdict::Holds => {
@@ -158,17 +150,34 @@ fn acasxu_through_its_identity_normalisation() {
         }
         if let Verdict::Violated(cx) = &r.outcome.verdict {
             let p = verify_cmd::read_property(&property).unwrap();
-            let y = ort_logits(&py, &model, 1, cx.input.len(), &cx.input, &[]);
-            let unsafe_ = p.disjuncts[cx.disjunct].iter().all(|k| {
-                let v: Rational = (k.coef.iter())
-                    .map(|(j, a)| a * Rational::from_f64(y[*j]).unwrap())
-                    .sum::<Rational>()
-                    + &k.constant;
-                v <= 0
-            });
-            assert!(unsafe_, "{net} {prop}: onnxruntime's outputs {y:?}");
+            assert!(
+                unsafe_under_onnxruntime(&py, &model, &p, cx),
+                "{net} {prop}"
+            );
         }
     }
+}
+
+/// Whether onnxruntime CPU's outputs at the counterexample satisfy every constraint of its
+/// disjunct (exact rationals).
+fn unsafe_under_onnxruntime(
+    py: &Path,
+    model: &Path,
+    p: &lipfp::policy::vnnlib::Property,
+    cx: &lipfp::engine::verify::Counterexample,
+) -> bool {
+    let y = ort_logits(py, model, 1, cx.input.len(), &cx.input, &[]);
+    let holds = p.disjuncts[cx.disjunct].iter().all(|k| {
+        let v: Rational = (k.coef.iter())
+            .map(|(j, a)| a * Rational::from_f64(y[*j]).unwrap())
+            .sum::<Rational>()
+            + &k.constant;
+        v <= 0
+    });
+    if !holds {
+        eprintln!("onnxruntime's outputs {y:?} are not in the unsafe region");
+    }
+    holds
 }
 
 fn lipfp(args: &[&str]) -> (i32, String, String) {

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::arith::format::Format;
-use crate::arith::runtime::RuntimeFlags;
+use crate::arith::runtime::{RuntimeChoice, RuntimeFlags};
 use crate::bounds::certify::{parse_mode_list, Mode};
 use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
 use crate::commands::certify::CertifyRequest;
@@ -144,6 +144,41 @@ pub struct CheckArgs {
     pub regressions: Option<PathBuf>,
 }
 
+/// The deployment a command certifies for: format, accumulation, flush-to-zero and runtime
+/// (shared by `certify` and `verify`).
+#[derive(Debug, Args)]
+pub struct DeploymentFlags {
+    /// Deployment (storage) format: float64, float32, float16, bfloat16 (default: the format
+    /// the model's weights are stored in).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Accumulation format of the runtime's dense layers, e.g. float32 for float16 storage
+    /// (default: the storage format or the next wider one, both covered).
+    #[arg(long)]
+    pub accumulate: Option<String>,
+    /// Flush-to-zero / denormals-are-zero execution.
+    #[arg(long)]
+    pub ftz: bool,
+    /// The runtime the model is served on and its settings.
+    #[command(flatten)]
+    pub runtime: RuntimeFlags,
+}
+
+/// The parsed [`DeploymentFlags`]: format, accumulation, flush-to-zero, runtime.
+type Deployment = (Option<Format>, Option<Format>, bool, Option<RuntimeChoice>);
+
+impl DeploymentFlags {
+    /// The flags parsed; a usage error names the flag.
+    fn parse(&self) -> Result<Deployment, LipfpError> {
+        Ok((
+            parse_format_flag("--format", self.format.as_deref())?,
+            parse_format_flag("--accumulate", self.accumulate.as_deref())?,
+            self.ftz,
+            (self.runtime.keys().choice()).map_err(|m| LipfpError::Usage(format!("--{m}")))?,
+        ))
+    }
+}
+
 /// `lipfp certify`.
 #[derive(Debug, Args)]
 #[command(group(
@@ -173,20 +208,9 @@ pub struct CertifyArgs {
     /// Per-instance radii (.npy float64 [N]); or --epsilon for one radius.
     #[arg(long)]
     pub epsilons: Option<PathBuf>,
-    /// Deployment (storage) format: float64, float32, float16, bfloat16 (default: the format
-    /// the model's weights are stored in).
-    #[arg(long)]
-    pub format: Option<String>,
-    /// Accumulation format of the runtime's dense layers, e.g. float32 for float16 storage
-    /// (default: the storage format or the next wider one, both covered).
-    #[arg(long)]
-    pub accumulate: Option<String>,
-    /// Flush-to-zero / denormals-are-zero execution.
-    #[arg(long)]
-    pub ftz: bool,
-    /// The runtime the model is served on and its settings.
+    /// The declared deployment.
     #[command(flatten)]
-    pub runtime: RuntimeFlags,
+    pub deployment: DeploymentFlags,
     /// Mode(s), comma-separated: standard, hybrid, measured, float64-centre, best, real
     /// (default: every sound mode; real is always computed as the ceiling).
     #[arg(long)]
@@ -435,8 +459,7 @@ fn exit_for(report: &Report) -> Exit {
 
 /// What `lipfp certify` runs, parsed from its flags (usage errors name the flag).
 fn certify_request(a: &CertifyArgs) -> Result<CertifyRequest, LipfpError> {
-    let format = parse_format_flag("--format", a.format.as_deref())?;
-    let accumulate = parse_format_flag("--accumulate", a.accumulate.as_deref())?;
+    let (format, accumulate, ftz, runtime) = a.deployment.parse()?;
     let modes = match &a.mode {
         Some(text) => {
             parse_mode_list(text).map_err(|m| LipfpError::Usage(format!("--mode: {m}")))?
@@ -463,12 +486,8 @@ fn certify_request(a: &CertifyArgs) -> Result<CertifyRequest, LipfpError> {
         model: a.model.clone(),
         format,
         accumulate,
-        ftz: a.ftz,
-        runtime: a
-            .runtime
-            .keys()
-            .choice()
-            .map_err(|m| LipfpError::Usage(format!("--{m}")))?,
+        ftz,
+        runtime,
         inputs: a.inputs.clone(),
         labels: own_labels(a)?,
         gram_iterations: a.gram_iterations,

@@ -4,8 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{parse_format_flag, Exit};
-use crate::arith::runtime::RuntimeFlags;
+use super::{DeploymentFlags, Exit};
 use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
 use crate::commands::verify::{self as run, VerifyRequest};
 use crate::engine::verify::Verdict;
@@ -35,18 +34,9 @@ pub struct VerifyArgs {
     /// Write VNN-COMP's result file here (with --instances: the table as CSV).
     #[arg(long)]
     pub result: Option<PathBuf>,
-    /// Deployment (storage) format (default: the model's weights' format).
-    #[arg(long)]
-    pub format: Option<String>,
-    /// Accumulation format of the runtime's dense layers.
-    #[arg(long)]
-    pub accumulate: Option<String>,
-    /// Flush-to-zero / denormals-are-zero execution.
-    #[arg(long)]
-    pub ftz: bool,
-    /// The runtime the model is served on.
+    /// The declared deployment.
     #[command(flatten)]
-    pub runtime: RuntimeFlags,
+    pub deployment: DeploymentFlags,
     /// Gram iterations for the spectral norms.
     #[arg(long, default_value_t = DEFAULT_GRAM_ITERATIONS)]
     pub gram_iterations: u32,
@@ -61,11 +51,12 @@ pub fn verify(a: &VerifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             "--timeout and --timeout-scale must be positive numbers".into(),
         ));
     }
+    let (format, accumulate, ftz, runtime) = a.deployment.parse()?;
     let req = VerifyRequest {
-        format: parse_format_flag("--format", a.format.as_deref())?,
-        accumulate: parse_format_flag("--accumulate", a.accumulate.as_deref())?,
-        ftz: a.ftz,
-        runtime: (a.runtime.keys().choice()).map_err(|m| LipfpError::Usage(format!("--{m}")))?,
+        format,
+        accumulate,
+        ftz,
+        runtime,
         gram_iterations: a.gram_iterations,
         timeout_s: a.timeout,
     };

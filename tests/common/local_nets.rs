@@ -26,6 +26,10 @@ impl Rng {
     pub fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 52) as f64 - 1.0
     }
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
     /// Approximately normal (sum of uniforms).
     pub fn normal(&mut self) -> f64 {
         (0..4).map(|_| self.unit()).sum::<f64>() * 0.866

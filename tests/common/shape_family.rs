@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use super::emulated::{half_executions, openvino_executions, tf32_executions};
+pub use super::local_nets::Rng;
 use super::onnx_builder::{attr_int, ModelBuilder};
 use lipfp::arith::execution::Gpu;
 use lipfp::arith::format::Format;
@@ -52,26 +53,6 @@ pub mod shape {
     }
 }
 pub use shape::{Kind, Shape};
-
-/// splitmix64.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Uniform in `[-1, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 52) as f64 * 2.0 - 1.0
-    }
-}
 
 /// The corners every run includes, then `extra` random shapes.
 pub fn shapes(extra: usize) -> Vec<Shape> {
