@@ -120,3 +120,17 @@ fn npy_shape_product_overflow_is_refused_before_npyz_reads_it() {
         .to_string();
     assert!(e.contains("more elements than can be counted"), "{e}");
 }
+
+/// `vnnlib`: an `or` whose only argument is commented out, `(assert (or\n; ...\n))`, parsed as
+/// an unsafe region without disjuncts, which `verify` would have answered `unsat` for any model.
+/// An empty `or` (and an empty `and`) is refused with its line.
+#[test]
+fn an_empty_or_is_refused() {
+    let text =
+        "; a\u{16}3-inpuX_2 0.5))\n(assert (or\n;   (and  Y_0) (<= Y_2 Y_0i (<= Y_0 Y_1))\n))\n";
+    let e = harness::vnnlib(text.as_bytes()).unwrap_err();
+    assert!(
+        e.contains("line 2") && e.contains("`(or)` without arguments"),
+        "{e}"
+    );
+}

@@ -340,6 +340,9 @@ fn assertion(s: &Sexp, declared: &Declared) -> Result<Assertion, VnnlibError> {
         return err(s.line(), "expected a comparison, `and` or `or`");
     };
     let (head, args) = split_head(items, *line)?;
+    if matches!(head, "and" | "or") && args.is_empty() {
+        return err(*line, format!("`({head})` without arguments"));
+    }
     match head {
         "and" => Ok(Assertion::All(conjunction(args, declared)?)),
         "or" => {
@@ -349,6 +352,9 @@ fn assertion(s: &Sexp, declared: &Declared) -> Result<Assertion, VnnlibError> {
                     Some(c) => c,
                     None => match a {
                         Sexp::List(inner, l) if split_head(inner, *l)?.0 == "and" => {
+                            if inner.len() == 1 {
+                                return err(*l, "`(and)` without arguments");
+                            }
                             conjunction(&inner[1..], declared)?
                         }
                         _ => return err(a.line(), "inside `or`, expected a comparison or `and`"),
