@@ -573,6 +573,25 @@ mod tests {
     use super::*;
     use crate::bounds::local::relax::relax_unit;
 
+    /// `Carried` counts every sum it records: the final error bound's allowance for summing
+    /// `err` in float64 (`NonnegSum::new(terms)`) depends on the count.
+    #[test]
+    fn carried_counts_every_term_it_sums() {
+        let mut c = Carried {
+            cst: vec![0.0; 2],
+            err: vec![0.0; 2],
+            terms: 0,
+        };
+        c.add_constant(&[1.0, -2.0]);
+        c.add_error([0.5, 0.25].into_iter());
+        c.add_constant(&[3.0, 0.0]);
+        assert_eq!(c.terms, 3);
+        assert_eq!(c.cst, vec![4.0, -2.0]);
+        let two_u = 2.0 * UNIT_ROUNDOFF;
+        assert_eq!(c.err[0], two_u * 1.0 + 0.5 + two_u * 4.0);
+        assert_eq!(c.err[1], two_u * 2.0 + 0.25 + two_u * 2.0);
+    }
+
     /// The table path of `relax_rows` (CROWN's slopes) gives the coefficients, constants and
     /// error bounds of the general path given the same slopes explicitly.
     #[test]
