@@ -570,3 +570,5 @@ fn box_spread(net: &LocalNet, lam: &Array2<f64>, half: &Array1<f64>) -> Vec<f64>
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_allowances;
