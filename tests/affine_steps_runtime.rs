@@ -53,6 +53,7 @@ fn onnxruntime_conforms_on_networks_with_steps() {
                     hi: None,
                     decided: None,
                     local: None,
+                    cover: lipfp::bounds::ball::Cover::L2,
                 };
                 if cert.certify(Mode::Standard, &centre, 0.0).verdict.is_ok() {
                     certified += 1;

@@ -48,6 +48,7 @@ fn prepare(model: &Path, x: &Path, y: &Path) -> Subject {
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     run::prepare(&spec, &Progress::silent()).unwrap()
 }

@@ -27,6 +27,7 @@ fn run(
         hi: reference.then_some(hi),
         decided,
         local,
+        cover: lipfp::bounds::ball::Cover::L2,
     };
     Certifier {
         fmt: &c.mb,

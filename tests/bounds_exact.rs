@@ -189,6 +189,7 @@ fn certify(mb: &ModelBounds, mode: Mode, logits: &[f64], x_norm: f64, eps: f64) 
             hi: None,
             decided: None,
             local: None,
+            cover: lipfp::bounds::ball::Cover::L2,
         },
         eps,
     )

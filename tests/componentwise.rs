@@ -42,6 +42,7 @@ fn subject(format: Format, dir: &Path) -> Subject {
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     run::prepare(&spec, &Progress::silent()).unwrap()
 }

@@ -82,6 +82,7 @@ fn certify(case: &Case, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         shard: None,
         decision: case.decision,
         label_column: None,
+        ball: Default::default(),
     };
     let data = (&case.inputs[..], case.rows);
     let radius = (case.epsilon, case.local);
@@ -267,6 +268,7 @@ fn relu_output_certificates_hold_on_onnxruntime() {
         shard: None,
         decision: Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     let (subject, certified, x) = common::ball::certify_any_sound(
         dir.path(),

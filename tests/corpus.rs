@@ -38,6 +38,7 @@ fn spec(model: &Path, x: &Path, y: &Path) -> SubjectSpec {
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     }
 }
 

@@ -39,6 +39,7 @@ fn spec(model: &Path, x: &Path, y: &Path, reference: bool) -> SubjectSpec {
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     }
 }
 

@@ -199,6 +199,7 @@ fn streamed_inputs_match_inputs_in_memory() {
         shard: Some(Shard { index: 1, count: 2 }),
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     let streamed = run::prepare(&spec, &Progress::silent()).unwrap();
     let net = lipfp::onnx::model::load(&model, Format::Float32, false).unwrap();

@@ -58,6 +58,7 @@ fn figures(example: &str, eps: &str) -> (f64, f64) {
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();
     let out = run::certify(

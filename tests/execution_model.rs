@@ -145,6 +145,7 @@ fn an_unfused_bias_add_is_covered_under_declared_float32_accumulation() {
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();
     assert_eq!(subject.net.format, Format::Float16);

@@ -82,6 +82,7 @@ fn prepare(model: &Path, x: &[f64], dim: usize, reference: bool) -> Subject {
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -60,6 +60,7 @@ fn shard_subject(
         shard,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     run::prepare(&spec, &Progress::silent()).unwrap()
 }

@@ -23,7 +23,7 @@ use lipfp::arith::execution::ExecutionModel;
 use lipfp::arith::format::Format;
 use lipfp::arith::sound::{add_up, l2_norm_up};
 use lipfp::bounds::certify::ModelBounds;
-use lipfp::bounds::local::{Deployment, LayerRounding, LocalNet, SlopeSearch};
+use lipfp::bounds::local::{Deployment, InputSet, LayerRounding, LocalNet, SlopeSearch};
 use lipfp::bounds::norms::compute_norms;
 use lipfp::onnx::model::DenseNet;
 use rug::Rational;
@@ -139,7 +139,8 @@ fn deployed_bounds_contain_float_executions_at_points_of_the_ball() {
                 let i = argmax(&forward(&n, &x0).1);
                 for eps in [0.0, 0.01, 0.1, 0.4] {
                     let slack = lip_slack(&mb, &x0, eps);
-                    let (lower, hidden) = local.point_bounds(&x0, eps, i, &slack);
+                    let (lower, hidden) =
+                        local.point_bounds(InputSet::Ball { x0: &x0, eps }, i, &slack);
                     let hidden = hidden.expect("finite bounds");
                     let best = searched.margin_lower_bounds(&x0, eps, i, &slack);
                     for j in (0..n.classes()).filter(|&j| j != i) {
@@ -274,7 +275,7 @@ fn where_the_network_is_linear_the_deployed_bound_is_the_exact_folded_minimum() 
                 .collect();
             let i = argmax(&forward(&n, &x0).1);
             for eps in [1e-6, 1e-4, 1e-3] {
-                let (lower, hidden) = local.point_bounds(&x0, eps, i, &[]);
+                let (lower, hidden) = local.point_bounds(InputSet::Ball { x0: &x0, eps }, i, &[]);
                 let hidden = hidden.expect("finite");
                 let stable = (hidden.pre.iter())
                     .all(|b| b.lo.iter().zip(&b.hi).all(|(l, h)| *l >= 0.0 || *h <= 0.0));
@@ -419,7 +420,7 @@ fn a_deeper_layers_lipschitz_source_is_widened_by_the_deviation_chain_only() {
 fn over_a_box_without_a_hidden_layer_the_deployed_bound_is_exact() {
     // the minimum over the box less every output's rounding bound, with
     // |x'| <= max(|lo|, |hi|): sum_k |c_k| (rel_w |w_k| m + rel_b |b_k| + abs)
-    use lipfp::bounds::local::InputSet;
+
     let r = LayerRounding {
         rel_w: 2f64.powi(-10),
         rel_b: 2f64.powi(-11),

@@ -19,7 +19,7 @@ mod common;
 use common::exact_bounds::{pow2, q, Iv};
 use common::local_nets::{argmax, ball_points, exact_forward, exact_gradient, forward, nets, Rng};
 use lipfp::arith::format::Format;
-use lipfp::bounds::local::{LocalNet, SlopeSearch};
+use lipfp::bounds::local::{InputSet, LocalNet, SlopeSearch};
 use lipfp::onnx::model::DenseNet;
 use rug::Rational;
 
@@ -294,7 +294,14 @@ fn a_ball_without_finite_hidden_bounds_decides_nothing() {
             local.hidden_bounds(&x0, f64::INFINITY, &[]).is_none(),
             "{name}"
         );
-        let (lower, hidden) = local.point_bounds(&x0, f64::INFINITY, i, &[]);
+        let (lower, hidden) = local.point_bounds(
+            InputSet::Ball {
+                x0: &x0,
+                eps: f64::INFINITY,
+            },
+            i,
+            &[],
+        );
         assert!(hidden.is_none(), "{name}");
         let want: Vec<f64> = (0..net.classes())
             .map(|j| {
@@ -326,7 +333,6 @@ fn box_minimum(a: &[Rational], lo: &[f64], hi: &[f64]) -> Rational {
 
 #[test]
 fn over_a_box_the_bounds_contain_the_exact_values_and_are_exact_where_linear() {
-    use lipfp::bounds::local::InputSet;
     let mut rng = Rng(41);
     let (mut checked, mut pinned) = (0, 0);
     for (name, net) in nets() {

@@ -92,6 +92,7 @@ fn compare_with_reference(
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap();
     let mut out = Vec::new();
@@ -182,6 +183,7 @@ fn fixture_subject(name: &str, plan: ReferencePlan) -> (std::path::PathBuf, run:
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     (dir, run::prepare(&spec, &Progress::silent()).unwrap())
 }

@@ -35,6 +35,7 @@ fn run_set(
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     let subject = run::prepare(&spec, &Progress::silent()).expect("benchmark loads");
     let outcome = run::certify(&subject, radius, &Mode::SOUND).expect("certifies");

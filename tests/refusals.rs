@@ -865,6 +865,7 @@ fn classes(path: &Path, inputs: &Path) -> Vec<i64> {
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     let subject = run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"));
     subject

@@ -68,6 +68,7 @@ fn certify(t: &Target, dir: &Path) -> (Subject, Vec<bool>, Vec<f64>) {
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball: Default::default(),
     };
     common::ball::certify_any_sound(
         dir,

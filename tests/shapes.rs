@@ -5,7 +5,9 @@
 //! corners (no hidden layer with 2 and 10 classes, width 1, dead, always-on, identity, huge
 //! biases) are always among them. Every shape runs under every declared execution: float32 (with
 //! and without flush-to-zero), float16 (storage accumulation and float32 accumulation), bfloat16,
-//! float64 and every runtime preset.
+//! float64 and every runtime preset. Every execution runs twice: on l2 balls, and on l_inf balls
+//! clipped to the points' range `[-1, 1]` (`norm = "linf"`, `input_range`), where the attack
+//! takes the box's vertices (along the margin gradients' signs, and at random).
 //!
 //! For each shape and execution, in every sound mode (standard, hybrid, measured, float64-centre,
 //! best, best with local bounds, local):
@@ -30,12 +32,15 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::ball::{margin_gradient, point_in_ball, random_samples};
+use common::ball::{
+    margin_gradient, point_in_ball, random_samples, random_vertices, vertex_in_box,
+};
 use common::bundles::{gpu_bundle, write_bundle};
 use common::exact_bounds::{pow2, q, Iv};
 use common::runtime::{argmax, ort_logits, python, read_f64_npy, script, write_npy};
-use common::shape_family::{executions, shapes, write_model, Execution, Rng, Shape};
+use common::shape_family::{executions, f64_logits, shapes, write_model, Execution, Rng, Shape};
 use lipfp::arith::format::Format;
+use lipfp::bounds::ball::{BallSpec, InputRange, Norm};
 use lipfp::bounds::certify::Mode;
 use lipfp::bounds::local::{Deployment, LocalNet};
 use lipfp::engine::run::{self, CertifyOptions, ReferencePlan, Subject, SubjectSpec};
@@ -73,8 +78,14 @@ impl std::fmt::Display for ModeRun {
     }
 }
 
-/// The subject of `model` on `x` (rows of `dim`) under `exec`.
-fn subject(model: &Path, x: &[f64], dim: usize, exec: &Execution, dir: &Path) -> Subject {
+/// The subject of `model` on `x` (rows of `dim`) under `exec`, certifying the sets of `ball`.
+fn subject(
+    model: &Path,
+    (x, dim): (&[f64], usize),
+    exec: &Execution,
+    ball: BallSpec,
+    dir: &Path,
+) -> Subject {
     let inputs = dir.join("x.npy");
     write_npy(&inputs, &[(x.len() / dim) as u64, dim as u64], x);
     let spec = SubjectSpec {
@@ -90,6 +101,7 @@ fn subject(model: &Path, x: &[f64], dim: usize, exec: &Execution, dir: &Path) ->
         shard: None,
         decision: lipfp::policy::Decision::Argmax,
         label_column: None,
+        ball,
     };
     run::prepare(&spec, &Progress::silent()).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -150,24 +162,35 @@ struct Candidate {
     what: String,
 }
 
-/// The attack on point `k` at radius `eps`: a first-order step towards every other class and
-/// random points, each checked to lie in the ball.
+/// The attack on point `k` at radius `eps`: a first-order step towards every other class (the
+/// box's vertex along the gradient's signs for l_inf) and random points (vertices), each checked
+/// to lie in the set.
 fn attack(subject: &Subject, k: usize, x: &[f64], eps: f64) -> Vec<Vec<f64>> {
-    let classes = subject.net.classes();
+    let (classes, format) = (subject.net.classes(), subject.net.format);
     let Some(i) = subject.predictions[k] else {
         return Vec::new();
+    };
+    let range = subject
+        .ball
+        .range
+        .map_or((f64::MIN, f64::MAX), |r| (r.lo, r.hi));
+    let towards = |d: &[f64]| match subject.ball.norm {
+        Norm::L2 => point_in_ball(x, d, eps, format),
+        Norm::Linf => vertex_in_box(x, d, eps, range, format),
     };
     let mut out: Vec<Vec<f64>> = (0..classes)
         .filter(|&j| j != i)
         .filter_map(|j| {
-            let down: Vec<f64> = margin_gradient(&subject.net, x, i, j)
-                .iter()
+            let down: Vec<f64> = (margin_gradient(&subject.net, x, i, j).iter())
                 .map(|v| -v)
                 .collect();
-            point_in_ball(x, &down, eps, subject.net.format)
+            towards(&down)
         })
         .collect();
-    out.extend(random_samples(x, eps, subject.net.format, k as u64 + 1));
+    out.extend(match subject.ball.norm {
+        Norm::L2 => random_samples(x, eps, format, k as u64 + 1),
+        Norm::Linf => random_vertices(x, eps, range, format, k as u64 + 1),
+    });
     out
 }
 
@@ -222,29 +245,6 @@ fn runs(
     out
 }
 
-/// The network run natively in float64, the bias first or last.
-fn f64_logits(net: &DenseNet, x: &[f64], bias_first: bool) -> Vec<f64> {
-    let mut h = x.to_vec();
-    for (l, layer) in net.layers.iter().enumerate() {
-        h = (0..layer.m())
-            .map(|r| {
-                let dot = |acc: f64| (0..h.len()).fold(acc, |a, c| a + layer.w[[r, c]] * h[c]);
-                let z = if bias_first {
-                    dot(layer.b[r])
-                } else {
-                    dot(0.0) + layer.b[r]
-                };
-                if l + 1 < net.layers.len() {
-                    z.max(0.0)
-                } else {
-                    z
-                }
-            })
-            .collect();
-    }
-    h
-}
-
 /// What one shape under one execution showed.
 #[derive(Debug, Default)]
 struct Figures {
@@ -263,7 +263,7 @@ struct Figures {
 fn check(
     py: &Path,
     (label, model): (&str, &Path),
-    x: &[f64],
+    (x, ball): (&[f64], BallSpec),
     exec: &Execution,
     modes: &[ModeRun],
 ) -> Figures {
@@ -272,7 +272,7 @@ fn check(
     let dim = lipfp::onnx::model::load(model, stored, false)
         .unwrap_or_else(|e| panic!("{e}"))
         .input_dim();
-    let subject = subject(model, x, dim, exec, dir.path());
+    let subject = subject(model, (x, dim), exec, ball, dir.path());
     let mut fig = Figures {
         per_mode: vec![0; modes.len()],
         ..Figures::default()
@@ -290,8 +290,9 @@ fn check(
             inputs.push(xk.to_vec());
             for input in inputs {
                 let what = format!(
-                    "{label}, execution `{}`, mode {m}, point {k} at its threshold radius {eps:e}",
-                    exec.name
+                    "{label}, execution `{}`, mode {m}, point {k} at its threshold radius {eps:e} ({})",
+                    exec.name,
+                    ball.describe()
                 );
                 candidates.push(Candidate { input, class, what });
             }
@@ -382,12 +383,24 @@ fn every_shape_keeps_its_class_at_every_threshold_radius_under_every_execution()
     let (mut certified, mut candidates, mut no_hidden) = (0, 0, 0);
     let modes = mode_runs();
     let mut no_hidden_per_mode = vec![0; modes.len()];
+    let linf = BallSpec {
+        norm: Norm::Linf,
+        // the points are in [-1, 1]: the boxes of large threshold radii are clipped
+        range: Some(InputRange::new(-1.0, 1.0).unwrap()),
+    };
+    let mut linf_certified = 0;
     for shape in shapes(extra_shapes()) {
         let dir = tempfile::tempdir().unwrap();
         let model = write_model(&shape, dir.path());
-        for exec in executions() {
+        for (exec, ball) in executions()
+            .into_iter()
+            .flat_map(|e| [(e.clone(), BallSpec::default()), (e, linf)])
+        {
             let x = points(&shape, exec.format);
-            let fig = check(&py, (&shape.name(), &model), &x, &exec, &modes);
+            let fig = check(&py, (&shape.name(), &model), (&x, ball), &exec, &modes);
+            if ball == linf {
+                linf_certified += fig.certified;
+            }
             certified += fig.certified;
             candidates += fig.candidates * fig.runs;
             if shape.widths.len() == 2 {
@@ -400,11 +413,11 @@ fn every_shape_keeps_its_class_at_every_threshold_radius_under_every_execution()
     }
     eprintln!(
         "shapes: {certified} (point, mode) thresholds attacked, {candidates} candidate runs, \
-         {no_hidden} of them without a hidden layer"
+         {no_hidden} of them without a hidden layer, {linf_certified} on clipped l_inf boxes"
     );
     assert!(
-        certified > 500 && no_hidden > 100,
-        "{certified} {no_hidden}"
+        certified > 500 && no_hidden > 100 && linf_certified > 200,
+        "{certified} {no_hidden} {linf_certified}"
     );
     // networks without a hidden layer are attacked in every mode
     for (m, n) in modes.iter().zip(&no_hidden_per_mode) {
@@ -477,7 +490,7 @@ fn without_a_hidden_layer_local_charges_the_rounding_exactly() {
         for exec in executions() {
             let x = points(shape, exec.format);
             let dim = shape.widths[0];
-            let subject = subject(&model, &x, dim, &exec, dir.path());
+            let subject = subject(&model, (&x, dim), &exec, BallSpec::default(), dir.path());
             let dep = deployment(&subject);
             let mb = subject.bounds.as_ref().unwrap();
             let local =
@@ -576,7 +589,13 @@ fn linear_mnist_classifier_keeps_its_class_at_every_threshold_radius() {
         exec.ort |= exec.format == Format::Float16 && exec.runtime.is_none();
         let rows = exec.format.name().to_string();
         let x: Vec<f64> = x.iter().map(|v| exec.format.round(*v)).collect();
-        let fig = check(&py, ("linear MNIST 784-10", &model), &x, &exec, &modes);
+        let fig = check(
+            &py,
+            ("linear MNIST 784-10", &model),
+            (&x, BallSpec::default()),
+            &exec,
+            &modes,
+        );
         eprintln!(
             "linear MNIST under `{}` ({rows}): {} (point, mode) thresholds attacked, {} candidates, {} runs each",
             exec.name, fig.certified, fig.candidates, fig.runs

@@ -221,6 +221,7 @@ fn certify_loaded(net: DenseNet, ftz: bool) {
             shard: None,
             decision: lipfp::policy::Decision::Argmax,
             label_column: None,
+            ball: Default::default(),
         };
         let labels = Some(labels.clone());
         let progress = Progress::silent();

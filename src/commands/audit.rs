@@ -142,6 +142,10 @@ fn check_run(
     if facts.execution != execution {
         return mismatch("the execution model", facts.execution.clone(), execution);
     }
+    if facts.ball != g.target.ball.describe() {
+        let (a, b) = (facts.ball.clone(), g.target.ball.describe());
+        return mismatch("the input set (norm and range)", a, b);
+    }
     if facts.gram_iterations != g.target.gram_iterations {
         let (a, b) = (facts.gram_iterations, g.target.gram_iterations);
         return mismatch("the Gram iteration count", a.to_string(), b.to_string());

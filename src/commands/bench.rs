@@ -182,6 +182,7 @@ fn spec(model: &Path, reference: ReferencePlan) -> SubjectSpec {
         shard: None,
         decision: crate::policy::Decision::Argmax,
         label_column: None,
+        ball: crate::bounds::ball::BallSpec::default(),
     }
 }
 

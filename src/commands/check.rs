@@ -57,6 +57,7 @@ pub fn facts(subject: &Subject, gram_iterations: u32) -> SubjectFacts {
         gram_iterations,
         test_set_hash: Some(subject.test_set_hash.clone()),
         notes: subject.notes.clone(),
+        ball: subject.ball.describe(),
     }
 }
 
@@ -154,6 +155,7 @@ fn errored(g: &Gate, error: String) -> GateReport {
             format: g.target.format,
             ftz: g.target.ftz,
             radius: &g.radius,
+            ball: g.target.ball.describe(),
             mode: g.mode(),
             thresholds: &g.thresholds,
             model: &g.target.model,
@@ -195,6 +197,7 @@ fn evaluate_gate(
         format: Some(facts.format.name().to_string()),
         execution: Some(facts.execution.clone()),
         test_set_hash: facts.test_set_hash.clone(),
+        ball: Some(facts.ball.clone()),
     };
     let mut base = match baseline {
         Some(b) => b.compare(&g.name, g.mode().name(), &identity).cloned(),

@@ -52,6 +52,7 @@ fn baseline_gate(m: MergedGate) -> CertificateGate {
             format: Some(m.facts.format.name().to_string()),
             execution: Some(m.facts.execution.clone()),
             test_set_hash: m.claimed_test_set_hash,
+            ball: Some(m.facts.ball.clone()),
         },
         name: m.name,
         modes,

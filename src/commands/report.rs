@@ -87,6 +87,7 @@ fn gate_report(m: &MergedGate, baseline: Option<&Baseline>, progress: &Progress)
         format: Some(m.facts.format.name().to_string()),
         execution: Some(m.facts.execution.clone()),
         test_set_hash: m.facts.test_set_hash.clone(),
+        ball: Some(m.facts.ball.clone()),
     };
     let base = match baseline {
         Some(b) => b.compare(&m.name, m.mode.name(), &identity),

@@ -118,6 +118,7 @@ fn subject(
         shard: None,
         decision: Decision::Argmax,
         label_column: None,
+        ball: crate::bounds::ball::BallSpec::default(),
     };
     let inputs = Inputs {
         path: property_path.to_path_buf(),

@@ -52,6 +52,8 @@ pub struct Identity {
     pub execution: Option<String>,
     /// SHA-256 of the converted test inputs and labels.
     pub test_set_hash: Option<String>,
+    /// The set a radius stands for (`l2`, `linf in [0, 1]`: the norm and the input range).
+    pub ball: Option<String>,
 }
 
 /// Per mode each point's verified robustness, and each point's true class.
@@ -140,6 +142,8 @@ impl Baseline {
                 format: text(g, "format"),
                 execution: text(g, "execution"),
                 test_set_hash: text(g, "test_set_hash"),
+                // reports written before input sets were named certified l2 balls
+                ball: text(g, "ball").or_else(|| Some("l2".to_string())),
             };
             let curve = serde_json::from_value(g["curve"].clone()).ok();
             out.gates.insert(
@@ -195,6 +199,7 @@ impl Baseline {
         let same = g.identity.format == now.format
             && g.identity.execution == now.execution
             && g.identity.test_set_hash == now.test_set_hash
+            && g.identity.ball == now.ball
             && now.test_set_hash.is_some();
         same.then_some(g.curve.as_ref()).flatten()
     }
@@ -243,6 +248,7 @@ impl Baseline {
         for (what, b, n) in [
             ("the format", &before.format, &now.format),
             ("the execution model", &before.execution, &now.execution),
+            ("the input set (norm and range)", &before.ball, &now.ball),
             (
                 "the test set (hash of the converted inputs and labels)",
                 &before.test_set_hash,

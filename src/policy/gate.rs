@@ -7,6 +7,7 @@ use super::{
     parse_format, CurveGrid, Decision, Gate, Radius, RawData, RawGate, RawModel, Target, Thresholds,
 };
 use crate::arith::runtime::RuntimeKeys;
+use crate::bounds::ball::{BallSpec, InputRange, Norm};
 use crate::bounds::certify::parse_mode_list;
 use crate::error::LipfpError;
 
@@ -23,6 +24,21 @@ pub(super) struct Defaults<'a> {
     pub data: &'a RawData,
     /// `[model] gram_iterations` or the default, already checked.
     pub gram_iterations: u32,
+}
+
+/// The input range written as `input_range = [lo, hi]` (numbers, integers or not).
+fn input_range_of(v: &toml::Value) -> Result<InputRange, String> {
+    let number = |v: &toml::Value| match v {
+        toml::Value::Integer(k) => Some(*k as f64),
+        toml::Value::Float(f) => Some(*f),
+        _ => None,
+    };
+    match v.as_array().map(|a| a.iter().map(number).collect::<Option<Vec<f64>>>()) {
+        Some(Some(ends)) if ends.len() == 2 => InputRange::new(ends[0], ends[1]),
+        _ => Err(format!(
+            "write the valid range of every input feature as two numbers, e.g. input_range = [0, 1] (got {v})"
+        )),
+    }
 }
 
 /// The 1-based line of byte `offset` in `text`.
@@ -258,6 +274,15 @@ impl Defaults<'_> {
                 .or(data.labels.as_deref())
                 .map(|p| self.resolve(p)),
             label_column: g.label_column.clone().or(data.label_column.clone()),
+            ball: BallSpec {
+                norm: (g.norm.as_deref().map(Norm::parse).transpose())
+                    .map_err(|m| self.err(format!("{at} norm: {m}")))?
+                    .unwrap_or_default(),
+                range: (g.input_range.as_ref().or(data.input_range.as_ref()))
+                    .map(input_range_of)
+                    .transpose()
+                    .map_err(|m| self.err(format!("{at} input_range: {m}")))?,
+            },
         };
         let target = data_defaults(target).map_err(|m| self.err(format!("{at} {m}")))?;
         Ok((model_name, target))

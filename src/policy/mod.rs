@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use crate::arith::format::Format;
 use crate::arith::runtime::{RuntimeChoice, RuntimeKeys};
+use crate::bounds::ball::BallSpec;
 use crate::bounds::certify::Mode;
 use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
 use crate::error::LipfpError;
@@ -105,6 +106,8 @@ struct RawData {
     labels: Option<String>,
     #[serde(default)]
     label_column: Option<String>,
+    #[serde(default)]
+    input_range: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -141,6 +144,10 @@ struct RawGate {
     epsilon: Option<toml::Value>,
     #[serde(default)]
     epsilons: Option<String>,
+    #[serde(default)]
+    norm: Option<String>,
+    #[serde(default)]
+    input_range: Option<toml::Value>,
     #[serde(default)]
     mode: Option<String>,
     #[serde(default)]
@@ -325,6 +332,9 @@ pub struct Target {
     pub decision: Decision,
     /// The label column of a CSV test set (`label_column`; `None`: every column is a feature).
     pub label_column: Option<String>,
+    /// The set a radius stands for: the gate's `norm` (default l2) and the `input_range` (the
+    /// gate's, else `[data]`'s) every input lies in and the set is clipped to.
+    pub ball: BallSpec,
 }
 
 /// One `[[gate]]`.

@@ -100,6 +100,7 @@ pub fn gate_certificates(
         execution: subject.execution.to_string(),
         epsilon,
         epsilons,
+        ball: subject.ball.describe(),
         gram_iterations: meta.gram_iterations,
         modes: outcome
             .modes
@@ -275,6 +276,7 @@ fn same_run(a: &GateCertificates, b: &GateCertificates) -> bool {
         && a.execution == b.execution
         && a.epsilon == b.epsilon
         && a.epsilons == b.epsilons
+        && a.ball == b.ball
         && a.gram_iterations == b.gram_iterations
         && a.modes == b.modes
         && a.threshold_mode == b.threshold_mode
@@ -316,7 +318,7 @@ fn check_one_run(name: &str, parts: &[(&Path, &GateCertificates)]) -> Result<(),
                 p,
                 format!(
                     "gate `{name}` was certified differently than in {} (model, format, execution, \
-                     radius, modes, thresholds, test-set size or labels differ); refusing to merge",
+                     radius, input set, modes, thresholds, test-set size or labels differ); refusing to merge",
                     path0.display()
                 ),
             ));
@@ -487,6 +489,15 @@ fn shard_radius(path: &Path, g: &GateCertificates) -> Result<Radius, LipfpError>
     }
 }
 
+/// The input set a shard records (files of earlier versions name none: they certified l2 balls).
+fn shard_ball(g: &GateCertificates) -> String {
+    if g.ball.is_empty() {
+        "l2".to_string()
+    } else {
+        g.ball.clone()
+    }
+}
+
 /// Model, format, execution and iterations a shard at `path` records, with the gate's merged
 /// `notes`.
 fn shard_facts(
@@ -506,6 +517,7 @@ fn shard_facts(
         gram_iterations: g.gram_iterations,
         test_set_hash: None,
         notes,
+        ball: shard_ball(g),
     })
 }
 

@@ -35,11 +35,7 @@ fn fmt_pct(x: Option<f64>) -> String {
 
 /// The bracketed facts of a gate's first line: format, eps, mode and (when evaluated) n.
 fn gate_facts(g: &GateReport) -> String {
-    let eps = g
-        .epsilon
-        .clone()
-        .or_else(|| g.epsilons.as_ref().map(|p| format!("per-instance ({p})")))
-        .unwrap_or_default();
+    let eps = g.radius_text();
     let format = g
         .format
         .map(|f| f.to_string())

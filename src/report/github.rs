@@ -156,7 +156,7 @@ fn row(g: &GateReport) -> String {
         (Some(e), _) => md(e),
         (None, Some(p)) => format!("per-instance ({})", md(p)),
         (None, None) => "—".into(),
-    };
+    } + &g.ball_suffix();
     let certified = m
         .map(|m| format!("{:.2}% ({})", m.certified_pct, m.certified))
         .unwrap_or_else(|| "n/a".into());
@@ -310,11 +310,7 @@ pub fn escape_property(s: &str) -> String {
 
 /// The annotation text of a failing, errored or warned gate: its title and message.
 fn annotation_text(g: &GateReport) -> (String, String) {
-    let eps = g
-        .epsilon
-        .clone()
-        .or_else(|| g.epsilons.as_ref().map(|p| format!("per-instance ({p})")))
-        .unwrap_or_default();
+    let eps = g.radius_text();
     let format = match g.format {
         Some(f) => format!("{f}{}, ", if g.ftz { " ftz" } else { "" }),
         None => String::new(),

@@ -233,6 +233,9 @@ fn properties(g: &GateReport, version: &str) -> String {
         }
         (None, None) => {}
     }
+    if g.ball != "l2" {
+        let _ = writeln!(out, "input set: {}", g.ball);
+    }
     let _ = writeln!(out, "mode: {}", g.mode);
     let _ = writeln!(out, "model: {}", g.model);
     if let Some(h) = &g.model_hash {

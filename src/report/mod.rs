@@ -123,6 +123,9 @@ pub struct GateReport {
     pub execution: Option<String>,
     /// The radius as written (null with per-instance radii).
     pub epsilon: Option<String>,
+    /// The set the radius stands for around each point: `l2`, `linf`, with ` in [lo, hi]` when
+    /// clipped to an input range.
+    pub ball: String,
     /// Per-instance radii file, when used.
     pub epsilons: Option<String>,
     /// SHA-256 of the per-instance radii (float64 values, little-endian), when used and read.
@@ -259,6 +262,8 @@ pub struct SubjectFacts {
     pub test_set_hash: Option<String>,
     /// Notes.
     pub notes: Vec<String>,
+    /// The set a radius stands for ([`crate::bounds::ball::BallSpec::describe`]).
+    pub ball: String,
 }
 
 impl GateReport {
@@ -314,6 +319,7 @@ impl GateReport {
             ftz: facts.ftz,
             execution: Some(facts.execution.clone()),
             epsilon: radius.fields().0,
+            ball: facts.ball.clone(),
             epsilons: radius.fields().1,
             epsilons_sha256: outcome.radii_hash.clone(),
             n,
@@ -355,6 +361,7 @@ impl GateReport {
             ftz: spec.ftz,
             execution: None,
             epsilon,
+            ball: spec.ball.clone(),
             epsilons,
             epsilons_sha256: None,
             n: 0,
@@ -381,6 +388,29 @@ impl GateReport {
             baseline_curve: None,
             attack: None,
             regression: None,
+        }
+    }
+
+    /// The radius as reports show it: the decimal, or the per-instance radii file, followed by
+    /// [`GateReport::ball_suffix`].
+    pub fn radius_text(&self) -> String {
+        let radius = (self.epsilon.clone())
+            .or_else(|| {
+                self.epsilons
+                    .as_ref()
+                    .map(|p| format!("per-instance ({p})"))
+            })
+            .unwrap_or_default();
+        radius + &self.ball_suffix()
+    }
+
+    /// ` (linf in [0, 1])` after a radius of any set but the plain l2 ball (which every report
+    /// before input sets certified, and still shows without a suffix).
+    pub fn ball_suffix(&self) -> String {
+        if self.ball == "l2" {
+            String::new()
+        } else {
+            format!(" ({})", self.ball)
         }
     }
 
@@ -413,6 +443,8 @@ pub struct ErroredGate<'a> {
     pub ftz: bool,
     /// Radius.
     pub radius: &'a Radius,
+    /// The set the radius stands for, described.
+    pub ball: String,
     /// Mode the thresholds apply to.
     pub mode: Mode,
     /// Thresholds.

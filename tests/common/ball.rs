@@ -81,6 +81,50 @@ pub fn point_in_ball(x: &[f64], d: &[f64], eps: f64, format: Format) -> Option<V
     None
 }
 
+/// `x + t eps sign(d)` clipped to `[lo, hi]` and rounded to `format`, shrinking `t` until every
+/// coordinate provably lies within `eps` of `x` (and in the range): a vertex of the clipped l_inf
+/// box, the exact minimiser of a linear margin over it when `d` is minus the margin's gradient.
+pub fn vertex_in_box(
+    x: &[f64],
+    d: &[f64],
+    eps: f64,
+    (lo, hi): (f64, f64),
+    format: Format,
+) -> Option<Vec<f64>> {
+    let mut t = 0.999;
+    for _ in 0..200 {
+        let p: Vec<f64> = (x.iter().zip(d))
+            .map(|(&a, &b)| {
+                format.round((a + t * eps * b.signum() * f64::from(b != 0.0)).clamp(lo, hi))
+            })
+            .collect();
+        let inside = (p.iter().zip(x))
+            .all(|(&a, &b)| (a - b).abs().next_up() <= eps.next_down() && lo <= a && a <= hi);
+        if inside {
+            return Some(p);
+        }
+        t *= 0.98;
+    }
+    None
+}
+
+/// Three random vertices of the clipped l_inf box around `x` (deterministic per `seed`).
+pub fn random_vertices(
+    x: &[f64],
+    eps: f64,
+    range: (f64, f64),
+    format: Format,
+    seed: u64,
+) -> Vec<Vec<f64>> {
+    let mut rng = Lcg::new(seed);
+    (0..3)
+        .filter_map(|_| {
+            let d: Vec<f64> = (0..x.len()).map(|_| rng.sym_f64()).collect();
+            vertex_in_box(x, &d, eps, range, format)
+        })
+        .collect()
+}
+
 /// Three samples of the ball around `x` in random directions (deterministic per `seed`).
 pub fn random_samples(x: &[f64], eps: f64, format: Format, seed: u64) -> Vec<Vec<f64>> {
     let mut rng = Lcg::new(seed);

@@ -298,6 +298,7 @@ pub fn certify(c: &PCase, p: &Point, mode: Mode, eps: f64, abs_norms: &[f64]) ->
         hi: Some(hi),
         decided: None,
         local: None,
+        cover: lipfp::bounds::ball::Cover::L2,
     };
     Certifier {
         fmt: &c.mb,

@@ -168,6 +168,7 @@ pub fn write_model(shape: &Shape, dir: &Path) -> PathBuf {
 }
 
 /// One declared execution: what lipfp is told, and what runs the candidates.
+#[derive(Clone)]
 pub struct Execution {
     pub name: &'static str,
     pub format: Format,
@@ -333,4 +334,27 @@ pub fn executions() -> Vec<Execution> {
             false,
         ),
     ]
+}
+
+/// The network run natively in float64, the bias first or last.
+pub fn f64_logits(net: &lipfp::onnx::model::DenseNet, x: &[f64], bias_first: bool) -> Vec<f64> {
+    let mut h = x.to_vec();
+    for (l, layer) in net.layers.iter().enumerate() {
+        h = (0..layer.m())
+            .map(|r| {
+                let dot = |acc: f64| (0..h.len()).fold(acc, |a, c| a + layer.w[[r, c]] * h[c]);
+                let z = if bias_first {
+                    dot(layer.b[r])
+                } else {
+                    dot(0.0) + layer.b[r]
+                };
+                if l + 1 < net.layers.len() {
+                    z.max(0.0)
+                } else {
+                    z
+                }
+            })
+            .collect();
+    }
+    h
 }

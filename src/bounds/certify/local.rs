@@ -6,8 +6,9 @@
 //! The local bounds assume every layer's rounding model, which holds only without overflow. Over
 //! the ball the deployed inputs of layer `l >= 2` satisfy `0 <= h_hat_{l-1} <= a_{l-1}`
 //! componentwise (`a = max(hi, 0)` from the bounds of the layer below, valid by induction), so
-//! `||h_hat_{l-1}|| <= ||a_{l-1}||`, and the first layer's inputs have norm at most `||x|| + eps`
-//! (within `D_0` under flush-to-zero): the model's overflow checks at these radii exclude overflow
+//! `||h_hat_{l-1}|| <= ||a_{l-1}||`, and the first layer's inputs have norm at most `||x|| + r`
+//! with `r` the l2 radius covering the set ([`crate::bounds::ball::Cover`]; `r = eps` for an l2
+//! ball), within `D_0` under flush-to-zero: the model's overflow checks at these radii exclude overflow
 //! at every layer.
 
 use super::modes::{nan_safe_min, verdict_of};
@@ -27,16 +28,17 @@ pub struct LocalMargins<'a> {
     pub radii: &'a [f64],
 }
 
-/// The overflow checks of every layer over the ball at the radii the local bounds give (module
-/// docs), or the first layer that fails them.
+/// The overflow checks of every layer over the set at the radii the local bounds give (module
+/// docs), or the first layer that fails them; `reach` bounds the l2 distance of the set's points
+/// from the centre.
 pub fn local_overflow(
     fmt: &ModelBounds,
     local: &LocalMargins<'_>,
-    x_norm: f64,
+    (x_norm, reach): (f64, f64),
 ) -> Result<(), Refusal> {
     for (l, lb) in fmt.layers.iter().enumerate() {
         let (r, d) = match l.checked_sub(1) {
-            None => (add_up(x_norm, local.eps), fmt.d0),
+            None => (add_up(x_norm, reach), fmt.d0),
             Some(p) => (local.radii.get(p).copied().unwrap_or(f64::INFINITY), 0.0),
         };
         if !overflow_free(&lb.overflow, r, d) {
@@ -56,7 +58,7 @@ impl Certifier<'_> {
     /// source of `best`.
     pub(super) fn local_source<'c>(&self, c: &Centre<'c>, eps: f64) -> Option<LocalSource<'c>> {
         let local = c.local.filter(|l| l.eps.to_bits() == eps.to_bits())?;
-        local_overflow(self.fmt, &local, c.x_norm).ok()?;
+        local_overflow(self.fmt, &local, (c.x_norm, c.cover.l2_radius(eps))).ok()?;
         Some(LocalSource { lower: local.lower })
     }
 
@@ -68,7 +70,7 @@ impl Certifier<'_> {
             return PointResult::refused(Refusal::NoLocal);
         };
         let fmt = self.fmt;
-        if let Err(why) = local_overflow(fmt, &local, c.x_norm) {
+        if let Err(why) = local_overflow(fmt, &local, (c.x_norm, c.cover.l2_radius(eps))) {
             return PointResult::refused(why);
         }
         let mut slack = f64::INFINITY;

@@ -25,6 +25,7 @@
 
 use super::local::LocalSource;
 use crate::arith::sound::{add_up, mul_up, sub_down};
+use crate::bounds::ball::Cover;
 use crate::bounds::certify::componentwise;
 use crate::bounds::certify::quantities::final_pair_bounds;
 use crate::bounds::certify::{
@@ -60,6 +61,9 @@ pub struct Centre<'a> {
     pub decided: Option<Decided>,
     /// Local bounds on the deployed margins over the ball, where they were computed.
     pub local: Option<super::local::LocalMargins<'a>>,
+    /// The l2 ball around the point that covers the set of a radius (the l2 ball itself, or the
+    /// one around an l_inf ball): the Lipschitz certificates check it.
+    pub cover: Cover,
 }
 
 /// `best`'s verdict at a point, decided at radius `eps` without the float64 reference
@@ -202,8 +206,11 @@ impl Certifier<'_> {
         if Some(i) == self.fmt.floor_class {
             return PointResult::refused(Refusal::Margin);
         }
+        // the Lipschitz certificates check the l2 ball covering the set; local bounds and the
+        // forward passes' decisions are keyed by the set's own radius
+        let r = c.cover.l2_radius(eps);
         if mode == Mode::Real {
-            return self.real(c, i, eps);
+            return self.real(c, i, r);
         }
         let fmt = self.fmt;
         if fmt.vacuous.is_some() {
@@ -218,7 +225,7 @@ impl Certifier<'_> {
         let deterministic = matches!(mode, Mode::Standard | Mode::Hybrid | Mode::Best);
 
         // deterministic chains (sec. 4-5): ball from ||x|| + eps, centre from ||x||
-        let std_ball = deterministic.then(|| fmt.hidden_chain(add_up(c.x_norm, eps)));
+        let std_ball = deterministic.then(|| fmt.hidden_chain(add_up(c.x_norm, r)));
         let std_ctr = deterministic.then(|| fmt.hidden_chain(c.x_norm));
 
         // float64 reference: deviation profile D^hi_l(x, 0) with float64 constants
@@ -242,14 +249,14 @@ impl Certifier<'_> {
         };
         self.deterministic_sources(mode, c, std_ctr, std_ball, &mut sources);
         if let Some(reference) = reference {
-            if let Err(r) = self.reference_sources(mode, c, eps, std_ctr, reference, &mut sources) {
-                return PointResult::refused(r);
+            if let Err(why) = self.reference_sources(mode, c, r, std_ctr, reference, &mut sources) {
+                return PointResult::refused(why);
             }
         }
         let local = (mode == Mode::Best)
             .then(|| self.local_source(c, eps))
             .flatten();
-        self.combine(c, i, eps, (&sources.centres, &sources.balls), local)
+        self.combine(c, i, r, (&sources.centres, &sources.balls), local)
     }
 
     /// `best`'s verdict at centre `c` (whose `hi` and `decided` are not read) and radius `eps`
@@ -266,7 +273,7 @@ impl Certifier<'_> {
         if self.fmt.vacuous.is_some() {
             return Some(Err(Refusal::Model));
         }
-        self.standard_decision(c, i, eps)
+        self.standard_decision(c, i, c.cover.l2_radius(eps))
     }
 
     /// `best` at a point (predicted class `i`) where the float64 reference did not run: the
@@ -276,7 +283,7 @@ impl Certifier<'_> {
     fn best_skipped(&self, c: &Centre<'_>, i: usize, eps: f64) -> PointResult {
         let verdict = match c.decided {
             Some(d) if d.eps.to_bits() == eps.to_bits() => Some(d.verdict),
-            _ => self.standard_decision(c, i, eps),
+            _ => self.standard_decision(c, i, c.cover.l2_radius(eps)),
         };
         // with local bounds at this radius, `best` certifies where `local` does (it takes the
         // local source beside the others, docs/soundness.md "Local bounds")
@@ -297,8 +304,9 @@ impl Certifier<'_> {
     /// `best`'s verdict at a point the standard certificate decides (docs/soundness.md "Lazy
     /// float64 reference"): certified when the standard certificate certifies (`best` takes
     /// every standard source, so it certifies too), refused for the margin when [`refuted`]
-    /// shows that no sound centre bound can certify predicted class `i` at `eps`. `None` when
-    /// the point needs the reference's sources, or when a standard chain overflowed.
+    /// shows that no sound centre bound can certify predicted class `i` at `eps` (the l2 radius of
+    /// the cover). `None` when the point needs the reference's sources, or when a standard chain
+    /// overflowed.
     fn standard_decision(&self, c: &Centre<'_>, i: usize, eps: f64) -> Option<Verdict> {
         let std_ball = self.fmt.hidden_chain(add_up(c.x_norm, eps));
         let std_ctr = self.fmt.hidden_chain(c.x_norm);

@@ -281,15 +281,16 @@ impl<'a> LocalNet<'a> {
         i: usize,
         lip_slack: &[f64],
     ) -> Vec<f64> {
-        self.point_bounds(x0, eps, i, lip_slack).0
+        self.point_bounds(InputSet::Ball { x0, eps }, i, lip_slack)
+            .0
     }
 
-    /// [`LocalNet::margin_lower_bounds`] with the hidden layers' bounds they rest on (`None`
-    /// when a bound was not finite: then every margin bound is `-inf`).
+    /// The margin lower bounds of [`LocalNet::margin_lower_bounds`] over `set` (a ball, or a box
+    /// such as a clipped l_inf ball), with the hidden layers' bounds they rest on (`None` when
+    /// the set is empty or a bound was not finite: then every margin bound is `-inf`).
     pub fn point_bounds(
         &self,
-        x0: &[f64],
-        eps: f64,
+        set: InputSet<'_>,
         i: usize,
         lip_slack: &[f64],
     ) -> (Vec<f64>, Option<HiddenBounds>) {
@@ -300,7 +301,7 @@ impl<'a> LocalNet<'a> {
             c[[t, i]] = 1.0;
             c[[t, j]] = -1.0;
         }
-        let region = Region::new(InputSet::Ball { x0, eps }, self.input_dim());
+        let region = Region::new(set, self.input_dim());
         let Some((lower, hidden)) =
             region.and_then(|r| self.rows_over(&r, &c, lip_slack, self.search))
         else {

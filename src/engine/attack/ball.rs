@@ -4,6 +4,7 @@
 use rug::{Assign, Rational};
 
 use crate::arith::format::Format;
+use crate::bounds::ball::{BallSpec, Norm};
 
 /// The format value next to `r` (a value of `fmt`) towards `+inf` (`up`) or `-inf`.
 fn neighbour(fmt: Format, r: f64, up: bool) -> f64 {
@@ -77,6 +78,36 @@ pub fn in_ball_exact(x: &[f64], x0: &[f64], eps: &Rational) -> bool {
     sum <= eps2
 }
 
+/// Whether `||x - x0||_inf <= eps` holds exactly: every difference formed in rational arithmetic.
+pub fn in_box_exact(x: &[f64], x0: &[f64], eps: &Rational) -> bool {
+    if x.len() != x0.len() || *eps < 0 {
+        return false;
+    }
+    let mut d = Rational::new();
+    x.iter().zip(x0).all(|(&a, &b)| {
+        let (Some(a), Some(b)) = (Rational::from_f64(a), Rational::from_f64(b)) else {
+            return false;
+        };
+        d.assign(&a - &b);
+        d.abs_mut();
+        d <= *eps
+    })
+}
+
+/// Whether `x` lies in the set of radius `eps` around `x0` that `ball` describes, exactly: in the
+/// input range (when declared) and within `eps` in the set's norm.
+pub fn in_set_exact(x: &[f64], x0: &[f64], eps: &Rational, ball: BallSpec) -> bool {
+    if let Some(r) = ball.range {
+        if !x.iter().all(|v| r.contains(*v)) {
+            return false;
+        }
+    }
+    match ball.norm {
+        Norm::L2 => in_ball_exact(x, x0, eps),
+        Norm::Linf => in_box_exact(x, x0, eps),
+    }
+}
+
 /// SplitMix64: a small deterministic generator, seeded per point and restart.
 #[derive(Clone, Debug)]
 pub struct SplitMix(u64);
@@ -129,6 +160,31 @@ mod tests {
             }
         }
         assert!(round_towards_centre(Format::Float32, &[f64::NAN], &[0.0]).is_none());
+    }
+
+    #[test]
+    fn the_box_and_range_tests_are_exact() {
+        let eps = crate::policy::parse_decimal_exact("0.1").unwrap();
+        // 0.1 as f64 is above the decimal: a difference of exactly that f64 is outside
+        assert!(!in_box_exact(&[0.1], &[0.0], &eps));
+        assert!(in_box_exact(
+            &[0.1f64.next_down(), -0.05],
+            &[0.0, 0.0],
+            &eps
+        ));
+        // 0.3 - 0.2 in rationals is just below 0.1 (the f64 subtraction rounds to 0.1)
+        let q = |x: f64| Rational::from_f64(x).unwrap();
+        let exact = (q(0.3) - q(0.2)).abs() <= eps;
+        assert_eq!(in_box_exact(&[0.3], &[0.2], &eps), exact);
+        let ball = BallSpec {
+            norm: Norm::Linf,
+            range: Some(crate::bounds::ball::InputRange::new(0.0, 1.0).unwrap()),
+        };
+        assert!(!in_set_exact(&[-1e-300, 0.5], &[0.0, 0.5], &eps, ball));
+        assert!(in_set_exact(&[0.0, 0.55], &[0.0, 0.5], &eps, ball));
+        let l2 = BallSpec::default();
+        assert!(!in_set_exact(&[0.08, 0.08], &[0.0, 0.0], &eps, l2));
+        assert!(in_set_exact(&[0.07, 0.07], &[0.0, 0.0], &eps, l2));
     }
 
     #[test]

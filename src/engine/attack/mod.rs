@@ -1,14 +1,15 @@
 //! The falsifier (issue 13, item 2): for the points a sound mode does not certify, a search for
-//! a real adversarial example in the l2 ball of radius `eps` under the deployed execution.
+//! a real adversarial example in the set of radius `eps` (the l2 ball, or the l_inf ball; either
+//! clipped to the input range when one is declared) under the deployed execution.
 //!
 //! The search is projected gradient descent on the margin `z_c - max_{j != c} z_j` (gradients
 //! of the converted network in `f64`, [`GradNet`]): [`RESTARTS`] starts (the centre, then
-//! seeded random points of the ball) of [`STEPS`] normalised steps of `2.5 eps / STEPS`, each
-//! projected back onto the ball. The search only proposes: a candidate counts as *falsified*
+//! seeded random points of the set) of [`STEPS`] steps of length `2.5 eps / STEPS` (normalised
+//! gradient steps for l2, sign steps for l_inf), each projected back onto the set. The search only proposes: a candidate counts as *falsified*
 //! only when, rounded onto the deployment format towards the centre, (a) the deployed forward
 //! pass ([`Executor`], the execution that computed the centre's logits) ranks another class
-//! first ([`predicted_class`]) and (b) its distance to the centre is at most the radius as an
-//! exact decimal, checked in rational arithmetic ([`in_ball_exact`]). Certified points are
+//! first ([`predicted_class`]) and (b) it lies in the set, its distance to the centre at most the
+//! radius as an exact decimal, checked in rational arithmetic ([`in_set_exact`]). Certified points are
 //! never attacked; with labels, neither are misclassified points (they are already outside the
 //! robust accuracy). Every point's random numbers are seeded by its index in the test set, and
 //! points are searched in fixed blocks: the result does not depend on the thread count.
@@ -23,10 +24,11 @@ use rayon::prelude::*;
 use rug::Rational;
 
 pub use crate::engine::gradient::{runner_up, GradNet};
-pub use ball::{in_ball_exact, round_towards_centre, SplitMix};
+pub use ball::{in_ball_exact, in_set_exact, round_towards_centre, SplitMix};
 
 use crate::arith::format::Format;
 use crate::arith::sound::rational_to_f64_down;
+use crate::bounds::ball::{BallSpec, Norm};
 use crate::bounds::certify::{predicted_class, Mode};
 use crate::engine::exec::{Executor, Hidden};
 use crate::engine::run::{CertifyOutcome, Subject};
@@ -112,6 +114,8 @@ struct Search<'a> {
     format: Format,
     /// The radius, exactly.
     eps: Rational,
+    /// The set a radius stands for (norm and input range).
+    ball: BallSpec,
     /// Largest norm a step may leave the search at (just under the radius).
     reach: f64,
     /// Step length.
@@ -124,7 +128,7 @@ impl Search<'_> {
     /// execution ranks a class other than `c` first there.
     fn confirm(&self, v: &[f64], x0: &[f64], c: usize) -> Option<Witness> {
         let input = round_towards_centre(self.format, v, x0)?;
-        if !in_ball_exact(&input, x0, &self.eps) {
+        if !in_set_exact(&input, x0, &self.eps, self.ball) {
             return None;
         }
         let view = ArrayView2::from_shape((1, input.len()), &input).ok()?;
@@ -145,40 +149,71 @@ impl Search<'_> {
     }
 
     /// The start of restart `r` at point `index`: the centre, then a seeded random point of
-    /// the ball.
+    /// the set.
     fn start(&self, x0: &[f64], index: usize, r: usize) -> Vec<f64> {
         if r == 0 {
             return x0.to_vec();
         }
         let mut rng = SplitMix::new(index, r);
-        let dir: Vec<f64> = x0.iter().map(|_| rng.normal()).collect();
-        let norm = dir.iter().map(|d| d * d).sum::<f64>().sqrt();
-        let scale = if norm > 0.0 {
-            self.reach * rng.uniform() / norm
-        } else {
-            0.0
+        let mut x: Vec<f64> = match self.ball.norm {
+            Norm::L2 => {
+                let dir: Vec<f64> = x0.iter().map(|_| rng.normal()).collect();
+                let norm = dir.iter().map(|d| d * d).sum::<f64>().sqrt();
+                let scale = if norm > 0.0 {
+                    self.reach * rng.uniform() / norm
+                } else {
+                    0.0
+                };
+                x0.iter().zip(&dir).map(|(x, d)| x + scale * d).collect()
+            }
+            Norm::Linf => (x0.iter())
+                .map(|x| x + self.reach * (2.0 * rng.uniform() - 1.0))
+                .collect(),
         };
-        x0.iter().zip(&dir).map(|(x, d)| x + scale * d).collect()
+        self.clip(&mut x);
+        x
     }
 
-    /// One normalised descent step of `x` along `-g`, projected onto the ball around `x0`.
+    /// One normalised descent step of `x` along `-g` (along its sign for l_inf), projected onto
+    /// the set around `x0`.
     fn step(&self, x: &mut [f64], g: &[f64], x0: &[f64]) {
-        let gn = g.iter().map(|v| v * v).sum::<f64>().sqrt();
-        if gn > 0.0 && gn.is_finite() {
-            for (v, gi) in x.iter_mut().zip(g) {
-                *v -= self.alpha * gi / gn;
+        match self.ball.norm {
+            Norm::L2 => {
+                let gn = g.iter().map(|v| v * v).sum::<f64>().sqrt();
+                if gn > 0.0 && gn.is_finite() {
+                    for (v, gi) in x.iter_mut().zip(g) {
+                        *v -= self.alpha * gi / gn;
+                    }
+                }
+                let dn = (x.iter().zip(x0))
+                    .map(|(v, c)| (v - c) * (v - c))
+                    .sum::<f64>()
+                    .sqrt();
+                if dn > self.reach {
+                    let s = self.reach / dn;
+                    for (v, c) in x.iter_mut().zip(x0) {
+                        *v = c + (*v - c) * s;
+                    }
+                }
+            }
+            Norm::Linf => {
+                for ((v, gi), c) in x.iter_mut().zip(g).zip(x0) {
+                    if gi.is_finite() && *gi != 0.0 {
+                        *v -= self.alpha * gi.signum();
+                    }
+                    *v = v.clamp(c - self.reach, c + self.reach);
+                }
             }
         }
-        let dn = x
-            .iter()
-            .zip(x0)
-            .map(|(v, c)| (v - c) * (v - c))
-            .sum::<f64>()
-            .sqrt();
-        if dn > self.reach {
-            let s = self.reach / dn;
-            for (v, c) in x.iter_mut().zip(x0) {
-                *v = c + (*v - c) * s;
+        self.clip(x);
+    }
+
+    /// `x` clipped to the input range, when declared (the centre lies in it, so clipping only
+    /// brings a coordinate closer to it: the point stays in the ball).
+    fn clip(&self, x: &mut [f64]) {
+        if let Some(r) = self.ball.range {
+            for v in x.iter_mut() {
+                *v = v.clamp(r.lo, r.hi);
             }
         }
     }
@@ -263,6 +298,7 @@ pub fn attack(
         reach: eps_down * (1.0 - 1e-9),
         alpha: STEP_FACTOR * eps_down / STEPS as f64,
         eps,
+        ball: subject.ball,
         subject,
     };
     let dim = subject.inputs.dim;

@@ -156,6 +156,7 @@ pub(super) fn centre_of(subject: &Subject, i: usize) -> Centre<'_> {
             .as_ref()
             .and_then(|r| r.decided.get(i).copied().flatten()),
         local: None,
+        cover: subject.cover(),
     }
 }
 

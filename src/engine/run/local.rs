@@ -10,9 +10,10 @@ use rayon::prelude::*;
 use super::{Subject, STREAM_ROWS};
 use crate::arith::format::pow2;
 use crate::arith::sound::{add_up, l2_norm_up};
+use crate::bounds::ball::{clipped_box, BallSpec, Cover, Norm};
 use crate::bounds::certify::tensor_core::alignment_weight;
 use crate::bounds::certify::{LocalMargins, ModelBounds};
-use crate::bounds::local::{Deployment, LocalNet, SlopeSearch};
+use crate::bounds::local::{Deployment, InputSet, LocalNet, SlopeSearch};
 use crate::engine::data::InputStream;
 use crate::error::LipfpError;
 use crate::onnx::model::{Activation, DenseNet};
@@ -112,6 +113,10 @@ pub fn local_pass(
 pub(super) struct LocalModel<'a> {
     net: LocalNet<'a>,
     fmt: &'a ModelBounds,
+    /// The set a radius stands for.
+    ball: BallSpec,
+    /// Its Lipschitz cover (for the input norm bound of the deviation chain).
+    cover: Cover,
 }
 
 impl<'a> LocalModel<'a> {
@@ -126,18 +131,34 @@ impl<'a> LocalModel<'a> {
         };
         let net = LocalNet::new(&subject.net, Some(&fmt.lip_prefix), Some(deployment))?
             .with_slope_search(search);
-        Ok(LocalModel { net, fmt })
+        Ok(LocalModel {
+            net,
+            fmt,
+            ball: subject.ball,
+            cover: subject.cover(),
+        })
     }
 
-    /// The local bounds at `x` for class `class` over the ball of radius `eps`.
+    /// The local bounds at `x` for class `class` over the set of radius `eps` around it (the l2
+    /// ball, or the l_inf ball clipped to the input range).
     pub(super) fn measure(&self, x: &[f64], eps: f64, class: usize) -> LocalPoint {
-        // the standard chain's D_l bounds ||z_hat_l - z_l|| over the ball (hidden layer l - 1)
-        let r0 = add_up(l2_norm_up(x.iter().copied()), eps);
+        // the standard chain's D_l bounds ||z_hat_l - z_l|| over the set (hidden layer l - 1):
+        // every point of it has norm at most ||x|| + the cover's radius
+        let r0 = add_up(l2_norm_up(x.iter().copied()), self.cover.l2_radius(eps));
         let slack: Vec<f64> = match self.fmt.deviation_profile(r0) {
             Ok((_, devs)) => devs.iter().skip(1).copied().collect(),
             Err(_) => Vec::new(),
         };
-        let (lower, hidden) = self.net.point_bounds(x, eps, class, &slack);
+        let (lower, hidden) = match self.ball.norm {
+            Norm::L2 => self
+                .net
+                .point_bounds(InputSet::Ball { x0: x, eps }, class, &slack),
+            Norm::Linf => {
+                let (lo, hi) = clipped_box(x, eps, self.ball.range);
+                let set = InputSet::Box { lo: &lo, hi: &hi };
+                self.net.point_bounds(set, class, &slack)
+            }
+        };
         let radii = hidden.map_or_else(Vec::new, |h| {
             (h.pre.iter())
                 .map(|b| l2_norm_up(b.hi.iter().map(|v| v.max(0.0))))
@@ -201,7 +222,7 @@ pub fn box_lower_bounds(
         Ok((_, devs)) => devs.iter().skip(1 + skip).copied().collect(),
         Err(_) => Vec::new(),
     };
-    let set = crate::bounds::local::InputSet::Box { lo, hi };
+    let set = InputSet::Box { lo, hi };
     (net.linear_lower_bounds(set, c, &slack))
         .ok_or_else(|| "the local bounds over the box are not finite".to_string())
 }

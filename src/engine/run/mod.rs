@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use crate::arith::execution::ExecutionModel;
 use crate::arith::format::Format;
 use crate::arith::runtime::{self as runtimes, RuntimeChoice};
+use crate::bounds::ball::{BallSpec, Cover};
 use crate::bounds::certify::{predicted_class, ModelBounds};
 use crate::bounds::norms::{self, NetworkNorms};
 use crate::engine::data::{self, InputStream, Inputs};
@@ -56,6 +57,9 @@ pub struct SubjectSpec {
     pub decision: Decision,
     /// The label column of a CSV test set (`None`: every column is a feature).
     pub label_column: Option<String>,
+    /// The set a radius stands for around each point (the norm, and the valid input range every
+    /// point must lie in).
+    pub ball: BallSpec,
 }
 
 impl SubjectSpec {
@@ -75,6 +79,7 @@ impl SubjectSpec {
             shard,
             decision: t.decision,
             label_column: t.label_column.clone(),
+            ball: t.ball,
         }
     }
 }
@@ -181,6 +186,8 @@ pub struct Subject {
     /// The converted input rows of the subject's points, row-major, when they fit in
     /// [`KEEP_ROWS_BYTES`] (else later passes stream them from the file again).
     pub rows: Option<KeptRows>,
+    /// The set a radius stands for around each point.
+    pub ball: BallSpec,
 }
 
 impl Subject {
@@ -200,6 +207,11 @@ impl Subject {
                 .filter(|((c, p), y)| **c && **p == Some(**y))
                 .count(),
         )
+    }
+
+    /// How the Lipschitz certificates cover the set of a radius ([`BallSpec::cover`]).
+    pub fn cover(&self) -> Cover {
+        self.ball.cover(self.inputs.dim)
     }
 
     /// What the forward passes measured at point `i` (the input of every certificate).
@@ -441,7 +453,7 @@ fn compute(
     let selection = spec.reference.runs().then(|| {
         reference::Selection::new(
             &spec.reference,
-            bounds.as_ref().ok(),
+            (bounds.as_ref().ok(), spec.ball.cover(info.dim)),
             (first, info.n, total),
         )
     });
@@ -452,7 +464,7 @@ fn compute(
         &net,
         &execution,
         selection.as_ref(),
-        (rows, keep_rows),
+        (rows, keep_rows, spec.ball.range),
         &mut info,
         labels.as_deref(),
         progress,
@@ -494,6 +506,7 @@ fn compute(
         total,
         test_set_hash: passes.test_set_hash,
         rows: passes.rows,
+        ball: spec.ball,
     })
 }
 

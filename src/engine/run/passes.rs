@@ -10,6 +10,7 @@ use super::reference::{AtPoint, ReferenceData, Selection};
 use super::{InputsInfo, Rows, Subject, STREAM_ROWS};
 use crate::arith::execution::ExecutionModel;
 use crate::arith::sound::l2_norm_up;
+use crate::bounds::ball::InputRange;
 use crate::bounds::certify::componentwise::AbsWeights;
 use crate::bounds::certify::modes::Decided;
 use crate::bounds::certify::ModelBounds;
@@ -185,15 +186,39 @@ pub(super) fn reference_at(
     Ok(out.reference_data(subject.n(), (net, &subject.norms), seconds))
 }
 
+/// Every value of the rows `values` (`dim` features each, the first being point `first` of the
+/// file) lies in the declared input `range`: a set around a point outside it would not contain
+/// the point, and the clipped box would be empty.
+fn check_range(
+    range: Option<InputRange>,
+    values: &[f64],
+    (dim, first): (usize, usize),
+    path: &std::path::Path,
+) -> Result<(), LipfpError> {
+    let Some(r) = range else { return Ok(()) };
+    match values.iter().position(|v| !r.contains(*v)) {
+        None => Ok(()),
+        Some(k) => Err(LipfpError::data(
+            path,
+            format!(
+                "input {} feature {} is {}, outside input_range {r}",
+                first + k / dim.max(1),
+                k % dim.max(1),
+                values[k]
+            ),
+        )),
+    }
+}
+
 /// Stream `rows` through the deployment execution (and, at the points `reference` selects, the
 /// float64 one) in parallel blocks, hashing the inputs and `labels` beside them, and with `keep`
 /// keeping the converted rows; for streamed rows, `info.converted_changed` is set from the
-/// stream.
+/// stream. Every value must lie in `range`, when one is declared.
 pub(super) fn forward_passes(
     net: &DenseNet,
     execution: &ExecutionModel,
     reference: Option<&Selection<'_>>,
-    (rows, keep): (Rows<'_>, bool),
+    (rows, keep, range): (Rows<'_>, bool, Option<InputRange>),
     info: &mut InputsInfo,
     labels: Option<&[usize]>,
     progress: &Progress,
@@ -228,6 +253,7 @@ pub(super) fn forward_passes(
         Rows::Memory(values) => {
             // rows already in memory were given by the caller: not kept twice
             kept = None;
+            check_range(range, values, (info.dim, 0), &info.path)?;
             // the (sequential) hash runs beside the (parallel) forward passes
             let ((), o) = rayon::join(
                 || hasher.inputs(values),
@@ -240,7 +266,9 @@ pub(super) fn forward_passes(
             let end = start + info.n;
             while stream.position() < end {
                 let at = stream.position() - start;
+                let first = stream.position();
                 let block = stream.next_rows(STREAM_ROWS.min(end - stream.position()))?;
+                check_range(range, &block, (info.dim, first), &info.path)?;
                 let ((), o) = rayon::join(
                     || hasher.inputs(&block),
                     || pass_rows(&exec, hi_exec.as_ref(), (&block, at), info.dim, &task),

@@ -7,6 +7,7 @@
 //! pass gives; a curve on the automatic grid runs it at the further points its grid needs.
 
 use super::certify::point_radii;
+use crate::bounds::ball::Cover;
 use crate::bounds::certify::modes::Decided;
 use crate::bounds::certify::{Centre, Certifier, HiCentre, Mode, ModelBounds};
 use crate::policy::{CurveGrid, Radius};
@@ -162,8 +163,9 @@ pub(super) enum Selection<'a> {
     /// No point (none asked for, or the model-level bounds failed: every mode refuses every
     /// point).
     Nothing,
-    /// The points where `best` needs the reference at one of the radii.
-    Undecided(Certifier<'a>, Vec<PointRadii>),
+    /// The points where `best` needs the reference at one of the radii (sets covered by
+    /// [`Cover`]).
+    Undecided(Certifier<'a>, Cover, Vec<PointRadii>),
 }
 
 impl<'a> Selection<'a> {
@@ -172,7 +174,7 @@ impl<'a> Selection<'a> {
     /// the error).
     pub(super) fn new(
         plan: &ReferencePlan,
-        bounds: Option<&'a ModelBounds>,
+        (bounds, cover): (Option<&'a ModelBounds>, Cover),
         (first, n, total): (usize, usize, usize),
     ) -> Selection<'a> {
         let radii = match plan {
@@ -193,7 +195,7 @@ impl<'a> Selection<'a> {
                 },
             });
         }
-        Selection::Undecided(Certifier { fmt, hi: None }, per_run)
+        Selection::Undecided(Certifier { fmt, hi: None }, cover, per_run)
     }
 
     /// Whether the componentwise products are measured at the selected points.
@@ -207,13 +209,14 @@ impl<'a> Selection<'a> {
         match self {
             Selection::Every(_) => AtPoint::Run,
             Selection::Nothing => AtPoint::Skip(None),
-            Selection::Undecided(certifier, radii) => {
+            Selection::Undecided(certifier, cover, radii) => {
                 let c = Centre {
                     logits,
                     x_norm,
                     hi: None,
                     decided: None,
                     local: None,
+                    cover: *cover,
                 };
                 let mut decided = None;
                 for r in radii {

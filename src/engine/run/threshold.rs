@@ -19,7 +19,8 @@ pub(super) struct Threshold {
     pub(super) hi: f64,
 }
 
-/// A first guess of a point's threshold: its real-arithmetic radius `min_j m_hat_ij / L_ij`.
+/// A first guess of a point's threshold: its real-arithmetic radius `min_j m_hat_ij / L_ij`, in
+/// the set's norm.
 pub(super) fn guess(certifier: &Certifier<'_>, c: &Centre<'_>) -> f64 {
     let Some(i) = predicted_class(c.logits) else {
         return 1.0;
@@ -28,6 +29,8 @@ pub(super) fn guess(certifier: &Certifier<'_>, c: &Centre<'_>) -> f64 {
     for j in (0..certifier.fmt.classes).filter(|&j| j != i) {
         g = g.min(margin_lower(c.logits, i, j) / certifier.fmt.pair(i, j).lip);
     }
+    // the Lipschitz certificates check the cover's l2 radius: the set's radius is `scale` times less
+    let g = g / c.cover.scale();
     if g.is_finite() && g > 0.0 {
         g
     } else {

@@ -1,0 +1,229 @@
+//! The set a certificate speaks about at a point `x` and radius `eps` (docs/soundness.md
+//! "Input sets"): the l2 ball `||x' - x||_2 <= eps` or the l_inf ball `||x' - x||_inf <= eps`,
+//! either intersected with the valid input range `[lo, hi]` of every feature when one is declared.
+//!
+//! The local bounds hold over the set itself (an l_inf ball clipped to the range is a box,
+//! [`clipped_box`]). The Lipschitz certificates hold over an l2 ball around `x`; for an l_inf ball
+//! they use the smallest l2 ball around `x` containing the unclipped box, of radius
+//! `eps sqrt(n)` ([`Cover`]). Every such ball contains the set, so every certificate of the ball
+//! holds on the set. A range only shrinks the set, so a certificate that ignores it stays sound.
+
+use crate::arith::sound::{add_up, mul_up, sqrt_up, sub_down};
+
+/// The norm a radius is measured in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Norm {
+    /// Euclidean.
+    #[default]
+    L2,
+    /// Largest coordinate.
+    Linf,
+}
+
+impl Norm {
+    /// The name in policies, flags and reports: `l2` or `linf`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Norm::L2 => "l2",
+            Norm::Linf => "linf",
+        }
+    }
+
+    /// The norm named `text` (`l2`, `linf`), else a message listing both.
+    pub fn parse(text: &str) -> Result<Norm, String> {
+        match text {
+            "l2" => Ok(Norm::L2),
+            "linf" => Ok(Norm::Linf),
+            other => Err(format!("`{other}` is not a norm: use \"l2\" or \"linf\"")),
+        }
+    }
+}
+
+impl std::fmt::Display for Norm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The valid range `[lo, hi]` of every input feature (e.g. pixels in `[0, 1]`): finite, `lo <= hi`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InputRange {
+    /// Smallest valid value.
+    pub lo: f64,
+    /// Largest valid value.
+    pub hi: f64,
+}
+
+impl InputRange {
+    /// The range `[lo, hi]`, or why it is not one.
+    pub fn new(lo: f64, hi: f64) -> Result<InputRange, String> {
+        if !(lo.is_finite() && hi.is_finite()) {
+            return Err(format!("[{lo}, {hi}]: both ends must be finite numbers"));
+        }
+        if lo > hi {
+            return Err(format!(
+                "[{lo}, {hi}]: the lower end is above the upper end"
+            ));
+        }
+        // `+ 0.0` turns `-0.0` into `0.0`, so that equal ranges have equal bits ([`Hash`])
+        Ok(InputRange {
+            lo: lo + 0.0,
+            hi: hi + 0.0,
+        })
+    }
+
+    /// Whether `v` lies in the range.
+    pub fn contains(self, v: f64) -> bool {
+        self.lo <= v && v <= self.hi
+    }
+}
+
+// ranges are finite and their zeros positive ([`InputRange::new`]): equality is bitwise
+impl Eq for InputRange {}
+
+impl std::hash::Hash for InputRange {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.lo.to_bits().hash(state);
+        self.hi.to_bits().hash(state);
+    }
+}
+
+impl std::fmt::Display for InputRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[{}, {}]", self.lo, self.hi)
+    }
+}
+
+/// How a radius becomes a set of inputs around each point: the norm, and the valid range the
+/// set is clipped to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BallSpec {
+    /// The norm of the radius.
+    pub norm: Norm,
+    /// The valid input range, when declared.
+    pub range: Option<InputRange>,
+}
+
+impl BallSpec {
+    /// The Lipschitz certificates' cover of this set in `dim` input dimensions.
+    pub fn cover(self, dim: usize) -> Cover {
+        match self.norm {
+            Norm::L2 => Cover::L2,
+            Norm::Linf => Cover::linf(dim),
+        }
+    }
+
+    /// How reports name the set: `l2`, `linf`, with ` in [lo, hi]` when clipped.
+    pub fn describe(self) -> String {
+        match self.range {
+            Some(r) => format!("{} in {r}", self.norm),
+            None => self.norm.to_string(),
+        }
+    }
+}
+
+/// The l2 ball around the point that the Lipschitz certificates check for a radius `eps` of the
+/// set: radius `scale * eps`, rounded up.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cover {
+    scale: f64,
+}
+
+impl Cover {
+    /// The l2 ball itself (`scale = 1`).
+    pub const L2: Cover = Cover { scale: 1.0 };
+
+    /// For the l_inf ball in `dim` dimensions: every `x'` with `|x'_k - x_k| <= eps` has
+    /// `||x' - x||_2 <= eps sqrt(dim)`, attained at a vertex; `scale = sqrt(dim)` rounded up
+    /// (`dim` is exact in `f64` below `2^53`).
+    pub fn linf(dim: usize) -> Cover {
+        Cover {
+            scale: sqrt_up(dim as f64),
+        }
+    }
+
+    /// The factor from the set's radius to the l2 radius.
+    pub fn scale(self) -> f64 {
+        self.scale
+    }
+
+    /// The l2 radius covering the set of radius `eps` (an upper bound): `eps` itself for the l2
+    /// ball, `eps * scale` rounded up for the l_inf ball.
+    pub fn l2_radius(self, eps: f64) -> f64 {
+        if self == Cover::L2 {
+            eps
+        } else {
+            mul_up(eps, self.scale)
+        }
+    }
+}
+
+/// The l_inf ball of radius `eps` around `x` clipped to `range`, as a box `[lo, hi]` containing
+/// it: per feature `max(range.lo, x_k - eps)` rounded down and `min(range.hi, x_k + eps)` rounded
+/// up. Every `x_k` must lie in the range (the caller checks the data), so the box is never empty.
+pub fn clipped_box(x: &[f64], eps: f64, range: Option<InputRange>) -> (Vec<f64>, Vec<f64>) {
+    let (lo_end, hi_end) = range.map_or((f64::NEG_INFINITY, f64::INFINITY), |r| (r.lo, r.hi));
+    let lo = x.iter().map(|&v| sub_down(v, eps).max(lo_end)).collect();
+    let hi = x.iter().map(|&v| add_up(v, eps).min(hi_end)).collect();
+    (lo, hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rug::Rational;
+
+    fn q(v: f64) -> Rational {
+        Rational::from_f64(v).unwrap()
+    }
+
+    #[test]
+    fn the_linf_cover_contains_the_box_corner() {
+        // ||(eps, .., eps)||_2 = eps sqrt(n): the cover's radius squared is at least n eps^2
+        for (dim, eps) in [(1, 0.3), (2, 0.1), (784, 0.011), (3, 1e-300), (10, 7.0)] {
+            let r = Cover::linf(dim).l2_radius(eps);
+            assert!(
+                q(r) * q(r) >= Rational::from(dim) * q(eps) * q(eps),
+                "{dim} {eps}"
+            );
+            // and not by more than a few ulps (1 ulp for the root, 1 for the product)
+            assert!(r <= eps * (dim as f64).sqrt() * (1.0 + 4.0 * f64::EPSILON) || eps < 1e-290);
+        }
+        assert_eq!(Cover::L2.l2_radius(0.3), 0.3);
+        assert_eq!(Cover::linf(4).scale(), 2.0f64.next_up());
+    }
+
+    #[test]
+    fn the_clipped_box_contains_the_clipped_ball() {
+        let x = [0.0, 0.5, 1.0, 0.1, 0.3];
+        let eps = 0.1;
+        let range = InputRange::new(0.0, 1.0).unwrap();
+        let (lo, hi) = clipped_box(&x, eps, Some(range));
+        assert_eq!(lo[0], 0.0);
+        assert_eq!(hi[2], 1.0);
+        for k in 0..x.len() {
+            // the exact ends max(0, x - eps) and min(1, x + eps) are inside
+            let want_lo = (q(x[k]) - q(eps)).max(Rational::new());
+            let want_hi = (q(x[k]) + q(eps)).min(Rational::from(1));
+            assert!(q(lo[k]) <= want_lo && want_hi <= q(hi[k]), "{k}");
+            assert!(range.contains(lo[k]) && range.contains(hi[k]));
+        }
+        let (lo, hi) = clipped_box(&[2.0], 0.5, None);
+        assert!(lo[0] <= 1.5 && hi[0] >= 2.5);
+    }
+
+    #[test]
+    fn norms_and_ranges_are_read_and_refused_by_name() {
+        assert_eq!(Norm::parse("linf"), Ok(Norm::Linf));
+        assert_eq!(Norm::parse("l2"), Ok(Norm::L2));
+        assert!(Norm::parse("l1").unwrap_err().contains("\"linf\""));
+        assert!(InputRange::new(1.0, 0.0).is_err());
+        assert!(InputRange::new(0.0, f64::INFINITY).is_err());
+        let spec = BallSpec {
+            norm: Norm::Linf,
+            range: Some(InputRange::new(0.0, 1.0).unwrap()),
+        };
+        assert_eq!(spec.describe(), "linf in [0, 1]");
+        assert_eq!(BallSpec::default().describe(), "l2");
+    }
+}
