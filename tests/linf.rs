@@ -309,3 +309,36 @@ fn per_instance_radii_are_radii_of_the_gates_norm() {
         .unwrap();
     assert!((200..=225).contains(&certified), "{certified}");
 }
+
+/// The paper's Table 3, MNIST row, through a gate: the first 100 test points of the published
+/// benchmark at `eps_inf = 0.011` with pixels in `[0, 1]`, float32-sound. ERAN/DeepPoly certifies
+/// 99 of them; the gate asks for at least as many.
+#[test]
+#[cfg_attr(
+    not(lipfp_shared),
+    ignore = "../shared/benchmarks not found: the benchmark data is not part of the repository"
+)]
+fn paper_table_3_mnist_row_through_an_linf_gate() {
+    let mnist = root().join("../shared/benchmarks/mnist");
+    let dir = tempfile::tempdir().unwrap();
+    let (x, rows) = read_inputs(&mnist.join("x_test.npy"));
+    let dim = x.len() / rows;
+    write_f64_npy(
+        &dir.path().join("x.npy"),
+        100,
+        &[1, 28, 28],
+        &x[..100 * dim],
+    );
+    let (y, _) = read_npy::<i64>(&mnist.join("y_test.npy"));
+    write_npy(&dir.path().join("y.npy"), &[100], &y[..100]);
+    let policy = format!(
+        "[model]\npath = \"{}\"\nformat = \"float32\"\n\n[data]\ninputs = \"x.npy\"\n\
+         labels = \"y.npy\"\ninput_range = [0, 1]\n\n[[gate]]\nname = \"table3\"\n\
+         epsilon = \"0.011\"\nnorm = \"linf\"\nmode = \"best,local\"\nmin_certified_pct = 99.0\n",
+        mnist.join("model.onnx").display()
+    );
+    std::fs::write(dir.path().join("lipfp.toml"), policy).unwrap();
+    let (code, stdout, stderr) = lipfp(dir.path(), &["-q", "check"]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("certified     99 ( 99.00%)"), "{stdout}");
+}
