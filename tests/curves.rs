@@ -50,7 +50,7 @@ const MODES: [Mode; 3] = [Mode::Standard, Mode::Hybrid, Mode::Best];
 fn curve_equals_fixed_runs(spec: &SubjectSpec, radii: &[&str]) {
     let subject = run::prepare(spec, &Progress::silent()).unwrap();
     let grid = CurveGrid::given(radii).unwrap();
-    let curve = run::certify_curve(&subject, &grid, &MODES, None).unwrap();
+    let curve = run::certify_curve(&subject, &grid, &MODES, &Default::default()).unwrap();
     assert_eq!(curve.modes.len(), 4, "real and the three modes");
     for (k, text) in radii.iter().enumerate() {
         let radius = Radius::parse_decimal(text).unwrap();
@@ -107,7 +107,8 @@ fn per_point_radii_are_confirmed_lower_bounds() {
         true,
     );
     let subject = run::prepare(&s, &Progress::silent()).unwrap();
-    let curve = run::certify_curve(&subject, &CurveGrid::Auto, &MODES, None).unwrap();
+    let curve =
+        run::certify_curve(&subject, &CurveGrid::Auto, &MODES, &Default::default()).unwrap();
     let bounds = subject.bounds.as_ref().unwrap();
     let reference = subject.reference.as_ref().unwrap();
     let certifier = Certifier {

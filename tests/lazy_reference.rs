@@ -446,8 +446,8 @@ fn lazy_curve_counts_equal_the_full_curve() {
         let ran = lazy.reference.as_ref().unwrap().points();
         assert!(ran < lazy.n(), "{format:?}: the reference ran everywhere");
         let (a, b) = (
-            certify_curve(&lazy, &grid, &modes, None).unwrap(),
-            certify_curve(&full, &grid, &modes, None).unwrap(),
+            certify_curve(&lazy, &grid, &modes, &Default::default()).unwrap(),
+            certify_curve(&full, &grid, &modes, &Default::default()).unwrap(),
         );
         for (ma, mb) in a.modes.iter().zip(&b.modes) {
             assert_eq!(ma.mode, mb.mode);
@@ -482,7 +482,7 @@ fn lazy_automatic_curve_counts_equal_the_full_curve_on_its_grid() {
         format,
         ReferencePlan::Every { products: true },
     );
-    let a = certify_curve(&lazy, &CurveGrid::Auto, &modes, None).unwrap();
+    let a = certify_curve(&lazy, &CurveGrid::Auto, &modes, &Default::default()).unwrap();
     let ran = lazy.reference.as_ref().unwrap().points() + a.reference_extra;
     assert!(
         a.reference_extra > 0,
@@ -500,7 +500,7 @@ fn lazy_automatic_curve_counts_equal_the_full_curve_on_its_grid() {
         .collect();
     let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
     let grid = CurveGrid::given(&texts).unwrap();
-    let b = certify_curve(&full, &grid, &modes, None).unwrap();
+    let b = certify_curve(&full, &grid, &modes, &Default::default()).unwrap();
     for (ma, mb) in a.modes.iter().zip(&b.modes) {
         assert_eq!(ma.mode, mb.mode);
         assert_eq!(ma.points, mb.points, "{}", ma.mode);

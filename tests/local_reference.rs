@@ -293,7 +293,7 @@ fn local_curves_match_fixed_radius_runs() {
     let (dir, subject) = fixture_subject("lipfp-local-curve", ReferencePlan::None);
     let texts = ["0.03", "0.1", "0.25"];
     let grid = CurveGrid::given(&texts).unwrap();
-    let curve = run::certify_curve(&subject, &grid, &[Mode::Local], None).unwrap();
+    let curve = run::certify_curve(&subject, &grid, &[Mode::Local], &Default::default()).unwrap();
     assert_eq!(curve.local_over_budget, 0);
     assert!(curve.notes().is_empty());
     let local = curve.modes.iter().find(|m| m.mode == Mode::Local).unwrap();
@@ -322,7 +322,16 @@ fn local_curves_match_fixed_radius_runs() {
     }
     eprintln!("{:?}", local.points);
     // a spent budget leaves every point without local bounds: certified nowhere, and said
-    let spent = run::certify_curve(&subject, &grid, &[Mode::Local], Some(0.0)).unwrap();
+    let spent = run::certify_curve(
+        &subject,
+        &grid,
+        &[Mode::Local],
+        &run::CertifyOptions {
+            local_budget_s: Some(0.0),
+            best_local: false,
+        },
+    )
+    .unwrap();
     let local = spent.modes.iter().find(|m| m.mode == Mode::Local).unwrap();
     assert!(
         local.points.iter().all(|p| p.certified == 0),

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use common::ball::{
     margin_gradient, point_in_ball, random_samples, random_vertices, vertex_in_box,
 };
-use common::bundles::{gpu_bundle, write_bundle};
+use common::bundles::{write_bundle, write_gpu_bundle};
 use common::exact_bounds::{pow2, q, Iv};
 use common::runtime::{argmax, ort_logits, python, read_f64_npy, script, write_npy};
 use common::shape_family::{executions, f64_logits, shapes, write_model, Execution, Rng, Shape};
@@ -304,7 +304,11 @@ fn check(
     }
     let rows: Vec<f64> = candidates.iter().flat_map(|c| c.input.clone()).collect();
     let classes = subject.net.classes();
-    write_gpu_bundle(label, exec, &subject, &candidates);
+    let labelled: Vec<(&[f64], usize)> = (candidates.iter())
+        .map(|c| (c.input.as_slice(), c.class))
+        .collect();
+    let case = format!("{label} {} {}", exec.name, ball.describe());
+    write_gpu_bundle(&case, exec.runtime, &subject, &labelled);
     let ort_model = if exec.ort && exec.format == Format::Float16 {
         common::runtime::export_float16(py, model, dir.path())
     } else {
@@ -326,35 +330,6 @@ fn check(
         }
     }
     fig
-}
-
-/// Most rows a GPU bundle holds (the first candidates).
-const GPU_BUNDLE_ROWS: usize = 1000;
-
-/// With `LIPFP_GPU_BUNDLES=DIR`, the candidates of an execution the GPU script can run (an H100
-/// runtime) as a bundle for `tests/gpu/gpu_conformance.py`, named after the case.
-fn write_gpu_bundle(label: &str, exec: &Execution, subject: &Subject, candidates: &[Candidate]) {
-    let (Some(out), Some(runtime)) = (std::env::var_os("LIPFP_GPU_BUNDLES"), exec.runtime) else {
-        return;
-    };
-    let h100 = matches!(runtime.gpu, None | Some(lipfp::arith::execution::Gpu::H100));
-    let gpu = !matches!(
-        runtime.runtime,
-        lipfp::arith::runtime::Runtime::OnnxruntimeCpu
-            | lipfp::arith::runtime::Runtime::OpenvinoCpu
-    );
-    if !(h100 && gpu) {
-        return;
-    }
-    let chosen = &candidates[..candidates.len().min(GPU_BUNDLE_ROWS)];
-    let rows: Vec<f64> = chosen.iter().flat_map(|c| c.input.clone()).collect();
-    let cls: Vec<usize> = chosen.iter().map(|c| c.class).collect();
-    let name: String = format!("{label} {}", exec.name)
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    let dir = Path::new(&out).join(&name);
-    gpu_bundle(&dir, (&name, subject), &rows, &cls, &runtime);
 }
 
 /// `POINTS` inputs in `[-1, 1]`, values of `format`.

@@ -257,6 +257,23 @@ mod tests {
         }
     }
 
+    /// Nonzero values below `lambda` (the smallest normal) are subnormal, in either sign; zero
+    /// and `lambda` itself are not (read by the flush-to-zero weight conversion).
+    #[test]
+    fn subnormals_are_the_nonzero_values_below_lambda() {
+        for f in Format::ALL {
+            let lambda = f.lambda();
+            assert!(
+                f.is_subnormal(lambda / 2.0) && f.is_subnormal(-lambda / 2.0),
+                "{f}"
+            );
+            assert!(!f.is_subnormal(lambda) && !f.is_subnormal(-lambda), "{f}");
+            assert!(!f.is_subnormal(0.0) && !f.is_subnormal(-0.0), "{f}");
+        }
+        assert!(Format::Float16.is_subnormal(pow2(-15)));
+        assert!(!Format::Float32.is_subnormal(pow2(-15)));
+    }
+
     #[test]
     fn constants_match_design_table() {
         assert_eq!(Format::Float64.unit_roundoff(), pow2(-53));

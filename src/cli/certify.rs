@@ -84,9 +84,11 @@ pub struct CertifyArgs {
     /// as in ACAS Xu); every certificate, the accuracy and the falsifier follow it.
     #[arg(long, value_name = "RULE", default_value = "argmax", value_parser = Decision::parse)]
     pub decision: Decision,
-    /// Let mode `best` consult local bounds (linear bound propagation) at the points it does not
-    /// otherwise certify, where a first-order estimate says they can help.
-    #[arg(long)]
+    /// Whether mode `best` consults local bounds (linear bound propagation) at the points it does
+    /// not otherwise certify, where a first-order estimate says they can help (default true;
+    /// `--best-local false` keeps `best` to the Lipschitz certificates).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
     pub best_local: bool,
     /// The norm the radius is measured in: `l2` (default) or `linf` (every feature within
     /// the radius of the point's).

@@ -230,7 +230,7 @@ impl Suite<'_> {
             )?;
             let outcome = run::certify(&subject, radius, modes)?;
             if let Some(grid) = grid {
-                run::certify_curve(&subject, grid, modes, None)?;
+                run::certify_curve(&subject, grid, modes, &run::CertifyOptions::default())?;
             }
             walls.push(t.elapsed().as_secs_f64() - subject.norms_s);
             certified = outcome.mode(modes[0]).map(|m| m.certified);

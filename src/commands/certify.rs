@@ -144,7 +144,15 @@ fn attach_curve(
     let grid =
         CurveGrid::parse_list(text).map_err(|m| LipfpError::Usage(format!("--curve: {m}")))?;
     progress.stage("robustness curve");
-    let curve = run::certify_curve(subject, &grid, &req.modes, req.local_budget_s)?;
+    let curve = run::certify_curve(
+        subject,
+        &grid,
+        &req.modes,
+        &run::CertifyOptions {
+            local_budget_s: req.local_budget_s,
+            best_local: req.best_local,
+        },
+    )?;
     gate.notes.extend(curve.notes());
     let c = CurveReport::new(&curve, subject.n());
     if let Some(path) = &req.plot {

@@ -240,8 +240,16 @@ fn evaluate_gate(
     }
     if let Some(grid) = &g.curve {
         progress.stage(&format!("gate `{}`: robustness curve", g.name));
-        let curve = run::certify_curve(subject, grid, &g.modes, g.local_budget_s)
-            .map_err(|e| e.to_string())?;
+        let curve = run::certify_curve(
+            subject,
+            grid,
+            &g.modes,
+            &run::CertifyOptions {
+                local_budget_s: g.local_budget_s,
+                best_local: g.best_local,
+            },
+        )
+        .map_err(|e| e.to_string())?;
         gate.notes.extend(curve.notes());
         gate.curve = Some(CurveReport::new(&curve, subject.n()));
         gate.baseline_curve = baseline.and_then(|b| b.curve(&g.name, &identity)).cloned();

@@ -116,7 +116,7 @@ impl Defaults<'_> {
             curve,
             attack,
             local_budget_s,
-            best_local: g.best_local.unwrap_or(false),
+            best_local: g.best_local.unwrap_or(true),
         })
     }
 

@@ -361,7 +361,8 @@ pub struct Gate {
     /// Seconds the local bounds may take (`local_budget_s`); the points left then are not
     /// certified by them. `None`: no limit.
     pub local_budget_s: Option<f64>,
-    /// Let `best` consult local bounds where it does not otherwise certify (`best_local = true`).
+    /// Let `best` consult local bounds where it does not otherwise certify (`best_local`,
+    /// default true; `best_local = false` opts out).
     pub best_local: bool,
 }
 

@@ -98,3 +98,36 @@ pub fn torch_settings(r: &RuntimeChoice, storage: Format) -> Vec<Value> {
     }
     out
 }
+
+/// Most rows a GPU bundle holds (the first candidates).
+const GPU_BUNDLE_ROWS: usize = 1000;
+
+/// With `LIPFP_GPU_BUNDLES=DIR`, the `candidates` (rows and the class each must keep) of a case
+/// under `runtime` as a bundle for `tests/gpu/gpu_conformance.py` named after `case`, when the
+/// GPU script can run it (an H100 runtime).
+pub fn write_gpu_bundle(
+    case: &str,
+    runtime: Option<RuntimeChoice>,
+    subject: &Subject,
+    candidates: &[(&[f64], usize)],
+) {
+    let (Some(out), Some(runtime)) = (std::env::var_os("LIPFP_GPU_BUNDLES"), runtime) else {
+        return;
+    };
+    let h100 = matches!(runtime.gpu, None | Some(lipfp::arith::execution::Gpu::H100));
+    let gpu = !matches!(
+        runtime.runtime,
+        Runtime::OnnxruntimeCpu | Runtime::OpenvinoCpu
+    );
+    if !(h100 && gpu) {
+        return;
+    }
+    let chosen = &candidates[..candidates.len().min(GPU_BUNDLE_ROWS)];
+    let rows: Vec<f64> = chosen.iter().flat_map(|c| c.0.to_vec()).collect();
+    let cls: Vec<usize> = chosen.iter().map(|c| c.1).collect();
+    let name: String = (case.chars())
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let dir = Path::new(&out).join(&name);
+    gpu_bundle(&dir, (&name, subject), &rows, &cls, &runtime);
+}

@@ -11,7 +11,8 @@ use rayon::prelude::*;
 use super::certify::{centre_of, CertifyOptions};
 use super::local::{LocalModel, LocalPoint};
 use super::Subject;
-use crate::bounds::certify::{Certifier, Mode, PointResult};
+use crate::bounds::ball::Norm;
+use crate::bounds::certify::{Certifier, Mode, PointResult, Refusal};
 use crate::engine::gradient::{runner_up, GradNet};
 use crate::error::LipfpError;
 use crate::progress::Progress;
@@ -36,8 +37,8 @@ struct Tally {
 
 /// Of the points `chosen` (rows `rows`), the positions of those where local bounds may certify
 /// at their radius: the float64 margin against the runner-up minus `eps` times its gradient's
-/// norm is positive (the first-order estimate of the margin's minimum over the ball; local bounds
-/// are below the true minimum). A choice of where to spend time only: it never decides a verdict.
+/// dual norm (l2 for an l2 ball, l1 for an l_inf ball) is positive (the first-order estimate of the
+/// margin's minimum over the set; local bounds are below the true minimum). A choice of where to spend time only: it never decides a verdict.
 fn promising(
     subject: &Subject,
     grad: &GradNet,
@@ -56,10 +57,36 @@ fn promising(
             let row = logits.row(k).to_vec();
             let c = classes[k];
             let margin = row[c] - row[runner_up(&row, c)];
-            let slope = g.row(k).iter().map(|v| v * v).sum::<f64>().sqrt();
+            let slope = match subject.ball.norm {
+                Norm::L2 => g.row(k).iter().map(|v| v * v).sum::<f64>().sqrt(),
+                Norm::Linf => g.row(k).iter().map(|v| v.abs()).sum::<f64>(),
+            };
             margin - eps[chosen[k]] * slope > 0.0
         })
         .collect())
+}
+
+/// `best`'s verdicts `certified` at the uniform radius `eps` (a curve's grid radius), updated where
+/// local bounds consulted lazily certify, as at a gate's own radius ([`best_with_local`]).
+pub(super) fn consult_at(
+    subject: &Subject,
+    eps: f64,
+    certified: &mut [bool],
+    options: &CertifyOptions,
+) -> Result<(), LipfpError> {
+    let mut results: Vec<PointResult> = (certified.iter())
+        .map(|&ok| PointResult {
+            verdict: if ok { Ok(()) } else { Err(Refusal::Margin) },
+            slack: None,
+            degradation: None,
+        })
+        .collect();
+    let radii = vec![eps; certified.len()];
+    best_with_local(subject, &radii, &mut results, options, &Progress::silent())?;
+    for (c, r) in certified.iter_mut().zip(&results) {
+        *c = r.verdict.is_ok();
+    }
+    Ok(())
 }
 
 /// `best` with the local bounds as one more source, computed lazily (module docs), within the

@@ -12,7 +12,8 @@
 use rayon::prelude::*;
 
 use super::best_curve::{best_thresholds, extend_for_grid, Centres};
-use super::certify::centre_of;
+use super::best_local;
+use super::certify::{centre_of, CertifyOptions};
 use super::local_curve::{self, LocalBudget};
 use super::threshold::{threshold, Threshold};
 use super::Subject;
@@ -69,6 +70,9 @@ pub struct CurveOutcome {
     /// Points where the curve ran the float64 reference beyond the subject's own pass (for the
     /// automatic grid over `best`).
     pub reference_extra: usize,
+    /// Whether `best`'s curve took local bounds as a source (with `local` among the modes, whose
+    /// certificate runs at every grid radius anyway); without, it holds its Lipschitz sources.
+    pub best_with_local: Option<bool>,
 }
 
 impl CurveOutcome {
@@ -81,6 +85,12 @@ impl CurveOutcome {
                 "robustness curve: the float64 reference ran at {} further points, where the automatic grid's radii left best undecided",
                 self.reference_extra
             ));
+        }
+        if self.best_with_local == Some(false) {
+            notes.push(
+                "robustness curve: best's curve takes its Lipschitz sources only (best_local = false)"
+                    .to_string(),
+            );
         }
         if self.local_over_budget > 0 {
             notes.push(format!(
@@ -163,20 +173,22 @@ pub fn decimal_text(digits: u64, exp: i32) -> String {
 }
 
 /// The curves of `subject` in `modes` (the real ceiling always included) over `grid`; a local
-/// curve's bounds stop after `local_budget_s` seconds.
+/// curve's bounds stop after the options' `local_budget_s` seconds, and with `best_local` `best`
+/// consults local bounds at every grid radius as at a gate's own radius.
 pub fn certify_curve(
     subject: &Subject,
     grid: &CurveGrid,
     modes: &[Mode],
-    local_budget_s: Option<f64>,
+    options: &CertifyOptions,
 ) -> Result<CurveOutcome, LipfpError> {
+    let local_budget_s = options.local_budget_s;
     let start = std::time::Instant::now();
     let mut all = vec![Mode::Real];
     all.extend(modes.iter().copied().filter(|m| *m != Mode::Real));
     all.dedup();
     let Ok(mb) = &subject.bounds else {
         let thresholds = vec![vec![Threshold { lo: None, hi: 0.0 }; subject.n()]; all.len()];
-        return finish(subject, (grid, &all), thresholds, None, start);
+        return finish(subject, (grid, &all), thresholds, None, (start, options));
     };
     let certifier = Certifier {
         fmt: mb,
@@ -223,7 +235,13 @@ pub fn certify_curve(
         _ => grid.clone(),
     };
     let context = (&certifier, &budget, &centres);
-    let mut out = finish(subject, (&grid, &all), thresholds, Some(context), start)?;
+    let mut out = finish(
+        subject,
+        (&grid, &all),
+        thresholds,
+        Some(context),
+        (start, options),
+    )?;
     out.local_over_budget = budget.skipped();
     out.reference_extra = extra;
     Ok(out)
@@ -235,7 +253,7 @@ fn finish(
     (grid, all): (&CurveGrid, &[Mode]),
     thresholds: Vec<Vec<Threshold>>,
     context: Option<(&Certifier<'_>, &LocalBudget, &Centres<'_>)>,
-    start: std::time::Instant,
+    (start, options): (std::time::Instant, &CertifyOptions),
 ) -> Result<CurveOutcome, LipfpError> {
     let (certifier, budget, centres) = match context {
         Some((c, b, p)) => (Some(c), Some(b), Some(p)),
@@ -243,6 +261,7 @@ fn finish(
     };
     let radii = grid_radii(grid, &thresholds)?;
     let mut modes = Vec::with_capacity(all.len());
+    let mut all_verdicts = Vec::with_capacity(all.len());
     for (&mode, th) in all.iter().zip(&thresholds) {
         // local bounds are computed per radius and need not be monotone in it: every grid
         // radius runs the certificate (local_curve); the others use the brackets
@@ -272,6 +291,26 @@ fn finish(
                 })
                 .collect(),
         };
+        all_verdicts.push(verdicts);
+    }
+    // best takes the local bounds as a source: where local ran at a radius, best certifies where
+    // it does (Certifier::combine)
+    let local_at = all.iter().position(|&m| m == Mode::Local);
+    let best_at = all.iter().position(|&m| m == Mode::Best);
+    if let (Some(b), Some(l)) = (best_at, local_at) {
+        let local = all_verdicts[l].clone();
+        for (best, local) in all_verdicts[b].iter_mut().zip(local) {
+            best.iter_mut().zip(local).for_each(|(v, w)| *v |= w);
+        }
+    }
+    // without local's verdicts, best consults local bounds lazily at each grid radius
+    let lazy_local = local_at.is_none() && options.best_local && certifier.is_some();
+    if let (Some(b), true) = (best_at, lazy_local) {
+        for ((_, eps), verdicts) in radii.iter().zip(all_verdicts[b].iter_mut()) {
+            best_local::consult_at(subject, *eps, verdicts, options)?;
+        }
+    }
+    for ((&mode, th), verdicts) in all.iter().zip(&thresholds).zip(all_verdicts) {
         let points = radii
             .iter()
             .zip(verdicts)
@@ -281,9 +320,19 @@ fn finish(
                 vra: subject.count_correct(&ok),
             })
             .collect();
+        let own = th.iter().map(|t| t.lo);
+        let radii = match (mode, local_at) {
+            (Mode::Best, Some(l)) => (own.zip(&thresholds[l]))
+                .map(|(b, t)| match (b, t.lo) {
+                    (Some(b), Some(l)) => Some(b.max(l)),
+                    (b, l) => b.or(l),
+                })
+                .collect(),
+            _ => own.collect(),
+        };
         modes.push(ModeCurve {
             mode,
-            radii: th.iter().map(|t| t.lo).collect(),
+            radii,
             points,
         });
     }
@@ -292,6 +341,7 @@ fn finish(
         seconds: start.elapsed().as_secs_f64(),
         local_over_budget: 0,
         reference_extra: 0,
+        best_with_local: best_at.map(|_| local_at.is_some() || lazy_local),
     })
 }
 
