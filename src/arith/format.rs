@@ -274,6 +274,17 @@ mod tests {
         assert!(!Format::Float32.is_subnormal(pow2(-15)));
     }
 
+    /// `pow2` is exact over the whole range, the subnormal end included.
+    #[test]
+    fn powers_of_two_are_exact_down_to_the_smallest_subnormal() {
+        assert_eq!(pow2(-1074), f64::from_bits(1));
+        assert_eq!(pow2(-1073), f64::from_bits(2));
+        assert_eq!(pow2(-1023), f64::from_bits(1 << 51));
+        assert_eq!(pow2(-1022), f64::MIN_POSITIVE);
+        assert_eq!(pow2(0), 1.0);
+        assert_eq!(pow2(1023), f64::MAX / (2.0 - f64::EPSILON));
+    }
+
     #[test]
     fn constants_match_design_table() {
         assert_eq!(Format::Float64.unit_roundoff(), pow2(-53));
