@@ -31,6 +31,27 @@ fn lipfp(dir: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `lipfp -q certify` of the natural digits network on the workspace's inputs and labels in
+/// l_inf balls clipped to `[0, 1]`, with `extra` flags.
+fn certify_linf(dir: &Path, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec![
+        "-q",
+        "certify",
+        "--model",
+        "natural.onnx",
+        "--inputs",
+        "x.npy",
+        "--labels",
+        "y.npy",
+        "--norm",
+        "linf",
+        "--input-range",
+        "0,1",
+    ];
+    args.extend_from_slice(extra);
+    lipfp(dir, &args)
+}
+
 /// A directory with the natural digits network, its inputs flattened (`x.npy`), the labels
 /// (`y.npy`), and `lipfp.toml` holding `policy`.
 fn workspace(policy: &str) -> tempfile::TempDir {
@@ -129,23 +150,11 @@ fn an_linf_gate_has_a_curve_an_attack_bracket_and_reports_that_name_its_set() {
 #[test]
 fn every_linf_witness_lies_in_the_clipped_box_and_flips_the_class() {
     let dir = workspace(GATE);
-    let (code, stdout, stderr) = lipfp(
+    let (code, stdout, stderr) = certify_linf(
         dir.path(),
         &[
-            "-q",
-            "certify",
-            "--model",
-            "natural.onnx",
-            "--inputs",
-            "x.npy",
-            "--labels",
-            "y.npy",
             "--epsilon",
             "0.05",
-            "--norm",
-            "linf",
-            "--input-range",
-            "0,1",
             "--mode",
             "local",
             "--attack",
@@ -276,28 +285,9 @@ fn per_instance_radii_are_radii_of_the_gates_norm() {
     let n = 450;
     let radii: Vec<f64> = (0..n).map(|k| if k % 2 == 0 { 0.0 } else { 0.5 }).collect();
     write_npy(&dir.path().join("r.npy"), &[n as u64], &radii);
-    let (code, stdout, stderr) = lipfp(
+    let (code, stdout, stderr) = certify_linf(
         dir.path(),
-        &[
-            "-q",
-            "certify",
-            "--model",
-            "natural.onnx",
-            "--inputs",
-            "x.npy",
-            "--labels",
-            "y.npy",
-            "--epsilons",
-            "r.npy",
-            "--norm",
-            "linf",
-            "--input-range",
-            "0,1",
-            "--mode",
-            "local",
-            "--json",
-            "r.json",
-        ],
+        &["--epsilons", "r.npy", "--mode", "local", "--json", "r.json"],
     );
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let json: Value =
