@@ -113,6 +113,22 @@ impl BallSpec {
         }
     }
 
+    /// For an l_inf ball, the note saying which sets the certificates check in `dim` dimensions
+    /// (docs/soundness.md "Input sets"); `None` for an l2 ball.
+    pub fn cover_note(self, dim: usize) -> Option<String> {
+        (self.norm == Norm::Linf).then(|| {
+            let clipped = self
+                .range
+                .map_or(String::new(), |r| format!(" clipped to {r}"));
+            format!(
+                "input set: the l_inf ball{clipped}; the Lipschitz certificates check the l2 ball \
+                 of radius eps x {} (sqrt({dim}) rounded up) around each point, which contains \
+                 it; local bounds hold over the clipped box itself",
+                self.cover(dim).scale()
+            )
+        })
+    }
+
     /// How reports name the set: `l2`, `linf`, with ` in [lo, hi]` when clipped.
     pub fn describe(self) -> String {
         match self.range {

@@ -449,6 +449,7 @@ fn compute(
     }
     let execution = deployment(spec, net.format, &mut notes)?;
     notes.push(format!("execution model: {execution}"));
+    notes.extend(spec.ball.cover_note(info.dim));
     let (norms, bounds, norms_s) = norms_and_bounds(spec, &net, &execution, &mut notes, progress);
     let selection = spec.reference.runs().then(|| {
         reference::Selection::new(
