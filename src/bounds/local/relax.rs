@@ -83,6 +83,26 @@ mod tests {
         Rational::from_f64(x).unwrap()
     }
 
+    /// The upper line's offset is `max(-s l, u - s u)` rounded up, and within a few ulps of it:
+    /// at CROWN's slope `s = u / (u - l)` both ends give the same value, elsewhere one dominates.
+    #[test]
+    fn the_upper_offset_is_the_larger_end_value() {
+        for (s, l, u) in [
+            (0.5, -1.0, 1.0),
+            (0.25, -3.0, 1.0),
+            (0.9, -0.1, 2.0),
+            (1.0, -2.0, 0.5),
+        ] {
+            let exact = (-q(s) * q(l)).max(q(u) - q(s) * q(u));
+            let t = upper_line_offset(s, l, u);
+            assert!(q(t) >= exact, "{s} {l} {u}");
+            assert!(
+                q(t) <= exact * q(1.0 + 8.0 * f64::EPSILON),
+                "{s} {l} {u}: {t}"
+            );
+        }
+    }
+
     #[test]
     fn gamma_bounds_the_exact_value() {
         for n in [1usize, 2, 3, 784, 1 << 20, (1 << 40) + 7] {

@@ -76,7 +76,7 @@ pub(super) fn search(
         let pass = backward(net, relax, c, &slopes, &centre, eps);
         for r in 0..rows {
             if step == 1 {
-                excess[r] = (pass.bound[r] - start[r]).max(0.0);
+                excess[r] = excess_over_sound(pass.bound[r], start[r]);
             }
             if pass.bound[r].partial_cmp(&best_bound[r]) != Some(Ordering::Greater) {
                 continue;
@@ -87,16 +87,13 @@ pub(super) fn search(
             }
         }
         let predicted: Vec<f64> = (best_bound.iter().zip(&excess))
-            .map(|(b, e)| b - e)
+            .map(|(b, e)| predicted_sound(*b, *e))
             .collect();
-        if (predicted.iter().zip(&excess)).all(|(p, e)| *p > target + 0.1 * e) {
+        if (predicted.iter().zip(&excess)).all(|(p, e)| safely_above(*p, *e, target)) {
             break;
         }
-        let reach = 2.0 * (iterations - step) as f64 / step as f64;
-        let hopeless = (predicted.iter().zip(start)).any(|(p, s)| {
-            let reached = p + (p - s).max(0.0) * reach;
-            matches!(reached.partial_cmp(&target), None | Some(Ordering::Less))
-        });
+        let hopeless = (predicted.iter().zip(start))
+            .any(|(p, s)| cannot_reach((*p, *s), target, (step, iterations)));
         if step >= 5 && hopeless && target.is_finite() {
             return None;
         }
@@ -109,6 +106,35 @@ pub(super) fn search(
         }
     }
     Some(best)
+}
+
+/// The search's excess over the sound bound at CROWN's slopes: its own bound there (float64,
+/// unrounded, without the deployment's rounding) less the sound one, at least 0. Later bounds of
+/// the search less this excess predict the sound bound their slopes give ([`predicted_sound`]).
+fn excess_over_sound(own: f64, sound: f64) -> f64 {
+    (own - sound).max(0.0)
+}
+
+/// The predicted sound bound of the search's bound `own` with excess `excess`: `own - excess`.
+/// A prediction only: the sound bound is computed afterwards by the rigorous substitution.
+fn predicted_sound(own: f64, excess: f64) -> f64 {
+    own - excess
+}
+
+/// Whether a row predicted at `p` is safely above `target`: by a tenth of its excess, the room
+/// left for the prediction's error (the search stops when every row is).
+fn safely_above(p: f64, excess: f64, target: f64) -> bool {
+    p > target + 0.1 * excess
+}
+
+/// Whether a row predicted at `p` after `step` of `iterations` steps, from its sound start `s`,
+/// cannot reach `target` even if it kept improving at twice its average rate so far:
+/// `p + max(p - s, 0) 2 (iterations - step) / step < target` (a NaN counts as not reaching). A
+/// choice of where to spend time only: giving up keeps CROWN's sound bound.
+fn cannot_reach((p, s): (f64, f64), target: f64, (step, iterations): (usize, usize)) -> bool {
+    let reach = 2.0 * (iterations - step) as f64 / step as f64;
+    let reached = p + (p - s).max(0.0) * reach;
+    matches!(reached.partial_cmp(&target), None | Some(Ordering::Less))
 }
 
 /// CROWN's adaptive lower slope of a unit (the one the plain substitution uses).
@@ -234,6 +260,34 @@ mod tests {
     use super::*;
     use crate::arith::format::Format;
     use crate::onnx::model::{Activation, Dense, DenseNet};
+
+    /// The search's stopping rules, pinned at values where each operand matters: the excess over
+    /// the sound bound, the prediction, the "safely above" margin of a tenth of the excess, and
+    /// the generous extrapolation `p + max(p - s, 0) 2 (iterations - step) / step` (= 7 here).
+    #[test]
+    fn the_stopping_rules_are_the_documented_formulas() {
+        assert_eq!(excess_over_sound(3.0, 1.0), 2.0);
+        assert_eq!(excess_over_sound(1.0, 3.0), 0.0);
+        assert_eq!(predicted_sound(3.0, 1.0), 2.0);
+        assert!(safely_above(2.0, 1.0, 1.85) && !safely_above(2.0, 1.0, 1.95));
+        assert!(!cannot_reach((1.0, 0.0), 7.0, (5, 20)));
+        assert!(cannot_reach((1.0, 0.0), 7.5, (5, 20)));
+        // no progress yet: only the prediction itself counts
+        assert!(!cannot_reach((1.0, 2.0), 1.0, (5, 20)) && cannot_reach((1.0, 2.0), 1.5, (5, 20)));
+        assert!(cannot_reach((f64::NAN, 0.0), 0.0, (5, 20)));
+    }
+
+    /// The search starts from CROWN's adaptive lower slopes: the unit's own lower slope.
+    #[test]
+    fn the_search_starts_from_crowns_slopes() {
+        let unit = |lower| UnitRelaxation::Unstable {
+            lower,
+            slope: 0.5,
+            offset: 0.5,
+        };
+        assert_eq!(crown_slope(&unit(1.0)), 1.0);
+        assert_eq!(crown_slope(&unit(0.0)), 0.0);
+    }
 
     /// A 3-5-4-3 ReLU network with fixed pseudo-random weights.
     fn net() -> DenseNet {
