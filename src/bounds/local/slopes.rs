@@ -277,6 +277,42 @@ mod tests {
         assert!(cannot_reach((f64::NAN, 0.0), 0.0, (5, 20)));
     }
 
+    /// Three Adam steps on one slope (gradients 1, -0.5, 0.25 from 0.5), against the textbook
+    /// update `a += STEP m_hat / (sqrt(v_hat) + 1e-12)` with bias-corrected moments, computed
+    /// apart (Python floats): the slope, first and second moments after each step.
+    #[test]
+    fn adam_takes_the_textbook_steps() {
+        let want = [
+            (0.5999999999999, 0.09999999999999998, 0.0010000000000000009),
+            (
+                0.6266337039659063,
+                0.039999999999999994,
+                0.0012490000000000012,
+            ),
+            (
+                0.660676618786776,
+                0.06099999999999999,
+                0.0013102510000000012,
+            ),
+        ];
+        let (mut a, mut m, mut v) = (
+            Array2::from_elem((1, 1), 0.5),
+            Array2::zeros((1, 1)),
+            Array2::zeros((1, 1)),
+        );
+        for (step, (g, (wa, wm, wv))) in [1.0, -0.5, 0.25].into_iter().zip(want).enumerate() {
+            adam_ascent(
+                &mut a,
+                &Array2::from_elem((1, 1), g),
+                &mut m,
+                &mut v,
+                step + 1,
+            );
+            let close = |x: f64, y: f64| (x - y).abs() <= 1e-12 * y.abs();
+            assert!(close(a[[0, 0]], wa) && close(m[[0, 0]], wm) && close(v[[0, 0]], wv));
+        }
+    }
+
     /// The search starts from CROWN's adaptive lower slopes: the unit's own lower slope.
     #[test]
     fn the_search_starts_from_crowns_slopes() {
