@@ -270,6 +270,8 @@ mod tests {
         assert_eq!(excess_over_sound(1.0, 3.0), 0.0);
         assert_eq!(predicted_sound(3.0, 1.0), 2.0);
         assert!(safely_above(2.0, 1.0, 1.85) && !safely_above(2.0, 1.0, 1.95));
+        // strictly above, and the margin is a tenth of the excess (2 here: 0.2, not 0.05)
+        assert!(!safely_above(2.0, 0.0, 2.0) && !safely_above(2.0, 2.0, 1.85));
         assert!(!cannot_reach((1.0, 0.0), 7.0, (5, 20)));
         assert!(cannot_reach((1.0, 0.0), 7.5, (5, 20)));
         // no progress yet: only the prediction itself counts
@@ -311,6 +313,19 @@ mod tests {
             let close = |x: f64, y: f64| (x - y).abs() <= 1e-12 * y.abs();
             assert!(close(a[[0, 0]], wa) && close(m[[0, 0]], wm) && close(v[[0, 0]], wv));
         }
+    }
+
+    /// Adam's safeguard against a zero second moment adds to the denominator: a tiny gradient
+    /// still steps along its sign (a subtracted safeguard would reverse it).
+    #[test]
+    fn a_tiny_gradient_steps_along_its_sign() {
+        let (mut a, mut m, mut v) = (
+            Array2::from_elem((1, 1), 0.5),
+            Array2::zeros((1, 1)),
+            Array2::zeros((1, 1)),
+        );
+        adam_ascent(&mut a, &Array2::from_elem((1, 1), 1e-20), &mut m, &mut v, 1);
+        assert!(a[[0, 0]] > 0.5 && a[[0, 0]] < 0.5 + 1e-8, "{}", a[[0, 0]]);
     }
 
     /// The search starts from CROWN's adaptive lower slopes: the unit's own lower slope.
