@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::run::CurveOutcome;
-use crate::gate::verdict::pct;
+use crate::gate::verdict::{pct, round4};
 
 /// Counts at one radius.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,10 +115,6 @@ impl CurveReport {
             .next()
             .is_some_and(|p| p.vra_pct.is_some())
     }
-}
-
-fn round4(x: f64) -> f64 {
-    (x * 1e4).round() / 1e4
 }
 
 /// `x >= 0` rounded down to six significant digits (a lower bound stays one).

@@ -26,9 +26,9 @@ pub fn p_text(p: f64) -> String {
     }
 }
 
-/// `x` rounded to 4 decimals, as reports write percentages: a drop compares the baseline's
-/// reported figure with this run's figure as it would be reported.
-fn round4(x: f64) -> f64 {
+/// `x` rounded to 4 decimals, as reports write percentages (the one rounding of every reported
+/// percentage): a drop compares the baseline's reported figure with this run's as reported.
+pub fn round4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
 }
 

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use crate::bounds::certify::Mode;
 use crate::gate::curve::CurveReport;
 use crate::progress::printable;
-use crate::report::{fmt_ratio, GateReport, GateStatus, Report};
+use crate::report::{fmt_pct, fmt_ratio, GateReport, GateStatus, Report};
 
 /// Diagnostic text for stderr: control characters other than newline escaped, and any line
 /// that would start with `::` once leading whitespace is removed (a workflow command on
@@ -26,11 +26,6 @@ pub fn diagnostic(text: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-fn fmt_pct(x: Option<f64>) -> String {
-    x.map(|v| format!("{v:.2}%"))
-        .unwrap_or_else(|| "n/a".into())
 }
 
 /// The bracketed facts of a gate's first line: format, eps, mode and (when evaluated) n.
@@ -76,7 +71,7 @@ fn gate_block(out: &mut String, g: &GateReport) {
         }
         return;
     }
-    let _ = writeln!(out, "       accuracy {}", fmt_pct(g.accuracy_pct));
+    let _ = writeln!(out, "       accuracy {}", fmt_pct(g.accuracy_pct, "n/a"));
     let ordered = Mode::ALL.iter().filter_map(|mode| {
         g.modes
             .get(mode.name())
@@ -98,7 +93,7 @@ fn gate_block(out: &mut String, g: &GateReport) {
             "       {label:<36} certified {:>6} ({:>7})  VRA {:>8}{ratio}",
             m.certified,
             format!("{:.2}%", m.certified_pct),
-            fmt_pct(m.vra_pct)
+            fmt_pct(m.vra_pct, "n/a")
         );
     }
     if let Some(c) = &g.curve {

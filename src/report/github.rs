@@ -65,9 +65,9 @@ pub(super) fn md(s: &str) -> String {
     out
 }
 
+/// A percentage cell: [`super::fmt_pct`], `n/a` when there is none.
 pub(super) fn pct(x: Option<f64>) -> String {
-    x.map(|v| format!("{v:.2}%"))
-        .unwrap_or_else(|| "n/a".into())
+    super::fmt_pct(x, "n/a")
 }
 
 /// Real certified rate minus the gated mode's, when both were computed.

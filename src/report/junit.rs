@@ -24,7 +24,7 @@ use junit_report::{Duration, ReportBuilder, TestCase, TestCaseBuilder, TestSuite
 
 use crate::bounds::certify::Mode;
 use crate::error::LipfpError;
-use crate::report::{fmt_ratio, GateReport, GateStatus, ModeReport, Report};
+use crate::report::{fmt_pct, fmt_ratio, GateReport, GateStatus, ModeReport, Report};
 
 /// Classname and name of the single testcase of [`render_error`].
 const ERROR_CASE: &str = "lipfp";
@@ -113,11 +113,6 @@ fn verdict_line(g: &GateReport) -> String {
     }
 }
 
-fn fmt_pct(x: Option<f64>) -> String {
-    x.map(|v| format!("{v:.2}%"))
-        .unwrap_or_else(|| "n/a (no labels)".into())
-}
-
 /// The modes of a gate in the canonical order, then any other (unknown) names.
 fn ordered_modes(g: &GateReport) -> Vec<(&str, &ModeReport)> {
     let mut out: Vec<(&str, &ModeReport)> = Mode::ALL
@@ -137,7 +132,11 @@ fn ordered_modes(g: &GateReport) -> Vec<(&str, &ModeReport)> {
 fn figures(g: &GateReport) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "points: {}", g.n);
-    let _ = writeln!(out, "accuracy: {}", fmt_pct(g.accuracy_pct));
+    let _ = writeln!(
+        out,
+        "accuracy: {}",
+        fmt_pct(g.accuracy_pct, "n/a (no labels)")
+    );
     let gated = g.mode.name();
     for (name, m) in ordered_modes(g) {
         let mut label = name.to_string();
@@ -157,7 +156,7 @@ fn figures(g: &GateReport) -> String {
             "{label}: certified {} ({:.2}%), VRA {}{ratio}",
             m.certified,
             m.certified_pct,
-            fmt_pct(m.vra_pct)
+            fmt_pct(m.vra_pct, "n/a (no labels)")
         );
     }
     if let (Some(real), Some(m)) = (g.modes.get(Mode::Real.name()), g.modes.get(gated)) {

@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::arith::format::Format;
 use crate::bounds::certify::Mode;
 use crate::engine::run::CertifyOutcome;
-use crate::gate::verdict::{pct, GateVerdict, ThresholdCheck};
+use crate::gate::verdict::{pct, round4, GateVerdict, ThresholdCheck};
 use crate::policy::Radius;
 
 /// Figures of one mode.
@@ -461,6 +461,11 @@ pub struct ErroredGate<'a> {
     pub policy_line: Option<usize>,
 }
 
+/// A percentage for people: two decimals and `%`, or `missing` when there is none.
+pub fn fmt_pct(x: Option<f64>, missing: &str) -> String {
+    x.map_or_else(|| missing.to_string(), |v| format!("{v:.2}%"))
+}
+
 /// A conservatism ratio for people: three decimals, or scientific notation from a million on
 /// (a tiny `L eps` makes the ratio huge but finite).
 pub fn fmt_ratio(r: f64) -> String {
@@ -469,11 +474,6 @@ pub fn fmt_ratio(r: f64) -> String {
     } else {
         format!("{r:.3}")
     }
-}
-
-/// Round a percentage to 4 decimals for stable output.
-fn round4(x: f64) -> f64 {
-    (x * 1e4).round() / 1e4
 }
 
 /// Round a ratio to 6 decimals for stable output; a value too large to scale is kept as is
