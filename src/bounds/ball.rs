@@ -129,6 +129,25 @@ impl BallSpec {
         })
     }
 
+    /// The set a description names, when it is exactly one [`BallSpec::describe`] writes (a
+    /// certificate file's claim is checked against it before any report shows it).
+    pub fn from_description(text: &str) -> Option<BallSpec> {
+        let (norm, range) = match text.split_once(" in ") {
+            None => (text, None),
+            Some((norm, range)) => {
+                let inner = range.strip_prefix('[')?.strip_suffix(']')?;
+                let (lo, hi) = inner.split_once(", ")?;
+                let r = InputRange::new(lo.parse().ok()?, hi.parse().ok()?).ok()?;
+                (norm, Some(r))
+            }
+        };
+        let spec = BallSpec {
+            norm: Norm::parse(norm).ok()?,
+            range,
+        };
+        (spec.describe() == text).then_some(spec)
+    }
+
     /// How reports name the set: `l2`, `linf`, with ` in [lo, hi]` when clipped.
     pub fn describe(self) -> String {
         match self.range {
@@ -241,5 +260,19 @@ mod tests {
         };
         assert_eq!(spec.describe(), "linf in [0, 1]");
         assert_eq!(BallSpec::default().describe(), "l2");
+        // descriptions read back exactly; anything else is refused
+        for text in ["l2", "linf", "linf in [0, 1]", "l2 in [-0.5, 2.25]"] {
+            assert_eq!(BallSpec::from_description(text).unwrap().describe(), text);
+        }
+        for text in [
+            "",
+            "l1",
+            "linf in [1, 0]",
+            "linf in [0,1]",
+            "linf\nin [0, 1]",
+            "linf in [0, inf]",
+        ] {
+            assert!(BallSpec::from_description(text).is_none(), "{text:?}");
+        }
     }
 }

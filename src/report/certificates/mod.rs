@@ -8,10 +8,12 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 
+use crate::bounds::ball::BallSpec;
 use crate::bounds::certify::{Mode, Refusal};
 use crate::engine::run::{CertifyOutcome, ModeOutcome, Subject};
 use crate::error::LipfpError;
 use crate::policy::{Radius, Thresholds};
+use crate::progress::printable;
 use crate::proto_gen::{self, CertificateFile, GateCertificates, Instance};
 use crate::report::SubjectFacts;
 
@@ -240,6 +242,9 @@ fn check_shard(path: &Path, g: &GateCertificates) -> Result<(), LipfpError> {
         if g.modes[..k].contains(m) {
             return bad(format!("mode `{m}` is listed twice"));
         }
+    }
+    if !g.ball.is_empty() && BallSpec::from_description(&g.ball).is_none() {
+        return bad(format!("unknown input set `{}`", printable(&g.ball)));
     }
     if !g.modes.contains(&g.threshold_mode) {
         return bad(format!(
