@@ -36,8 +36,9 @@ struct Tally {
 
 /// Of the points `chosen` (rows `rows`), the positions of those where local bounds may certify
 /// at their radius: the float64 margin against the runner-up minus `eps` times its gradient's
-/// dual norm (l2 for an l2 ball, l1 for an l_inf ball) is positive (the first-order estimate of the
-/// margin's minimum over the set; local bounds are below the true minimum). A choice of where to spend time only: it never decides a verdict.
+/// dual norm (l2 for an l2 ball, l1 for an l_inf ball) is positive (the first-order estimate of
+/// the margin's minimum over the set; local bounds are below the true minimum). A choice of where
+/// to spend time only: it never decides a verdict.
 fn promising(
     subject: &Subject,
     grad: &GradNet,
