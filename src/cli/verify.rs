@@ -7,7 +7,7 @@ use clap::Args;
 use super::{DeploymentFlags, Exit};
 use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
 use crate::commands::verify::{self as run, VerifyRequest};
-use crate::engine::verify::Verdict;
+use crate::engine::verify::{Verdict, VerifyOptions};
 use crate::error::LipfpError;
 use crate::progress::Progress;
 
@@ -40,6 +40,17 @@ pub struct VerifyArgs {
     /// Gram iterations for the spectral norms.
     #[arg(long, default_value_t = DEFAULT_GRAM_ITERATIONS)]
     pub gram_iterations: u32,
+    /// Bounds and the falsifier only: no branch and bound (an undecided property is `unknown`).
+    #[arg(long)]
+    pub incomplete: bool,
+    /// Branch and bound: subdomains bounded at most per input box (then `unknown`); the same
+    /// number gives the same verdict on every machine and thread count.
+    #[arg(long)]
+    pub max_subdomains: Option<usize>,
+    /// Branch and bound: MiB its subdomain queue may hold (then `unknown`, never an
+    /// out-of-memory kill).
+    #[arg(long, default_value_t = 2048)]
+    pub memory_cap_mib: usize,
 }
 
 /// Runs `lipfp verify`: exit 0 holds, 1 violated, 3 unknown, 4 timeout (2 on error); with
@@ -59,6 +70,11 @@ pub fn verify(a: &VerifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         runtime,
         gram_iterations: a.gram_iterations,
         timeout_s: a.timeout,
+        options: VerifyOptions {
+            complete: !a.incomplete,
+            subdomains: a.max_subdomains.unwrap_or(usize::MAX),
+            memory_bytes: a.memory_cap_mib.saturating_mul(1 << 20),
+        },
     };
     if let Some(list) = &a.instances {
         if let Some(p) = &a.result {
@@ -81,11 +97,12 @@ pub fn verify(a: &VerifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
     let r = run::instance(&req, (model, property), a.timeout, progress)?;
     let o = &r.outcome;
     println!(
-        "{} in {:.2} s ({}/{} disjuncts excluded by bounds){}",
+        "{} in {:.2} s ({}/{} disjuncts excluded by bounds{}){}",
         o.verdict.word(),
         r.seconds,
         o.excluded,
         o.disjuncts,
+        run::search_note(o),
         o.bounds_note
             .as_ref()
             .map(|n| format!("; bounds: {n}"))

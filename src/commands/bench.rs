@@ -327,6 +327,10 @@ fn bench_vnncomp(list: &Path, progress: &Progress) -> Result<Vec<Phase>, LipfpEr
         runtime: None,
         gram_iterations: DEFAULT_GRAM_ITERATIONS,
         timeout_s: 300.0,
+        options: crate::engine::verify::VerifyOptions {
+            complete: false,
+            ..Default::default()
+        },
     };
     let (results, _) = instances(&req, list, 0.1, progress)?;
     let mut nets: Vec<String> = Vec::new();

@@ -12,7 +12,7 @@ use crate::arith::format::Format;
 use crate::arith::runtime::RuntimeChoice;
 use crate::engine::data::Inputs;
 use crate::engine::run::{self, ReferencePlan, Subject, SubjectSpec};
-use crate::engine::verify::{self, bounded_box, Verdict, VerifyOutcome};
+use crate::engine::verify::{self, bounded_box, Verdict, VerifyOptions, VerifyOutcome};
 use crate::error::LipfpError;
 use crate::files::{self, Artifact};
 use crate::onnx::model;
@@ -35,6 +35,8 @@ pub struct VerifyRequest {
     pub gram_iterations: u32,
     /// Seconds per instance (a list's own timeouts take precedence).
     pub timeout_s: f64,
+    /// Branch and bound and its limits.
+    pub options: VerifyOptions,
 }
 
 /// One instance's result.
@@ -61,7 +63,7 @@ pub fn instance(
     let property = read_property(property_path)?;
     let subject = subject(req, model_path, property_path, &property, progress)?;
     let left = (timeout_s - start.elapsed().as_secs_f64()).max(0.0);
-    let outcome = verify::verify(&subject, &property, left);
+    let outcome = verify::verify(&subject, &property, left, req.options);
     Ok(InstanceResult {
         model: model_path.to_path_buf(),
         property: property_path.to_path_buf(),
@@ -129,6 +131,33 @@ fn subject(
         dtype: "the property's box centre".into(),
     };
     run::prepare_loaded(&spec, net, &inputs, None, notes, (0, 1), progress)
+}
+
+/// What branch and bound did, for the line printed per instance: `; branch and bound: N
+/// subdomains (K infeasible), depth D, queue Q` summed over the boxes searched, and why it
+/// decided nothing where it did not; empty when it did not run.
+pub fn search_note(o: &VerifyOutcome) -> String {
+    if o.searches.is_empty() {
+        return String::new();
+    }
+    let sum = |f: fn(&verify::SearchSummary) -> usize| o.searches.iter().map(f).sum::<usize>();
+    let depth = o.searches.iter().map(|s| s.depth).max().unwrap_or(0);
+    let peak = o.searches.iter().map(|s| s.peak_queue).max().unwrap_or(0);
+    let why: Vec<&str> = o
+        .searches
+        .iter()
+        .filter_map(|s| s.unknown.as_deref())
+        .collect();
+    format!(
+        "; branch and bound: {} subdomains ({} infeasible), depth {depth}, queue {peak}{}",
+        sum(|s| s.bounded),
+        sum(|s| s.infeasible),
+        if why.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", why.join("; "))
+        }
+    )
 }
 
 /// VNN-COMP's result file: the verdict word, and for `sat` the counterexample
@@ -204,13 +233,14 @@ pub fn instances(
                 .unwrap_or_default()
         };
         println!(
-            "{:<36} {:<24} {:<8} {:>8.2} s  ({}/{} disjuncts excluded by bounds)",
+            "{:<36} {:<24} {:<8} {:>8.2} s  ({}/{} disjuncts excluded by bounds{})",
             name(&r.model),
             name(&r.property),
             r.outcome.verdict.word(),
             r.seconds,
             r.outcome.excluded,
-            r.outcome.disjuncts
+            r.outcome.disjuncts,
+            search_note(&r.outcome)
         );
         let _ = writeln!(
             csv,

@@ -9,6 +9,7 @@
 //! shared leaves ([`crate::error`], [`crate::files`], [`crate::progress`]). No reporter, no gate.
 
 pub mod attack;
+pub mod complete;
 pub mod data;
 pub mod digest;
 pub mod exec;

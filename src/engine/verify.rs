@@ -9,10 +9,14 @@
 //! * **violated** (`sat`) only with a counterexample: a deployment-format input inside the real
 //!   box (checked in rationals) whose outputs, computed by lipfp's own covered execution
 //!   ([`Executor`]), satisfy every constraint of a disjunct (checked in rationals);
+//! * with complete verification ([`VerifyOptions::complete`]), the disjuncts the bounds leave
+//!   open go to branch and bound ([`crate::engine::complete`]): **holds** when every subdomain
+//!   closes, **violated** when a leaf's candidate is confirmed as above;
 //! * otherwise **unknown**, or **timeout** when the budget ran out first.
 //!
 //! The falsifier is a projected sign-gradient descent on the largest constraint value of each
-//! disjunct not excluded, from the box's centre and seeded random points of it.
+//! disjunct not excluded, from the box's centre and seeded random points of it; it runs before
+//! branch and bound.
 
 use std::time::Instant;
 
@@ -22,6 +26,7 @@ use rug::Rational;
 use crate::arith::format::Format;
 use crate::arith::sound::{add_down, add_up, mul_up, rational_to_f64_down, rational_to_f64_up};
 use crate::engine::attack::SplitMix;
+use crate::engine::complete::{self, Budget, Decision, Objective};
 use crate::engine::exec::Executor;
 use crate::engine::gradient::GradNet;
 use crate::engine::run::{box_lower_bounds, Subject};
@@ -76,10 +81,50 @@ pub struct VerifyOutcome {
     pub verdict: Verdict,
     /// Disjuncts the bounds excluded, of `disjuncts`.
     pub excluded: usize,
+    /// What branch and bound did, per input box it searched.
+    pub searches: Vec<SearchSummary>,
     /// Disjuncts of the unsafe region.
     pub disjuncts: usize,
     /// Why the bounds decided nothing, when they could not be computed.
     pub bounds_note: Option<String>,
+}
+
+/// What branch and bound did over one input box.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchSummary {
+    /// Subdomains bounded.
+    pub bounded: usize,
+    /// Of those, shown infeasible.
+    pub infeasible: usize,
+    /// The most queued at once.
+    pub peak_queue: usize,
+    /// The deepest.
+    pub depth: usize,
+    /// Seconds.
+    pub seconds: f64,
+    /// Why it decided nothing, where it did not.
+    pub unknown: Option<String>,
+}
+
+/// How [`verify`] decides.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct VerifyOptions {
+    /// Branch and bound on what the bounds and the falsifier leave open.
+    pub complete: bool,
+    /// Subdomains bounded at most per input box.
+    pub subdomains: usize,
+    /// Bytes branch and bound's queue may hold.
+    pub memory_bytes: usize,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        VerifyOptions {
+            complete: true,
+            subdomains: usize::MAX,
+            memory_bytes: 2 << 30,
+        }
+    }
 }
 
 /// An input box of a property as the bounds read it: the real box widened to hold the
@@ -88,7 +133,8 @@ pub struct VerifyOutcome {
 pub fn bounded_box(p: &InputBox, format: Format) -> (Vec<f64>, Vec<f64>) {
     let (u, a_mul) = (
         format.unit_roundoff(),
-        crate::arith::format::pow2(format.a_mul_exponent()),
+        // float64's 2^-1075 is below the smallest double: 2^-1074 bounds it above
+        crate::arith::format::pow2(format.a_mul_exponent().max(-1074)),
     );
     let outward = |q: &Rational, down: bool| -> f64 {
         let (d, v) = (rational_to_f64_down(q), rational_to_f64_up(q));
@@ -107,7 +153,12 @@ pub fn bounded_box(p: &InputBox, format: Format) -> (Vec<f64>, Vec<f64>) {
 
 /// Decide `property` for `subject` (its network, deployment format and execution) within
 /// `budget_s` seconds: it holds when every disjunct is excluded over every input box.
-pub fn verify(subject: &Subject, property: &Property, budget_s: f64) -> VerifyOutcome {
+pub fn verify(
+    subject: &Subject,
+    property: &Property,
+    budget_s: f64,
+    options: VerifyOptions,
+) -> VerifyOutcome {
     let start = Instant::now();
     let disjuncts = property.disjuncts.len();
     let mut bounds_note = None;
@@ -123,14 +174,16 @@ pub fn verify(subject: &Subject, property: &Property, budget_s: f64) -> VerifyOu
     let count = (0..disjuncts)
         .filter(|&d| per_box.iter().all(|e| e[d]))
         .count();
-    let outcome = |verdict| VerifyOutcome {
+    let mut searches = Vec::new();
+    let outcome = |verdict, searches: &Vec<SearchSummary>| VerifyOutcome {
         verdict,
         excluded: count,
+        searches: searches.clone(),
         disjuncts,
         bounds_note: bounds_note.clone(),
     };
     if count == disjuncts {
-        return outcome(Verdict::Holds);
+        return outcome(Verdict::Holds, &searches);
     }
     let over = || start.elapsed().as_secs_f64() > budget_s;
     for (b, excluded) in property.boxes.iter().zip(&per_box) {
@@ -138,15 +191,104 @@ pub fn verify(subject: &Subject, property: &Property, budget_s: f64) -> VerifyOu
         for (d, _) in excluded.iter().enumerate().filter(|(_, e)| !**e) {
             for s in 0..STARTS {
                 if over() {
-                    return outcome(Verdict::Timeout);
+                    return outcome(Verdict::Timeout, &searches);
                 }
                 if let Some(cx) = search.run(d, s as u64) {
-                    return outcome(Verdict::Violated(cx));
+                    return outcome(Verdict::Violated(cx), &searches);
                 }
             }
         }
     }
-    outcome(Verdict::Unknown)
+    if !options.complete {
+        return outcome(Verdict::Unknown, &searches);
+    }
+    let mut verdict = Verdict::Holds;
+    for (b, excluded) in property.boxes.iter().zip(&per_box) {
+        let open: Vec<usize> = (0..disjuncts).filter(|&d| !excluded[d]).collect();
+        if open.is_empty() {
+            continue;
+        }
+        let left = (budget_s - start.elapsed().as_secs_f64()).max(0.0);
+        let (v, summary) = search_box(subject, property, b, &open, (left, options));
+        searches.push(summary);
+        match v {
+            Verdict::Holds => {}
+            Verdict::Violated(_) => return outcome(v, &searches),
+            Verdict::Timeout => verdict = Verdict::Timeout,
+            Verdict::Unknown if verdict == Verdict::Holds => verdict = Verdict::Unknown,
+            Verdict::Unknown => {}
+        }
+    }
+    outcome(verdict, &searches)
+}
+
+/// Branch and bound over input box `b` on the disjuncts `open`, within `budget_s` seconds.
+fn search_box(
+    subject: &Subject,
+    property: &Property,
+    b: &InputBox,
+    open: &[usize],
+    (budget_s, options): (f64, VerifyOptions),
+) -> (Verdict, SearchSummary) {
+    let bx = bounded_box(b, subject.net.format);
+    let falsifier = Falsifier::new(subject, property, b);
+    let objective = objective(subject, property, open);
+    let confirm = |x: &[f64]| falsifier.confirm_any(&falsifier.snap(x), open);
+    let budget = Budget {
+        seconds: budget_s,
+        subdomains: options.subdomains,
+        memory_bytes: options.memory_bytes,
+    };
+    let o = complete::decide(subject, (&bx.0, &bx.1), &objective, budget, &confirm);
+    let mut summary = SearchSummary {
+        bounded: o.bounded,
+        infeasible: o.infeasible,
+        peak_queue: o.peak_queue,
+        depth: o.depth,
+        seconds: o.seconds,
+        unknown: None,
+    };
+    let verdict = match o.decision {
+        Decision::Holds => Verdict::Holds,
+        Decision::Violated(cx) => Verdict::Violated(cx),
+        Decision::Timeout => Verdict::Timeout,
+        Decision::Unknown(why) => {
+            summary.unknown = Some(why);
+            Verdict::Unknown
+        }
+    };
+    (verdict, summary)
+}
+
+/// The disjuncts `open` of the property's unsafe region as branch and bound's rows (numbered
+/// `0..open.len()` in `open`'s order): a row whose coefficients are not float64 values is kept
+/// but excludes nothing.
+fn objective(subject: &Subject, p: &Property, open: &[usize]) -> Objective {
+    let classes = subject.net.classes();
+    let rows: Vec<(usize, &OutputConstraint)> = (open.iter().enumerate())
+        .flat_map(|(k, &d)| p.disjuncts[d].iter().map(move |c| (k, c)))
+        .collect();
+    let mut c = Array2::zeros((rows.len(), classes));
+    let mut usable = vec![true; rows.len()];
+    for (r, (_, k)) in rows.iter().enumerate() {
+        for (j, a) in &k.coef {
+            let v = rational_to_f64_down(a);
+            usable[r] &= *j < classes && Rational::from_f64(v).is_some_and(|q| q == *a);
+            if *j < classes {
+                c[[r, *j]] = v;
+            }
+        }
+    }
+    Objective {
+        c,
+        offset: rows
+            .iter()
+            .map(|(_, k)| rational_to_f64_down(&k.constant))
+            .collect(),
+        usable,
+        disjunct: rows.iter().map(|(k, _)| *k).collect(),
+        disjuncts: open.len(),
+    }
 }
 
 /// Per disjunct, whether a constraint's lower bound over the box is above zero.
@@ -281,6 +423,15 @@ impl<'a> Falsifier<'a> {
     /// The counterexample at `x` when it is in the real box and lipfp's execution puts its
     /// outputs in disjunct `d` (both checked in rationals).
     fn confirm(&self, x: &[f64], d: usize) -> Option<Counterexample> {
+        self.confirm_any(x, &[d])
+    }
+
+    /// The counterexample at `x` for the first of the disjuncts `ds` whose region lipfp's
+    /// execution puts the outputs in, when `x` is in the real box (both checked in rationals).
+    fn confirm_any(&self, x: &[f64], ds: &[usize]) -> Option<Counterexample> {
+        if self.inside.iter().any(|(a, _)| a.is_nan()) {
+            return None;
+        }
         let (p, b) = (self.property, self.input);
         let inside = (x.iter().zip(b.lower.iter().zip(&b.upper)))
             .all(|(v, (l, u))| Rational::from_f64(*v).is_some_and(|q| *l <= q && q <= *u));
@@ -290,18 +441,21 @@ impl<'a> Falsifier<'a> {
         let y = self.exec.logits(x, x.len());
         let exact: Option<Vec<Rational>> = y.iter().map(|v| Rational::from_f64(*v)).collect();
         let exact = exact?;
-        let holds = p.disjuncts[d].iter().all(|k| {
-            let value: Rational = (k.coef.iter())
-                .map(|(j, a)| {
-                    exact
-                        .get(*j)
-                        .map_or(Rational::new(), |v| Rational::from(a * v))
-                })
-                .sum::<Rational>()
-                + &k.constant;
-            value <= 0
-        });
-        holds.then(|| Counterexample {
+        let holds = |d: usize| {
+            p.disjuncts[d].iter().all(|k| {
+                let value: Rational = (k.coef.iter())
+                    .map(|(j, a)| {
+                        exact
+                            .get(*j)
+                            .map_or(Rational::new(), |v| Rational::from(a * v))
+                    })
+                    .sum::<Rational>()
+                    + &k.constant;
+                value <= 0
+            })
+        };
+        let d = ds.iter().copied().find(|&d| holds(d))?;
+        Some(Counterexample {
             input: x.to_vec(),
             outputs: y,
             disjunct: d,

@@ -17,9 +17,12 @@ pub mod interval;
 mod region;
 pub mod relax;
 mod slopes;
+mod split;
 
+pub use backward::Trace;
 pub use deployed::{Deployment, LayerRounding};
 pub use region::InputSet;
+pub use split::{Infeasible, Phase, Splits};
 
 use ndarray::{Array1, Array2};
 
@@ -73,6 +76,34 @@ pub struct SlopeSearch {
     pub target: f64,
 }
 
+/// Why hidden bounds were not computed.
+enum Undecided {
+    /// A bound was not finite.
+    NotFinite,
+    /// The splits exclude every execution of the set.
+    Infeasible(Infeasible),
+}
+
+/// What [`LocalNet::split_lower_bounds`] came to.
+pub enum SplitOutcome {
+    /// Sound lower bounds over the subdomain.
+    Bounded(SplitBounds),
+    /// No execution of the set has the units in the phases the splits fix.
+    Infeasible(Infeasible),
+    /// The set was empty or not finite, or a bound was not finite: nothing is known.
+    NotFinite,
+}
+
+/// Bounds over a subdomain.
+pub struct SplitBounds {
+    /// Per row of `C`, a lower bound rounding down (`-inf` where none is finite).
+    pub lower: Vec<f64>,
+    /// The hidden layers' bounds (splits applied).
+    pub hidden: HiddenBounds,
+    /// The coefficients CROWN's substitution carried for the rows.
+    pub trace: Trace,
+}
+
 /// Pre-activation bounds of every hidden layer over the ball, with their relaxations.
 pub struct HiddenBounds {
     /// Per hidden layer, bounds on its pre-activations.
@@ -82,6 +113,13 @@ pub struct HiddenBounds {
     /// Per hidden layer, the deployed execution's componentwise rounding bound (empty for the
     /// real network).
     errors: Vec<Vec<f64>>,
+}
+
+impl HiddenBounds {
+    /// Per hidden layer, each unit's relaxation.
+    pub fn relaxations(&self) -> &[Vec<UnitRelaxation>] {
+        &self.relax
+    }
 }
 
 impl<'a> LocalNet<'a> {
@@ -167,12 +205,18 @@ impl<'a> LocalNet<'a> {
     /// not given (the real network needs none). `None` when a bound is not finite.
     pub fn hidden_bounds(&self, x0: &[f64], eps: f64, lip_slack: &[f64]) -> Option<HiddenBounds> {
         let region = Region::new(InputSet::Ball { x0, eps }, self.input_dim())?;
-        self.hidden_over(&region, lip_slack)
+        self.hidden_over(&region, lip_slack, &Splits::none()).ok()
     }
 
     /// [`LocalNet::hidden_bounds`] over `region`: around its centre within its covering radius,
-    /// and for a box also the first layer's interval over the box itself.
-    fn hidden_over(&self, region: &Region, lip_slack: &[f64]) -> Option<HiddenBounds> {
+    /// and for a box also the first layer's interval over the box itself; each layer's bounds
+    /// clamped to the phases `splits` fix before its units are relaxed ([`split`]).
+    fn hidden_over(
+        &self,
+        region: &Region,
+        lip_slack: &[f64],
+        splits: &Splits,
+    ) -> Result<HiddenBounds, Undecided> {
         let (x, eps) = (region.centre.view(), region.eps);
         let hidden = self.layers.len() - 1;
         let mut out = HiddenBounds {
@@ -218,14 +262,16 @@ impl<'a> LocalNet<'a> {
             if l > 0 {
                 self.tighten(l, &mut bounds, &out, region);
             }
+            split::constrain(&mut bounds, splits, l).map_err(Undecided::Infeasible)?;
             let relax = (bounds.lo.iter().zip(&bounds.hi))
                 .map(|(lo, hi)| relax_unit(*lo, *hi))
-                .collect::<Option<Vec<_>>>()?;
+                .collect::<Option<Vec<_>>>()
+                .ok_or(Undecided::NotFinite)?;
             out.pre.push(bounds);
             out.relax.push(relax);
             centre = at_centre.relu();
         }
-        Some(out)
+        Ok(out)
     }
 
     /// The deployed execution's rounding bound `eps_l` for layer `l`, whose inputs are the region
@@ -262,8 +308,9 @@ impl<'a> LocalNet<'a> {
             l,
             c,
             (&below.pre, &below.relax, &below.errors),
-            (None, false),
+            (None, false, None),
             region,
+            None,
         );
         for (t, &j) in unstable.iter().enumerate() {
             bounds.lo[j] = bounds.lo[j].max(lower[2 * t]);
@@ -347,26 +394,73 @@ impl<'a> LocalNet<'a> {
         lip_slack: &[f64],
         search: Option<SlopeSearch>,
     ) -> Option<(Vec<f64>, HiddenBounds)> {
-        let hidden = self.hidden_over(region, lip_slack)?;
+        let hidden = self.hidden_over(region, lip_slack, &Splits::none()).ok()?;
         let top = self.layers.len() - 1;
         let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
-        let mut lower = backward::lower_bounds(self, top, c.clone(), parts, (None, true), region);
+        let lines = (None, true, None);
+        let mut lower = backward::lower_bounds(self, top, c.clone(), parts, lines, region, None);
         if let Some(search) = search {
-            self.search_slopes(search, c, &mut lower, (&hidden, region));
+            self.search_slopes(search, c, &mut lower, (&hidden, region, &Splits::none()));
         }
         Some((lower, hidden))
+    }
+
+    /// Lower bounds on the rows of `C y(x)` over the subdomain of `set` where the units `splits`
+    /// fixes are in their phases (branch and bound's bounding step; `lip_slack` as in
+    /// [`LocalNet::hidden_bounds`]), with the hidden bounds and the coefficients they rest on;
+    /// `search` as in [`LocalNet::with_slope_search`] (it replaces the net's own).
+    pub fn split_lower_bounds(
+        &self,
+        set: InputSet<'_>,
+        (c, lip_slack): (&Array2<f64>, &[f64]),
+        splits: &Splits,
+        search: Option<SlopeSearch>,
+    ) -> SplitOutcome {
+        if c.ncols() != self.classes() {
+            return SplitOutcome::NotFinite;
+        }
+        let Some(region) = Region::new(set, self.input_dim()) else {
+            return SplitOutcome::NotFinite;
+        };
+        let hidden = match self.hidden_over(&region, lip_slack, splits) {
+            Ok(h) => h,
+            Err(Undecided::Infeasible(at)) => return SplitOutcome::Infeasible(at),
+            Err(Undecided::NotFinite) => return SplitOutcome::NotFinite,
+        };
+        let top = self.layers.len() - 1;
+        let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
+        let mut trace = Trace::new(top);
+        let lines = (None, true, None);
+        let mut lower = backward::lower_bounds(
+            self,
+            top,
+            c.clone(),
+            parts,
+            lines,
+            &region,
+            Some(&mut trace),
+        );
+        if let Some(search) = search {
+            self.search_slopes(search, c, &mut lower, (&hidden, &region, splits));
+        }
+        SplitOutcome::Bounded(SplitBounds {
+            lower,
+            hidden,
+            trace,
+        })
     }
 }
 
 impl LocalNet<'_> {
     /// For the rows of `c` whose bound in `lower` is at most the search's target, searches lower
-    /// slopes ([`slopes::search`]) and keeps, per row, the larger of the two sound bounds.
+    /// slopes and the split constraints' multipliers ([`slopes::search`]) and keeps, per row,
+    /// the larger of the two sound bounds.
     fn search_slopes(
         &self,
         search: SlopeSearch,
         c: &Array2<f64>,
         lower: &mut [f64],
-        (hidden, region): (&HiddenBounds, &Region),
+        (hidden, region, splits): (&HiddenBounds, &Region, &Splits),
     ) {
         let rows: Vec<usize> = (0..c.nrows())
             .filter(|&r| lower[r].partial_cmp(&search.target) != Some(std::cmp::Ordering::Greater))
@@ -381,14 +475,15 @@ impl LocalNet<'_> {
             &hidden.relax,
             (&c, region.centre.view(), region.eps),
             (&start, search.target),
-            search.iterations,
+            (search.iterations, splits),
         ) else {
             return;
         };
         let top = self.layers.len() - 1;
         let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
-        let lines = (Some(&found[..]), true);
-        let better = backward::lower_bounds(self, top, c, parts, lines, region);
+        let shift = (!splits.is_empty()).then_some((&found.betas[..], splits));
+        let lines = (Some(&found.slopes[..]), true, shift);
+        let better = backward::lower_bounds(self, top, c, parts, lines, region, None);
         for (&r, b) in rows.iter().zip(better) {
             // NaN compares false: a failed search keeps CROWN's bound
             if b > lower[r] {

@@ -11,13 +11,19 @@
 //! `mu_kj v_kj`, where `mu_k` is the row's coefficient over `h_k` and `v_k` the value of `z_k`
 //! in the relaxed network (lines in place of ReLUs) at the minimiser
 //! `x* = x0 - eps W_1^T Lambda_1^T / ||W_1^T Lambda_1^T||`: one forward pass per step.
+//!
+//! In a subdomain of branch and bound, the split constraints' multipliers `beta >= 0`
+//! (beta-CROWN, Wang et al. 2021) are searched with the slopes: the row's coefficient on a split
+//! unit's pre-activation moves by `-s beta` (`s = 1` active, `-1` inactive), so the bound's
+//! derivative in `beta_kj` is `-s v_kj`. Only the multipliers found enter the rigorous
+//! substitution, which checks their sign ([`super::backward`]).
 
 use std::cmp::Ordering;
 
 use ndarray::{Array1, Array2, ArrayView1, Axis};
 
 use super::relax::UnitRelaxation;
-use super::LocalNet;
+use super::{LocalNet, Phase, Splits};
 
 /// Adam's step size on the slopes.
 const STEP: f64 = 0.1;
@@ -36,7 +42,16 @@ struct Pass {
     norm: Vec<f64>,
 }
 
-/// Per hidden layer, slopes for every row of `c` (rows x units; only entries of unstable units
+/// What the search found: per hidden layer, rows x units, the lower slopes and the split
+/// constraints' multipliers (zero where no split is).
+pub(super) struct Found {
+    /// Lower slopes in `[0, 1]`.
+    pub(super) slopes: Vec<Array2<f64>>,
+    /// Multipliers `>= 0`.
+    pub(super) betas: Vec<Array2<f64>>,
+}
+
+/// Per hidden layer, slopes (and multipliers of `splits`) for every row of `c` (rows x units; only entries of unstable units
 /// where the row's coefficient is nonnegative are read), found by up to `iterations` steps of
 /// projected gradient ascent from CROWN's adaptive slopes: the best slopes seen per row. `relax`
 /// are the hidden layers' relaxations, `x0` the centre, `eps` the radius; `start` the rows' sound
@@ -49,8 +64,8 @@ pub(super) fn search(
     relax: &[Vec<UnitRelaxation>],
     (c, x0, eps): (&Array2<f64>, ArrayView1<f64>, f64),
     (start, target): (&[f64], f64),
-    iterations: usize,
-) -> Option<Vec<Array2<f64>>> {
+    (iterations, splits): (usize, &Splits),
+) -> Option<Found> {
     let rows = c.nrows();
     if start.iter().any(|s| !s.is_finite()) {
         return None;
@@ -64,7 +79,14 @@ pub(super) fn search(
             a
         })
         .collect();
-    let mut best = slopes.clone();
+    let mut betas: Vec<Array2<f64>> = slopes.iter().map(|a| Array2::zeros(a.dim())).collect();
+    let mut beta_moments: Vec<(Array2<f64>, Array2<f64>)> = (betas.iter())
+        .map(|a| (Array2::zeros(a.dim()), Array2::zeros(a.dim())))
+        .collect();
+    let mut best = Found {
+        slopes: slopes.clone(),
+        betas: betas.clone(),
+    };
     let mut best_bound = vec![f64::NEG_INFINITY; rows];
     let mut excess = vec![0.0; rows];
     let mut moments: Vec<(Array2<f64>, Array2<f64>)> = slopes
@@ -73,7 +95,7 @@ pub(super) fn search(
         .collect();
     let centre = net.layers[0].w.dot(&x0);
     for step in 1..=iterations {
-        let pass = backward(net, relax, c, &slopes, &centre, eps);
+        let pass = backward(net, relax, c, (&slopes, &betas, splits), &centre, eps);
         for r in 0..rows {
             if step == 1 {
                 excess[r] = excess_over_sound(pass.bound[r], start[r]);
@@ -82,7 +104,10 @@ pub(super) fn search(
                 continue;
             }
             best_bound[r] = pass.bound[r];
-            for (b, a) in best.iter_mut().zip(&slopes) {
+            for (b, a) in best.slopes.iter_mut().zip(&slopes) {
+                b.row_mut(r).assign(&a.row(r));
+            }
+            for (b, a) in best.betas.iter_mut().zip(&betas) {
                 b.row_mut(r).assign(&a.row(r));
             }
         }
@@ -100,9 +125,14 @@ pub(super) fn search(
         if step == iterations {
             break;
         }
-        let grads = gradients(net, relax, &pass, &slopes, &centre, eps);
+        let (grads, beta_grads) = gradients(net, relax, &pass, (&slopes, splits), &centre, eps);
         for ((a, g), (m, v)) in slopes.iter_mut().zip(&grads).zip(&mut moments) {
-            adam_ascent(a, g, m, v, step);
+            adam_ascent(a, g, (m, v), step, 1.0);
+        }
+        if !splits.is_empty() {
+            for ((b, g), (m, v)) in betas.iter_mut().zip(&beta_grads).zip(&mut beta_moments) {
+                adam_ascent(b, g, (m, v), step, f64::INFINITY);
+            }
         }
     }
     Some(best)
@@ -145,13 +175,13 @@ fn crown_slope(unit: &UnitRelaxation) -> f64 {
     }
 }
 
-/// One Adam step of ascent on `a` along `g`, projected onto `[0, 1]`.
+/// One Adam step of ascent on `a` along `g`, projected onto `[0, top]`.
 fn adam_ascent(
     a: &mut Array2<f64>,
     g: &Array2<f64>,
-    m: &mut Array2<f64>,
-    v: &mut Array2<f64>,
+    (m, v): (&mut Array2<f64>, &mut Array2<f64>),
     step: usize,
+    top: f64,
 ) {
     let (b1, b2) = DECAY;
     let c1 = 1.0 - b1.powi(step as i32);
@@ -164,16 +194,24 @@ fn adam_ascent(
             *m = b1 * *m + (1.0 - b1) * g;
             *v = b2 * *v + (1.0 - b2) * g * g;
             let update = STEP * (*m / c1) / ((*v / c2).sqrt() + 1e-12);
-            *a = (*a + update).clamp(0.0, 1.0);
+            *a = (*a + update).clamp(0.0, top);
         });
 }
 
-/// The backward substitution at the given slopes, in plain float64.
+/// The sign `s` of a split: the constraint is `s z >= 0`.
+fn split_sign(phase: Phase) -> f64 {
+    match phase {
+        Phase::Active => 1.0,
+        Phase::Inactive => -1.0,
+    }
+}
+
+/// The backward substitution at the given slopes and multipliers, in plain float64.
 fn backward(
     net: &LocalNet,
     relax: &[Vec<UnitRelaxation>],
     c: &Array2<f64>,
-    slopes: &[Array2<f64>],
+    (slopes, betas, splits): (&[Array2<f64>], &[Array2<f64>], &Splits),
     centre: &Array1<f64>,
     eps: f64,
 ) -> Pass {
@@ -197,6 +235,12 @@ fn backward(
                 }
             };
         }
+        for &(_, j, phase) in splits.iter().filter(|(h, _, _)| *h == l - 1) {
+            let s = split_sign(phase);
+            for r in 0..next.nrows() {
+                next[[r, j]] -= s * betas[l - 1][[r, j]];
+            }
+        }
         mu[l - 1] = m;
         lam = next;
     }
@@ -213,16 +257,17 @@ fn backward(
     }
 }
 
-/// The bound's derivative in every slope (zero where the slope is not read): `mu_kj v_kj`, with
-/// `v` the relaxed network's pre-activations at each row's minimiser (module docs).
+/// The bound's derivative in every slope (zero where the slope is not read), `mu_kj v_kj`, and
+/// in every split's multiplier, `-s v_kj`, with `v` the relaxed network's pre-activations at
+/// each row's minimiser (module docs).
 fn gradients(
     net: &LocalNet,
     relax: &[Vec<UnitRelaxation>],
     pass: &Pass,
-    slopes: &[Array2<f64>],
+    (slopes, splits): (&[Array2<f64>], &Splits),
     centre: &Array1<f64>,
     eps: f64,
-) -> Vec<Array2<f64>> {
+) -> (Vec<Array2<f64>>, Vec<Array2<f64>>) {
     // v_1 = W_1 x* + b_1 = W_1 x0 + b_1 - eps G Lambda_1^T / ||W_1^T Lambda_1^T||
     let mut v = pass.first.dot(&net.input_gram);
     for (mut row, &n) in v.rows_mut().into_iter().zip(&pass.norm) {
@@ -232,7 +277,15 @@ fn gradients(
         row += &net.layers[0].b;
     }
     let mut grads = Vec::with_capacity(relax.len());
+    let mut beta_grads = Vec::with_capacity(relax.len());
     for (k, units) in relax.iter().enumerate() {
+        let mut beta_grad = Array2::zeros(pass.mu[k].dim());
+        for &(_, j, phase) in splits.iter().filter(|(h, _, _)| *h == k) {
+            for r in 0..beta_grad.nrows() {
+                beta_grad[[r, j]] = -split_sign(phase) * v[[r, j]];
+            }
+        }
+        beta_grads.push(beta_grad);
         let mu = &pass.mu[k];
         let mut grad = Array2::zeros(mu.dim());
         let mut h = Array2::zeros(mu.dim());
@@ -252,7 +305,7 @@ fn gradients(
         let next = &net.layers[k + 1];
         v = h.dot(&next.w.t()) + &next.b;
     }
-    grads
+    (grads, beta_grads)
 }
 
 #[cfg(test)]
@@ -306,9 +359,9 @@ mod tests {
             adam_ascent(
                 &mut a,
                 &Array2::from_elem((1, 1), g),
-                &mut m,
-                &mut v,
+                (&mut m, &mut v),
                 step + 1,
+                1.0,
             );
             let close = |x: f64, y: f64| (x - y).abs() <= 1e-12 * y.abs();
             assert!(close(a[[0, 0]], wa) && close(m[[0, 0]], wm) && close(v[[0, 0]], wv));
@@ -324,7 +377,13 @@ mod tests {
             Array2::zeros((1, 1)),
             Array2::zeros((1, 1)),
         );
-        adam_ascent(&mut a, &Array2::from_elem((1, 1), 1e-20), &mut m, &mut v, 1);
+        adam_ascent(
+            &mut a,
+            &Array2::from_elem((1, 1), 1e-20),
+            (&mut m, &mut v),
+            1,
+            1.0,
+        );
         assert!(a[[0, 0]] > 0.5 && a[[0, 0]] < 0.5 + 1e-8, "{}", a[[0, 0]]);
     }
 
@@ -386,8 +445,17 @@ mod tests {
             })
             .collect();
         let centre = dense.layers[0].w.dot(&ArrayView1::from(&x0));
-        let pass = backward(&local, &hidden.relax, &c, &slopes, &centre, eps);
-        let grads = gradients(&local, &hidden.relax, &pass, &slopes, &centre, eps);
+        let none = Splits::none();
+        let zero: Vec<Array2<f64>> = slopes.iter().map(|a| Array2::zeros(a.dim())).collect();
+        let pass = backward(
+            &local,
+            &hidden.relax,
+            &c,
+            (&slopes, &zero, &none),
+            &centre,
+            eps,
+        );
+        let (grads, _) = gradients(&local, &hidden.relax, &pass, (&slopes, &none), &centre, eps);
         let mut read = 0;
         for (k, g) in grads.iter().enumerate() {
             for ((r, j), &d) in g.indexed_iter() {
@@ -395,7 +463,7 @@ mod tests {
                 let at = |delta: f64| {
                     let mut s = slopes.clone();
                     s[k][[r, j]] += delta;
-                    backward(&local, &hidden.relax, &c, &s, &centre, eps).bound[r]
+                    backward(&local, &hidden.relax, &c, (&s, &zero, &none), &centre, eps).bound[r]
                 };
                 let numeric = (at(h) - at(-h)) / (2.0 * h);
                 assert!(
@@ -406,5 +474,79 @@ mod tests {
             }
         }
         assert!(read >= 2, "{read} slopes read");
+    }
+
+    /// The split multipliers' derivative `-s v_kj` against finite differences of the bound, in a
+    /// subdomain fixing one unit of each layer active and one inactive (their relaxations from
+    /// the split bounds), at multipliers away from zero.
+    #[test]
+    fn beta_gradients_match_finite_differences_of_the_bound() {
+        let dense = net();
+        let local = LocalNet::new(&dense, None, None).unwrap();
+        let x0 = [0.2, -0.4, 0.7];
+        let eps = 0.5;
+        let splits = Splits::none()
+            .with(0, 0, Phase::Active)
+            .with(0, 1, Phase::Inactive)
+            .with(1, 0, Phase::Inactive)
+            .with(1, 1, Phase::Active);
+        let region =
+            super::super::Region::new(super::super::InputSet::Ball { x0: &x0, eps }, 3).unwrap();
+        let Ok(hidden) = local.hidden_over(&region, &[], &splits) else {
+            panic!("the subdomain is feasible at this point")
+        };
+        let c = ndarray::array![[1.0, -1.0, 0.0], [0.0, 1.0, -1.0]];
+        let slopes: Vec<Array2<f64>> = (hidden.relax.iter())
+            .map(|units| Array2::from_elem((2, units.len()), 0.5))
+            .collect();
+        let betas: Vec<Array2<f64>> = (hidden.relax.iter())
+            .map(|units| {
+                Array2::from_shape_fn((2, units.len()), |(r, j)| 0.2 + 0.1 * (r + 2 * j) as f64)
+            })
+            .collect();
+        let centre = dense.layers[0].w.dot(&ArrayView1::from(&x0));
+        let pass = backward(
+            &local,
+            &hidden.relax,
+            &c,
+            (&slopes, &betas, &splits),
+            &centre,
+            eps,
+        );
+        let (_, grads) = gradients(
+            &local,
+            &hidden.relax,
+            &pass,
+            (&slopes, &splits),
+            &centre,
+            eps,
+        );
+        let mut read = 0;
+        for (k, g) in grads.iter().enumerate() {
+            for ((r, j), &d) in g.indexed_iter() {
+                let h = 1e-6;
+                let at = |delta: f64| {
+                    let mut b = betas.clone();
+                    b[k][[r, j]] += delta;
+                    backward(
+                        &local,
+                        &hidden.relax,
+                        &c,
+                        (&slopes, &b, &splits),
+                        &centre,
+                        eps,
+                    )
+                    .bound[r]
+                };
+                let numeric = (at(h) - at(-h)) / (2.0 * h);
+                assert!(
+                    (numeric - d).abs() <= 1e-6 * (1.0 + d.abs()),
+                    "layer {k} row {r} unit {j}: {d} vs {numeric}"
+                );
+                read += usize::from(d != 0.0);
+            }
+        }
+        // every split unit of every row has a multiplier that moves the bound
+        assert_eq!(read, 8, "{read} multipliers read");
     }
 }

@@ -189,15 +189,25 @@ fn deployment_of(subject: &Subject, net: &DenseNet, skip: usize) -> Result<Deplo
     Ok(Deployment { layers, d0: fmt.d0 })
 }
 
-/// Lower bounds on the rows of `c` (linear forms of the outputs) of the subject's deployed
-/// execution over the box `[lo, hi]` ([`LocalNet::linear_lower_bounds`], every row's slopes
-/// searched), or why local bounds do not cover the subject or the box. Leading affine steps that
-/// are exact identities (adding zero, scaling by one: no execution changes a value) are dropped.
-pub fn box_lower_bounds(
+/// The subject's deployed execution prepared for local bounds over boxes inside one box
+/// ([`with_box_net`]).
+pub struct BoxNet<'a> {
+    /// The network (leading exact-identity affine steps dropped) with its deployment.
+    pub net: LocalNet<'a>,
+    /// The deviation chain's slack per hidden layer for inputs of the box.
+    pub slack: Vec<f64>,
+}
+
+/// Calls `f` with the subject's deployed execution prepared for bounds over the box `[lo, hi]`
+/// and any box inside it ([`BoxNet`]: [`LocalNet::linear_lower_bounds`],
+/// [`LocalNet::split_lower_bounds`]), or says why local bounds do not cover the subject. Leading
+/// affine steps that are exact identities (adding zero, scaling by one: no execution changes a
+/// value) are dropped; the lower slopes are searched on every row.
+pub fn with_box_net<R>(
     subject: &Subject,
     (lo, hi): (&[f64], &[f64]),
-    c: &ndarray::Array2<f64>,
-) -> Result<Vec<f64>, String> {
+    f: impl FnOnce(&BoxNet<'_>) -> R,
+) -> Result<R, String> {
     let fmt = subject.bounds.as_ref().map_err(Clone::clone)?;
     let full = &subject.net;
     let skip = (full.layers.iter())
@@ -222,9 +232,22 @@ pub fn box_lower_bounds(
         Ok((_, devs)) => devs.iter().skip(1 + skip).copied().collect(),
         Err(_) => Vec::new(),
     };
-    let set = InputSet::Box { lo, hi };
-    (net.linear_lower_bounds(set, c, &slack))
-        .ok_or_else(|| "the local bounds over the box are not finite".to_string())
+    Ok(f(&BoxNet { net, slack }))
+}
+
+/// Lower bounds on the rows of `c` (linear forms of the outputs) of the subject's deployed
+/// execution over the box `[lo, hi]` ([`with_box_net`]), or why local bounds do not cover the
+/// subject or the box.
+pub fn box_lower_bounds(
+    subject: &Subject,
+    (lo, hi): (&[f64], &[f64]),
+    c: &ndarray::Array2<f64>,
+) -> Result<Vec<f64>, String> {
+    with_box_net(subject, (lo, hi), |b| {
+        let set = InputSet::Box { lo, hi };
+        (b.net.linear_lower_bounds(set, c, &b.slack))
+            .ok_or_else(|| "the local bounds over the box are not finite".to_string())
+    })?
 }
 
 impl Subject {

@@ -17,6 +17,26 @@ use super::relax::{gamma_up, UnitRelaxation, UNIT_ROUNDOFF};
 use super::LocalNet;
 use crate::arith::sound::{add_down, add_up, div_up, mul_up, sqrt_up, sub_down};
 
+/// The coefficients a substitution carried, in float64 and without their rounding bounds: what
+/// branch and bound reads to choose a split and a candidate point, never a bound.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// Per hidden layer `l`, the rows' coefficients on its ReLU outputs `h_l`.
+    pub hidden: Vec<Array2<f64>>,
+    /// The rows' coefficients on the input, `Lambda W_1`.
+    pub input: Array2<f64>,
+}
+
+impl Trace {
+    /// An empty trace for `hidden` hidden layers.
+    pub(super) fn new(hidden: usize) -> Trace {
+        Trace {
+            hidden: vec![Array2::zeros((0, 0)); hidden],
+            input: Array2::zeros((0, 0)),
+        }
+    }
+}
+
 /// What the substitution carries per target row besides the coefficients.
 struct Carried {
     /// The constant term (float64 sums; their rounding is in `err`).
@@ -57,14 +77,20 @@ impl Carried {
 /// `-|Lambda| errors[l]` ([`super::deployed`]) or, with `linear`, as a linear term in its inputs
 /// ([`substitute_deployed`]: tighter, one more matrix product per layer). A layer above the first
 /// without `errors[l]` and without `linear` gets no bound (NaN). The real network has none. Each
-/// result rounds down; NaN where a value was not finite.
+/// result rounds down; NaN where a value was not finite. With a `trace`, the coefficients the
+/// substitution carried are recorded in it ([`Trace`]). With a `shift` (multipliers `mu >= 0`
+/// per hidden layer, rows x units, and the splits fixing units' phases), each row's coefficient
+/// on a split unit's pre-activation moves by its multiplier against the split's sign
+/// ([`shift_split_units`], beta-CROWN): the form stays below the row over every execution of
+/// the subdomain.
 pub(super) fn lower_bounds(
     net: &LocalNet,
     k: usize,
     c: Array2<f64>,
     (pre, relax, errors): (&[Bounds], &[Vec<UnitRelaxation>], &[Vec<f64>]),
-    (slopes, linear): (Option<&[Array2<f64>]>, bool),
+    (slopes, linear, shift): (Option<&[Array2<f64>]>, bool, Option<Shift<'_>>),
     region: &Region,
+    mut trace: Option<&mut Trace>,
 ) -> Vec<f64> {
     let rows = c.nrows();
     let mut lam = c;
@@ -91,8 +117,17 @@ pub(super) fn lower_bounds(
             }
             (None, _) => substitute_layer(layer, &lam, &input_mag, &mut carried),
         };
+        if let Some(t) = trace.as_deref_mut() {
+            t.hidden[l - 1] = m.clone();
+        }
         let lines = (&relax[l - 1][..], slopes.map(|s| &s[l - 1]));
         lam = relax_rows(&m, lines, &pre[l - 1].magnitude(), &mut carried);
+        if let Some((mu, splits)) = shift {
+            shift_split_units(&mut lam, l - 1, mu, splits);
+        }
+    }
+    if let Some(t) = trace {
+        t.input = lam.dot(net.layers[0].w);
     }
     if let Some(model) = &net.layers[0].rounding {
         // the first layer's rounding over the ball, charged here for every `k`: with no hidden
@@ -100,6 +135,46 @@ pub(super) fn lower_bounds(
         add_unit_errors(&lam, &model.region_errors(region), &mut carried);
     }
     concretise(net, &lam, carried, region)
+}
+
+/// Multipliers of split constraints: per hidden layer, `mu >= 0` per row and unit (read only at
+/// the units the splits fix), and the splits.
+pub(super) type Shift<'a> = (&'a [Array2<f64>], &'a super::Splits);
+
+/// beta-CROWN's Lagrangian term (Wang et al. 2021), for the rows' coefficients `lam` on hidden
+/// layer `h`'s pre-activations `z_hat`: for a unit the splits fix active (`z_hat_j >= 0`,
+/// `s = 1`) or inactive (`z_hat_j <= 0`, `s = -1`), `s z_hat_j >= 0` over the subdomain, so
+/// `Lambda z_hat >= Lambda' z_hat` for any `Lambda'_j` with `(Lambda_j - Lambda'_j) s >= 0`.
+/// `Lambda'_j = fl(Lambda_j - s mu_j)` is one for `mu_j >= 0` (rounding is monotone, so the
+/// rounded difference stays on the same side of `Lambda_j`); the side is checked all the same,
+/// and a value that fails it, or is not finite, leaves the coefficient as it was. No rounding
+/// error arises: `Lambda'` is exact as the form's new coefficient.
+pub(super) fn shift_split_units(
+    lam: &mut Array2<f64>,
+    h: usize,
+    mu: &[Array2<f64>],
+    splits: &super::Splits,
+) {
+    let Some(mu) = mu.get(h) else {
+        return;
+    };
+    for &(_, j, phase) in splits.iter().filter(|(l, _, _)| *l == h) {
+        let s = match phase {
+            super::Phase::Active => 1.0,
+            super::Phase::Inactive => -1.0,
+        };
+        if j >= lam.ncols() {
+            continue;
+        }
+        for r in 0..lam.nrows() {
+            let m = mu.get((r, j)).copied().unwrap_or(0.0);
+            let old = lam[[r, j]];
+            let new = old - s * m;
+            if m > 0.0 && new.is_finite() && (old - new) * s >= 0.0 {
+                lam[[r, j]] = new;
+            }
+        }
+    }
 }
 
 /// `Lambda e_l >= -|Lambda| eps_l` for the deployed execution's rounding errors

@@ -1,0 +1,203 @@
+//! Branch and bound's choices: which ReLU or which input interval to split, and which point of a
+//! subdomain to try as a counterexample. They steer the search only: every choice leaves the
+//! verdict sound (two children always cover their parent), so these read float64 coefficients
+//! without rounding bounds.
+
+use ndarray::{Array2, ArrayView1};
+
+use crate::arith::format::Format;
+use crate::bounds::local::relax::UnitRelaxation;
+
+/// The unstable hidden unit whose split most helps row `row`'s bound (a BaBSR-style score,
+/// Bunel et al. 2020): the loss the unit's upper line costs the bound, `max(0, -m_j) t_j` with
+/// `m_j` the row's coefficient on the unit's output and `t_j` the line's offset; where no unit
+/// costs anything (every coefficient nonnegative), the unit with the largest `|m_j| t_j`.
+/// `(hidden layer, unit)`, the first of equals in layer-then-unit order; `None` when no unit is
+/// unstable.
+pub fn relu_to_split(
+    relax: &[Vec<UnitRelaxation>],
+    coef: &[Array2<f64>],
+    row: usize,
+) -> Option<(usize, usize)> {
+    let mut best: Option<((usize, usize), (f64, f64))> = None;
+    for (l, (units, m)) in relax.iter().zip(coef).enumerate() {
+        for (j, unit) in units.iter().enumerate() {
+            let UnitRelaxation::Unstable { offset, .. } = *unit else {
+                continue;
+            };
+            let v = m.get((row, j)).copied().unwrap_or(0.0);
+            let score = ((-v).max(0.0) * offset, v.abs() * offset);
+            let better =
+                best.is_none_or(|(_, s)| score.0 > s.0 || (score.0 == s.0 && score.1 > s.1));
+            if better {
+                best = Some(((l, j), score));
+            }
+        }
+    }
+    best.map(|(at, _)| at)
+}
+
+/// The input coordinate to halve: the largest `|a_i| (hi_i - lo_i)`, the most a coordinate's
+/// width moves the row's linear bound `a . x` (its sensitivity); the widest where every such
+/// product is zero. Only coordinates whose float64 midpoint lies strictly inside can be halved;
+/// `None` when none can.
+pub fn input_to_split(a: ArrayView1<f64>, lo: &[f64], hi: &[f64]) -> Option<usize> {
+    let mut best: Option<(usize, (f64, f64))> = None;
+    for (i, (l, h)) in lo.iter().zip(hi).enumerate() {
+        let mid = midpoint(*l, *h);
+        if !(*l < mid && mid < *h) {
+            continue;
+        }
+        let width = h - l;
+        let score = (a.get(i).map_or(0.0, |v| v.abs()) * width, width);
+        let better = best.is_none_or(|(_, s)| score.0 > s.0 || (score.0 == s.0 && score.1 > s.1));
+        if better {
+            best = Some((i, score));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// The float64 point where a box is halved: `lo/2 + hi/2` (the children `[lo, mid]` and
+/// `[mid, hi]` cover `[lo, hi]` whatever its rounding).
+pub fn midpoint(lo: f64, hi: f64) -> f64 {
+    0.5 * lo + 0.5 * hi
+}
+
+/// The vertex of `[lo, hi]` where the linear form `a . x` is smallest: `lo_i` where `a_i > 0`,
+/// `hi_i` where `a_i < 0`, the midpoint where `a_i = 0` (the point a leaf's linear bound is
+/// attained at, branch and bound's counterexample candidate).
+pub fn linear_minimiser(a: ArrayView1<f64>, lo: &[f64], hi: &[f64]) -> Vec<f64> {
+    (lo.iter().zip(hi).enumerate())
+        .map(|(i, (l, h))| match a.get(i).copied().unwrap_or(0.0) {
+            v if v > 0.0 => *l,
+            v if v < 0.0 => *h,
+            _ => midpoint(*l, *h),
+        })
+        .collect()
+}
+
+/// The box `[lo, hi]` shrunk to the values of `format` it holds: each end moved inward to the
+/// nearest value of the format (float32 and float64; other formats keep the box). The deployed
+/// model's inputs are values of its format, so the shrunk box holds every deployed input the
+/// box does; `None` when it holds none (docs/soundness.md "Complete verification", B3).
+pub fn onto_grid(format: Format, lo: &[f64], hi: &[f64]) -> Option<(Vec<f64>, Vec<f64>)> {
+    let inward = |v: f64, up: bool| -> f64 {
+        match format {
+            Format::Float32 => {
+                let f = v as f32;
+                let f = match (up, f64::from(f).partial_cmp(&v)) {
+                    (true, Some(std::cmp::Ordering::Less)) => f.next_up(),
+                    (false, Some(std::cmp::Ordering::Greater)) => f.next_down(),
+                    _ => f,
+                };
+                f64::from(f)
+            }
+            _ => v,
+        }
+    };
+    let lo: Vec<f64> = lo.iter().map(|v| inward(*v, true)).collect();
+    let hi: Vec<f64> = hi.iter().map(|v| inward(*v, false)).collect();
+    (lo.iter().zip(&hi))
+        .all(|(l, h)| l <= h)
+        .then_some((lo, hi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{array, Array1};
+
+    fn unstable(offset: f64) -> UnitRelaxation {
+        UnitRelaxation::Unstable {
+            lower: 0.0,
+            slope: 0.5,
+            offset,
+        }
+    }
+
+    #[test]
+    fn the_relu_split_is_the_costliest_upper_line() {
+        let relax = vec![
+            vec![unstable(1.0), UnitRelaxation::Active, unstable(3.0)],
+            vec![unstable(2.0), UnitRelaxation::Inactive],
+        ];
+        // row 0: costs 0.5 * 1, 0 (m >= 0), 2 * 2 = 4 -> (1, 0)
+        let coef = vec![
+            array![[-0.5, -9.0, 1.0], [0.0, 0.0, -1.0]],
+            array![[-2.0, -9.0], [0.0, 0.0]],
+        ];
+        assert_eq!(relu_to_split(&relax, &coef, 0), Some((1, 0)));
+        // row 1: only (0, 2) costs
+        assert_eq!(relu_to_split(&relax, &coef, 1), Some((0, 2)));
+        // nothing costs: the largest |m| t, here (0, 2) with 1 * 3
+        let free = vec![array![[0.5, 0.0, 1.0]], array![[0.0, 0.0]]];
+        assert_eq!(relu_to_split(&relax, &free, 0), Some((0, 2)));
+        // equal scores: the first
+        let tie = vec![array![[-3.0, 0.0, -1.0]], array![[0.0, 0.0]]];
+        assert_eq!(relu_to_split(&relax, &tie, 0), Some((0, 0)));
+        let stable = vec![vec![UnitRelaxation::Active], vec![UnitRelaxation::Inactive]];
+        assert_eq!(relu_to_split(&stable, &coef, 0), None);
+    }
+
+    #[test]
+    fn the_input_split_follows_sensitivity_times_width() {
+        let a = array![1.0, -4.0, 0.0];
+        assert_eq!(
+            input_to_split(a.view(), &[0.0, 0.0, 0.0], &[2.0, 1.0, 9.0]),
+            Some(1)
+        );
+        assert_eq!(
+            input_to_split(a.view(), &[0.0, 0.0, 0.0], &[8.0, 1.0, 9.0]),
+            Some(0)
+        );
+        // no sensitivity: the widest
+        let z = Array1::zeros(3);
+        assert_eq!(
+            input_to_split(z.view(), &[0.0, 0.0, 0.0], &[2.0, 1.0, 9.0]),
+            Some(2)
+        );
+        // a coordinate without a float64 strictly inside cannot be halved
+        let tiny = [1.0, 1.0f64.next_up()];
+        assert_eq!(
+            input_to_split(a.view(), &[1.0, 0.0], &[tiny[1], 1e-300]),
+            Some(1)
+        );
+        assert_eq!(input_to_split(a.view(), &[1.0, 0.0], &[tiny[1], 0.0]), None);
+    }
+
+    #[test]
+    fn a_box_shrinks_to_the_format_values_it_holds() {
+        let third = 1.0 / 3.0;
+        let (lo, hi) = onto_grid(Format::Float32, &[third, -1.0], &[0.5, third]).unwrap();
+        let up = f64::from((third as f32).next_up().max(third as f32));
+        assert!(lo[0] >= third && f64::from(lo[0] as f32) == lo[0]);
+        assert!(f64::from((lo[0] as f32).next_down()) < third);
+        assert_eq!(lo[1], -1.0);
+        assert!(hi[1] <= third && f64::from((hi[1] as f32).next_up()) > third);
+        assert!(lo[0] == up || lo[0] == f64::from(third as f32));
+        // a box between two neighbouring float32 values holds none
+        let a = f64::from(1.0f32);
+        let b = f64::from(1.0f32.next_up());
+        let inner = (a + (b - a) / 4.0, a + (b - a) / 2.0);
+        assert!(onto_grid(Format::Float32, &[inner.0], &[inner.1]).is_none());
+        // float64 and the narrow formats keep the box
+        assert_eq!(
+            onto_grid(Format::Float64, &[inner.0], &[inner.1]),
+            Some((vec![inner.0], vec![inner.1]))
+        );
+        assert_eq!(
+            onto_grid(Format::Float16, &[inner.0], &[inner.1]),
+            Some((vec![inner.0], vec![inner.1]))
+        );
+    }
+
+    #[test]
+    fn the_minimiser_is_the_vertex_the_form_is_smallest_at() {
+        let a = array![2.0, -1.0, 0.0];
+        let x = linear_minimiser(a.view(), &[-1.0, -2.0, 0.0], &[1.0, 2.0, 4.0]);
+        assert_eq!(x, vec![-1.0, 2.0, 2.0]);
+        assert_eq!(midpoint(1.0, 2.0), 1.5);
+        assert_eq!(midpoint(f64::MAX, f64::MAX), f64::MAX);
+    }
+}

@@ -1,0 +1,224 @@
+//! Branch and bound's subdomains and their queue: hardest first, ties by creation order (so the
+//! order never depends on the thread count), with the memory the queue holds counted against a
+//! cap.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use crate::bounds::local::{Phase, Splits};
+
+/// How a subdomain is to be split, chosen when it was bounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Branch {
+    /// Halve input coordinate `i`.
+    Input(usize),
+    /// Fix the phase of a hidden unit `(layer, unit)`.
+    Relu(usize, usize),
+    /// Nothing left to split.
+    Exhausted,
+}
+
+/// A subdomain: an input box, the phases it fixes, the disjuncts of the unsafe region its
+/// bounds have not excluded, and its bound.
+#[derive(Clone, Debug)]
+pub struct Subdomain {
+    /// Lower ends of the box (shared with siblings where a ReLU split leaves it unchanged).
+    pub lo: Arc<Vec<f64>>,
+    /// Upper ends.
+    pub hi: Arc<Vec<f64>>,
+    /// The phases fixed.
+    pub splits: Splits,
+    /// The disjuncts still open, ascending.
+    pub open: Vec<usize>,
+    /// Splits from the root.
+    pub depth: usize,
+    /// The smallest, over the open disjuncts, of the disjunct's best row bound (how far the
+    /// bounds are from excluding it; `-inf` before bounding).
+    pub gap: f64,
+    /// How to split it.
+    pub branch: Branch,
+    /// Creation order, the tie-break.
+    pub id: u64,
+}
+
+impl Subdomain {
+    /// The two children `branch` makes (none when exhausted), numbered from `next_id`. Their
+    /// union is the subdomain: two halves of a box, or the two phases of a unit.
+    pub fn children(&self, next_id: &mut u64) -> Vec<Subdomain> {
+        let mut child = |lo: Arc<Vec<f64>>, hi: Arc<Vec<f64>>, splits: Splits| {
+            *next_id += 1;
+            Subdomain {
+                lo,
+                hi,
+                splits,
+                open: self.open.clone(),
+                depth: self.depth + 1,
+                gap: f64::NEG_INFINITY,
+                branch: Branch::Exhausted,
+                id: *next_id,
+            }
+        };
+        match self.branch {
+            Branch::Exhausted => Vec::new(),
+            Branch::Input(i) => {
+                let mid = super::branch::midpoint(self.lo[i], self.hi[i]);
+                let (mut low_hi, mut high_lo) = ((*self.hi).clone(), (*self.lo).clone());
+                low_hi[i] = mid;
+                high_lo[i] = mid;
+                vec![
+                    child(self.lo.clone(), Arc::new(low_hi), self.splits.clone()),
+                    child(Arc::new(high_lo), self.hi.clone(), self.splits.clone()),
+                ]
+            }
+            Branch::Relu(l, j) => [Phase::Active, Phase::Inactive]
+                .into_iter()
+                .map(|p| child(self.lo.clone(), self.hi.clone(), self.splits.with(l, j, p)))
+                .collect(),
+        }
+    }
+
+    /// An upper bound of the bytes the subdomain holds (its box counted whole even where shared).
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<Subdomain>()
+            + 8 * (self.lo.len() + self.hi.len() + self.open.len())
+            + 3 * 8 * self.splits.len()
+    }
+}
+
+/// Queue order: the smallest gap first, then the oldest.
+struct Hardest(Subdomain);
+
+impl PartialEq for Hardest {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Hardest {}
+impl PartialOrd for Hardest {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Hardest {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // BinaryHeap pops the greatest: the smallest gap, then the smallest id, is greatest
+        (other.0.gap.total_cmp(&self.0.gap)).then(other.0.id.cmp(&self.0.id))
+    }
+}
+
+/// The open subdomains, hardest first, with the bytes they hold.
+#[derive(Default)]
+pub struct Queue {
+    heap: BinaryHeap<Hardest>,
+    bytes: usize,
+    peak: usize,
+}
+
+impl Queue {
+    /// Adds a subdomain.
+    pub fn push(&mut self, d: Subdomain) {
+        self.bytes += d.bytes();
+        self.peak = self.peak.max(self.heap.len() + 1);
+        self.heap.push(Hardest(d));
+    }
+
+    /// Up to `n` of the hardest subdomains, hardest first.
+    pub fn pop_hardest(&mut self, n: usize) -> Vec<Subdomain> {
+        let mut out = Vec::with_capacity(n.min(self.heap.len()));
+        while out.len() < n {
+            let Some(Hardest(d)) = self.heap.pop() else {
+                break;
+            };
+            self.bytes -= d.bytes();
+            out.push(d);
+        }
+        out
+    }
+
+    /// Subdomains held.
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// Bytes held (an upper bound).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The most subdomains held at once.
+    pub fn peak(&self) -> usize {
+        self.peak
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dom(gap: f64, id: u64) -> Subdomain {
+        Subdomain {
+            lo: Arc::new(vec![0.0, 0.0]),
+            hi: Arc::new(vec![1.0, 4.0]),
+            splits: Splits::none(),
+            open: vec![0],
+            depth: 0,
+            gap,
+            branch: Branch::Input(1),
+            id,
+        }
+    }
+
+    #[test]
+    fn the_queue_pops_the_smallest_gap_then_the_oldest() {
+        let mut q = Queue::default();
+        for (g, id) in [
+            (0.5, 1),
+            (-1.0, 2),
+            (-1.0, 0),
+            (f64::NEG_INFINITY, 7),
+            (2.0, 3),
+        ] {
+            q.push(dom(g, id));
+        }
+        let ids: Vec<u64> = q.pop_hardest(10).iter().map(|d| d.id).collect();
+        assert_eq!(ids, vec![7, 0, 2, 1, 3]);
+        assert!(q.is_empty());
+        assert_eq!(q.bytes(), 0);
+        assert_eq!(q.peak(), 5);
+    }
+
+    #[test]
+    fn children_cover_their_parent() {
+        let mut next = 10;
+        let d = dom(0.0, 1);
+        let c = d.children(&mut next);
+        assert_eq!((c[0].id, c[1].id, next), (11, 12, 12));
+        assert_eq!((&*c[0].lo, &*c[0].hi), (&vec![0.0, 0.0], &vec![1.0, 2.0]));
+        assert_eq!((&*c[1].lo, &*c[1].hi), (&vec![0.0, 2.0], &vec![1.0, 4.0]));
+        let r = Subdomain {
+            branch: Branch::Relu(1, 3),
+            ..d.clone()
+        };
+        let c = r.children(&mut next);
+        let phases: Vec<_> = c
+            .iter()
+            .map(|k| k.splits.iter().copied().collect::<Vec<_>>())
+            .collect();
+        assert_eq!(
+            phases,
+            vec![vec![(1, 3, Phase::Active)], vec![(1, 3, Phase::Inactive)]]
+        );
+        assert!(Arc::ptr_eq(&c[0].lo, &d.lo));
+        let e = Subdomain {
+            branch: Branch::Exhausted,
+            ..d
+        };
+        assert!(e.children(&mut next).is_empty());
+    }
+}

@@ -1,0 +1,370 @@
+//! Complete verification: branch and bound over the floating-point-sound local bounds
+//! (docs/soundness.md "Complete verification").
+//!
+//! The question: over an input box, does some execution of the deployed model put its outputs in
+//! the unsafe region, a union of disjuncts each the conjunction of constraints `a . y + c <= 0`?
+//! A subdomain (a box and fixed ReLU phases, [`domain`]) is closed when, for every disjunct, the
+//! local bounds show one constraint positive over it, or when its splits are infeasible. Open
+//! subdomains are split, the hardest first ([`branch`]: a ReLU for high-dimensional inputs, an
+//! input coordinate for low-dimensional ones or when no unit is unstable). Every bounded
+//! subdomain offers a candidate, the vertex its worst linear bound is attained at, and the
+//! caller's check (lipfp's own execution of the model, in rationals) alone makes it a
+//! counterexample.
+//!
+//! Children are bounded in parallel in fixed batches and merged in creation order, so the result
+//! for a budget of subdomains does not depend on the thread count. The queue's memory is counted
+//! against a cap: past it the search stops with `unknown`.
+
+pub mod branch;
+pub mod domain;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ndarray::{Array2, Axis};
+use rayon::prelude::*;
+
+use crate::arith::format::Format;
+use crate::arith::sound::add_down;
+use crate::bounds::local::{InputSet, SlopeSearch, SplitOutcome, Splits};
+use crate::engine::run::{with_box_net, BoxNet, Subject};
+use domain::{Branch, Queue, Subdomain};
+
+/// Subdomains bounded together (a fixed number: the batches, hence the result, do not depend on
+/// the thread count).
+const BATCH: usize = 16;
+/// Inputs up to this many are split by coordinate; more, by ReLU.
+const INPUT_SPLIT_MAX_DIM: usize = 16;
+/// Steps of the search for lower slopes and split multipliers at the root.
+const ROOT_SLOPE_STEPS: usize = 20;
+/// The same in every other subdomain (where the split multipliers first appear).
+const CHILD_SLOPE_STEPS: usize = 10;
+
+/// The unsafe region as rows of linear forms of the outputs: disjunct `d` is excluded over a
+/// subdomain when some usable row `r` of it has `lower_r + offset_r > 0`.
+#[derive(Clone, Debug)]
+pub struct Objective {
+    /// The rows `a` (one per constraint), over the outputs.
+    pub c: Array2<f64>,
+    /// Per row, a lower bound of the constant `c` (rounded down).
+    pub offset: Vec<f64>,
+    /// Per row, whether its float64 coefficients are exactly the constraint's (else it excludes
+    /// nothing).
+    pub usable: Vec<bool>,
+    /// Per row, its disjunct.
+    pub disjunct: Vec<usize>,
+    /// Number of disjuncts.
+    pub disjuncts: usize,
+}
+
+impl Objective {
+    /// Per open disjunct (in `open`'s order), the largest sound lower bound of its rows'
+    /// values, from `lower` computed for the rows of `rows` (`-inf` for a disjunct no usable row
+    /// bounds).
+    fn disjunct_bounds(&self, open: &[usize], rows: &[usize], lower: &[f64]) -> Vec<f64> {
+        open.iter()
+            .map(|&d| {
+                (rows.iter().zip(lower))
+                    .filter(|(r, _)| self.disjunct[**r] == d && self.usable[**r])
+                    .map(|(r, v)| add_down(*v, self.offset[*r]))
+                    .fold(f64::NEG_INFINITY, f64::max)
+            })
+            .collect()
+    }
+
+    /// The rows of the disjuncts in `open`.
+    fn rows_of(&self, open: &[usize]) -> Vec<usize> {
+        (0..self.disjunct.len())
+            .filter(|r| open.contains(&self.disjunct[*r]))
+            .collect()
+    }
+}
+
+/// Limits of one search.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Budget {
+    /// Wall-clock seconds (the search stops with `timeout` past them).
+    pub seconds: f64,
+    /// Subdomains bounded at most (then `unknown`; a budget in subdomains gives the same result
+    /// on every machine).
+    pub subdomains: usize,
+    /// Bytes the queue may hold (then `unknown`).
+    pub memory_bytes: usize,
+}
+
+/// What a search came to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision<C> {
+    /// Every subdomain closed: no execution reaches the unsafe region.
+    Holds,
+    /// A counterexample the caller's check confirmed.
+    Violated(C),
+    /// Neither, with the reason (the subdomain or memory budget, or a subdomain that cannot be
+    /// split further, or bounds that are not finite).
+    Unknown(String),
+    /// The time budget ran out first.
+    Timeout,
+}
+
+/// A search's decision and what it did.
+#[derive(Clone, Debug)]
+pub struct CompleteOutcome<C> {
+    /// The decision.
+    pub decision: Decision<C>,
+    /// Subdomains bounded (the root included).
+    pub bounded: usize,
+    /// Of those, shown infeasible.
+    pub infeasible: usize,
+    /// The most subdomains queued at once.
+    pub peak_queue: usize,
+    /// The deepest subdomain bounded.
+    pub depth: usize,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+}
+
+/// A bounded subdomain: open again (with its gap and branch), closed, or infeasible; with the
+/// caller's verdict on its candidate point.
+struct Bounded<C> {
+    domain: Subdomain,
+    closed: bool,
+    infeasible: bool,
+    found: Option<C>,
+}
+
+/// Decides whether some execution of the subject's deployed model on an input of `[lo, hi]` puts
+/// its outputs in the unsafe region `objective` describes, within `budget`; `confirm` turns a
+/// candidate input into a counterexample when the model's execution confirms it.
+pub fn decide<C: Send>(
+    subject: &Subject,
+    (lo, hi): (&[f64], &[f64]),
+    objective: &Objective,
+    budget: Budget,
+    confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
+) -> CompleteOutcome<C> {
+    let start = Instant::now();
+    let format = subject.net.format;
+    let searched = with_box_net(subject, (lo, hi), |net| {
+        search((net, format), (lo, hi), objective, budget, confirm, start)
+    });
+    searched.unwrap_or_else(|why| CompleteOutcome {
+        decision: Decision::Unknown(why),
+        bounded: 0,
+        infeasible: 0,
+        peak_queue: 0,
+        depth: 0,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The search loop of [`decide`].
+fn search<C: Send>(
+    (net, format): (&BoxNet<'_>, Format),
+    (lo, hi): (&[f64], &[f64]),
+    objective: &Objective,
+    budget: Budget,
+    confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
+    start: Instant,
+) -> CompleteOutcome<C> {
+    let mut out = CompleteOutcome {
+        decision: Decision::Holds,
+        bounded: 0,
+        infeasible: 0,
+        peak_queue: 0,
+        depth: 0,
+        seconds: 0.0,
+    };
+    let by_input = net.net.input_dim() <= INPUT_SPLIT_MAX_DIM;
+    let root = Subdomain {
+        lo: Arc::new(lo.to_vec()),
+        hi: Arc::new(hi.to_vec()),
+        splits: Splits::none(),
+        open: (0..objective.disjuncts).collect(),
+        depth: 0,
+        gap: f64::NEG_INFINITY,
+        branch: Branch::Exhausted,
+        id: 0,
+    };
+    let root_search = SlopeSearch {
+        iterations: ROOT_SLOPE_STEPS,
+        target: f64::INFINITY,
+    };
+    let child_search = SlopeSearch {
+        iterations: CHILD_SLOPE_STEPS,
+        target: f64::INFINITY,
+    };
+    let mut queue = Queue::default();
+    let mut batch = vec![bound(
+        (net, format),
+        objective,
+        root,
+        Some(root_search),
+        by_input,
+        confirm,
+    )];
+    let (mut next_id, mut stuck) = (0u64, false);
+    loop {
+        for b in batch {
+            out.bounded += 1;
+            out.depth = out.depth.max(b.domain.depth);
+            out.infeasible += usize::from(b.infeasible);
+            if let Some(cx) = b.found {
+                out.decision = Decision::Violated(cx);
+                return finish(out, &queue, start);
+            }
+            if !b.closed {
+                queue.push(b.domain);
+            }
+        }
+        if queue.bytes() > budget.memory_bytes {
+            let why = format!(
+                "the subdomain queue reached its memory cap of {} bytes",
+                budget.memory_bytes
+            );
+            out.decision = Decision::Unknown(why);
+            return finish(out, &queue, start);
+        }
+        if queue.is_empty() {
+            if stuck {
+                out.decision = Decision::Unknown("a subdomain could be split no further".into());
+            }
+            return finish(out, &queue, start);
+        }
+        if start.elapsed().as_secs_f64() > budget.seconds {
+            out.decision = Decision::Timeout;
+            return finish(out, &queue, start);
+        }
+        if out.bounded >= budget.subdomains {
+            out.decision = Decision::Unknown(format!("{} subdomains bounded", out.bounded));
+            return finish(out, &queue, start);
+        }
+        let parents = queue.pop_hardest(BATCH / 2);
+        let mut children = Vec::with_capacity(2 * parents.len());
+        for p in &parents {
+            let c = p.children(&mut next_id);
+            stuck |= c.is_empty();
+            children.extend(c);
+        }
+        batch = (children.into_par_iter())
+            .map(|d| {
+                bound(
+                    (net, format),
+                    objective,
+                    d,
+                    Some(child_search),
+                    by_input,
+                    confirm,
+                )
+            })
+            .collect();
+    }
+}
+
+/// The outcome with the queue's peak and the time.
+fn finish<C>(mut out: CompleteOutcome<C>, queue: &Queue, start: Instant) -> CompleteOutcome<C> {
+    out.peak_queue = queue.peak();
+    out.seconds = start.elapsed().as_secs_f64();
+    out
+}
+
+/// Bounds subdomain `d` (its box first shrunk to the values of the deployment `format`): closes
+/// the disjuncts its bounds exclude, chooses its branch, and checks its candidate point.
+fn bound<C>(
+    (net, format): (&BoxNet<'_>, Format),
+    objective: &Objective,
+    mut d: Subdomain,
+    search: Option<SlopeSearch>,
+    by_input: bool,
+    confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
+) -> Bounded<C> {
+    let done = |d: Subdomain, infeasible: bool| Bounded {
+        domain: d,
+        closed: true,
+        infeasible,
+        found: None,
+    };
+    match branch::onto_grid(format, &d.lo, &d.hi) {
+        None => return done(d, true),
+        Some((lo, hi)) => {
+            if *lo != *d.lo {
+                d.lo = Arc::new(lo);
+            }
+            if *hi != *d.hi {
+                d.hi = Arc::new(hi);
+            }
+        }
+    }
+    let rows = objective.rows_of(&d.open);
+    let c = objective.c.select(Axis(0), &rows);
+    let set = InputSet::Box {
+        lo: &d.lo,
+        hi: &d.hi,
+    };
+    let b = match net
+        .net
+        .split_lower_bounds(set, (&c, &net.slack), &d.splits, search)
+    {
+        SplitOutcome::Infeasible(_) => return done(d, true),
+        SplitOutcome::NotFinite => {
+            // nothing known: split on (an input box always can be, until it is a point)
+            d.branch = fallback_branch(&d);
+            return open(d, None);
+        }
+        SplitOutcome::Bounded(b) => b,
+    };
+    let per = objective.disjunct_bounds(&d.open, &rows, &b.lower);
+    let keep: Vec<usize> = (d.open.iter().zip(&per))
+        .filter(|(_, v)| !(**v > 0.0))
+        .map(|(k, _)| *k)
+        .collect();
+    if keep.is_empty() {
+        return done(d, false);
+    }
+    // the row to improve: of the open disjunct furthest from excluded, the row nearest to
+    // excluding it (a disjunct is excluded by any one of its rows)
+    let target = (d.open.iter().zip(&per))
+        .filter(|(_, v)| !(**v > 0.0))
+        .min_by(|a, b2| a.1.total_cmp(b2.1))
+        .map(|(k, _)| *k)
+        .unwrap_or(0);
+    d.gap = per
+        .iter()
+        .copied()
+        .filter(|v| !(*v > 0.0))
+        .fold(f64::INFINITY, f64::min);
+    let worst = (0..rows.len())
+        .filter(|&t| objective.disjunct[rows[t]] == target)
+        .max_by(|&a, &b2| {
+            let value = |t: usize| add_down(b.lower[t], objective.offset[rows[t]]);
+            value(a).total_cmp(&value(b2)).then(b2.cmp(&a))
+        })
+        .unwrap_or(0);
+    d.open = keep;
+    let a = b.trace.input.row(worst);
+    let candidate = branch::linear_minimiser(a, &d.lo, &d.hi);
+    let relu = (!by_input)
+        .then(|| branch::relu_to_split(b.hidden.relaxations(), &b.trace.hidden, worst))
+        .flatten();
+    d.branch = match relu {
+        Some((l, j)) => Branch::Relu(l, j),
+        None => branch::input_to_split(a, &d.lo, &d.hi).map_or(Branch::Exhausted, Branch::Input),
+    };
+    let found = confirm(&candidate);
+    open(d, found)
+}
+
+/// An open subdomain.
+fn open<C>(domain: Subdomain, found: Option<C>) -> Bounded<C> {
+    Bounded {
+        domain,
+        closed: false,
+        infeasible: false,
+        found,
+    }
+}
+
+/// The branch of a subdomain without finite bounds: halve its widest coordinate.
+fn fallback_branch(d: &Subdomain) -> Branch {
+    let none = ndarray::Array1::<f64>::zeros(d.lo.len());
+    branch::input_to_split(none.view(), &d.lo, &d.hi).map_or(Branch::Exhausted, Branch::Input)
+}
