@@ -37,15 +37,44 @@ pub fn relu_to_split(
     best.map(|(at, _)| at)
 }
 
+/// How many times wider, relative to the root box, a coordinate may stay than the one the
+/// sensitivity chooses before it goes first (four halvings).
+pub const LAG: f64 = 16.0;
+
 /// The input coordinate to halve: the largest `|a_i| (hi_i - lo_i)`, the most a coordinate's
 /// width moves the row's linear bound `a . x` (its sensitivity); the widest where every such
-/// product is zero. Only coordinates whose float64 midpoint lies strictly inside can be halved;
-/// `None` when none can.
-pub fn input_to_split(a: ArrayView1<f64>, lo: &[f64], hi: &[f64]) -> Option<usize> {
+/// product is zero. The sensitivity at the bound's minimiser says nothing of the unstable units a
+/// coordinate's width keeps unstable, so a coordinate whose width relative to the root's
+/// (`root`) is more than [`LAG`] times the chosen one's goes first: no coordinate starves. Only
+/// coordinates whose float64 midpoint lies strictly inside can be halved; `None` when none can.
+pub fn input_to_split(a: ArrayView1<f64>, lo: &[f64], hi: &[f64], root: &[f64]) -> Option<usize> {
+    let chosen = most_sensitive(a, lo, hi)?;
+    let relative = |i: usize| match root.get(i) {
+        Some(r) if *r > 0.0 => (hi[i] - lo[i]) / r,
+        _ => 0.0,
+    };
+    let laggard = (0..lo.len())
+        .filter(|&i| splittable(lo[i], hi[i]))
+        .max_by(|&x, &y| relative(x).total_cmp(&relative(y)).then(y.cmp(&x)))?;
+    Some(if relative(laggard) > LAG * relative(chosen) {
+        laggard
+    } else {
+        chosen
+    })
+}
+
+/// Whether `[lo, hi]` has a float64 midpoint strictly inside.
+fn splittable(lo: f64, hi: f64) -> bool {
+    let mid = midpoint(lo, hi);
+    lo < mid && mid < hi
+}
+
+/// The splittable coordinate with the largest `|a_i| (hi_i - lo_i)`, then the widest, then the
+/// first.
+fn most_sensitive(a: ArrayView1<f64>, lo: &[f64], hi: &[f64]) -> Option<usize> {
     let mut best: Option<(usize, (f64, f64))> = None;
     for (i, (l, h)) in lo.iter().zip(hi).enumerate() {
-        let mid = midpoint(*l, *h);
-        if !(*l < mid && mid < *h) {
+        if !splittable(*l, *h) {
             continue;
         }
         let width = h - l;
@@ -143,27 +172,28 @@ mod tests {
     #[test]
     fn the_input_split_follows_sensitivity_times_width() {
         let a = array![1.0, -4.0, 0.0];
-        assert_eq!(
-            input_to_split(a.view(), &[0.0, 0.0, 0.0], &[2.0, 1.0, 9.0]),
-            Some(1)
-        );
-        assert_eq!(
-            input_to_split(a.view(), &[0.0, 0.0, 0.0], &[8.0, 1.0, 9.0]),
-            Some(0)
-        );
+        let root = [9.0, 9.0, 9.0];
+        let split = |a: ArrayView1<f64>, hi: &[f64], root: &[f64]| {
+            input_to_split(a, &vec![0.0; hi.len()], hi, root)
+        };
+        assert_eq!(split(a.view(), &[2.0, 1.0, 9.0], &root), Some(1));
+        assert_eq!(split(a.view(), &[8.0, 1.0, 9.0], &root), Some(0));
         // no sensitivity: the widest
         let z = Array1::zeros(3);
-        assert_eq!(
-            input_to_split(z.view(), &[0.0, 0.0, 0.0], &[2.0, 1.0, 9.0]),
-            Some(2)
-        );
+        assert_eq!(split(z.view(), &[2.0, 1.0, 9.0], &root), Some(2));
+        // a coordinate more than LAG times wider (relative to the root) than the chosen goes
+        // first; at exactly LAG times it does not
+        let even = [16.0, 16.0, 16.0];
+        assert_eq!(split(a.view(), &[1.0, 1.0, 16.0], &even), Some(1));
+        assert_eq!(split(a.view(), &[1.0, 1.0, 16.0], &[16.0, 16.0, 16.0 - 1e-9]), Some(2));
+        let sensitive = array![0.0, 1.0, 0.0];
+        assert_eq!(split(sensitive.view(), &[4.0, 0.25, 4.0], &[4.0, 4.0, 4.0]), Some(1));
+        assert_eq!(split(sensitive.view(), &[4.0, 0.2, 4.0], &[4.0, 4.0, 4.0]), Some(0));
         // a coordinate without a float64 strictly inside cannot be halved
         let tiny = [1.0, 1.0f64.next_up()];
-        assert_eq!(
-            input_to_split(a.view(), &[1.0, 0.0], &[tiny[1], 1e-300]),
-            Some(1)
-        );
-        assert_eq!(input_to_split(a.view(), &[1.0, 0.0], &[tiny[1], 0.0]), None);
+        let two = [1.0, 1.0];
+        assert_eq!(input_to_split(a.view(), &[1.0, 0.0], &[tiny[1], 1e-300], &two), Some(1));
+        assert_eq!(input_to_split(a.view(), &[1.0, 0.0], &[tiny[1], 0.0], &two), None);
     }
 
     #[test]

@@ -123,6 +123,14 @@ pub struct CompleteOutcome<C> {
     pub seconds: f64,
 }
 
+/// How subdomains are split.
+struct Plan {
+    /// By input coordinate (low-dimensional inputs), else by ReLU.
+    by_input: bool,
+    /// The root box's widths (no coordinate may lag far behind, [`branch::input_to_split`]).
+    root_width: Vec<f64>,
+}
+
 /// A bounded subdomain: open again (with its gap and branch), closed, or infeasible; with the
 /// caller's verdict on its candidate point.
 struct Bounded<C> {
@@ -174,7 +182,10 @@ fn search<C: Send>(
         depth: 0,
         seconds: 0.0,
     };
-    let by_input = net.net.input_dim() <= INPUT_SPLIT_MAX_DIM;
+    let plan = Plan {
+        by_input: net.net.input_dim() <= INPUT_SPLIT_MAX_DIM,
+        root_width: lo.iter().zip(hi).map(|(l, h)| h - l).collect(),
+    };
     let root = Subdomain {
         lo: Arc::new(lo.to_vec()),
         hi: Arc::new(hi.to_vec()),
@@ -199,7 +210,7 @@ fn search<C: Send>(
         objective,
         root,
         Some(root_search),
-        by_input,
+        &plan,
         confirm,
     )];
     let (mut next_id, mut stuck) = (0u64, false);
@@ -252,7 +263,7 @@ fn search<C: Send>(
                     objective,
                     d,
                     Some(child_search),
-                    by_input,
+                    &plan,
                     confirm,
                 )
             })
@@ -274,7 +285,7 @@ fn bound<C>(
     objective: &Objective,
     mut d: Subdomain,
     search: Option<SlopeSearch>,
-    by_input: bool,
+    plan: &Plan,
     confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
 ) -> Bounded<C> {
     let done = |d: Subdomain, infeasible: bool| Bounded {
@@ -307,7 +318,7 @@ fn bound<C>(
         SplitOutcome::Infeasible(_) => return done(d, true),
         SplitOutcome::NotFinite => {
             // nothing known: split on (an input box always can be, until it is a point)
-            d.branch = fallback_branch(&d);
+            d.branch = fallback_branch(&d, plan);
             return open(d, None);
         }
         SplitOutcome::Bounded(b) => b,
@@ -342,12 +353,13 @@ fn bound<C>(
     d.open = keep;
     let a = b.trace.input.row(worst);
     let candidate = branch::linear_minimiser(a, &d.lo, &d.hi);
-    let relu = (!by_input)
+    let relu = (!plan.by_input)
         .then(|| branch::relu_to_split(b.hidden.relaxations(), &b.trace.hidden, worst))
         .flatten();
     d.branch = match relu {
         Some((l, j)) => Branch::Relu(l, j),
-        None => branch::input_to_split(a, &d.lo, &d.hi).map_or(Branch::Exhausted, Branch::Input),
+        None => (branch::input_to_split(a, &d.lo, &d.hi, &plan.root_width))
+            .map_or(Branch::Exhausted, Branch::Input),
     };
     let found = confirm(&candidate);
     open(d, found)
@@ -364,7 +376,8 @@ fn open<C>(domain: Subdomain, found: Option<C>) -> Bounded<C> {
 }
 
 /// The branch of a subdomain without finite bounds: halve its widest coordinate.
-fn fallback_branch(d: &Subdomain) -> Branch {
+fn fallback_branch(d: &Subdomain, plan: &Plan) -> Branch {
     let none = ndarray::Array1::<f64>::zeros(d.lo.len());
-    branch::input_to_split(none.view(), &d.lo, &d.hi).map_or(Branch::Exhausted, Branch::Input)
+    (branch::input_to_split(none.view(), &d.lo, &d.hi, &plan.root_width))
+        .map_or(Branch::Exhausted, Branch::Input)
 }
