@@ -34,6 +34,7 @@ fn request() -> VerifyRequest {
         runtime: None,
         gram_iterations: 12,
         timeout_s: 60.0,
+        options: lipfp::engine::verify::VerifyOptions::default(),
     }
 }
 

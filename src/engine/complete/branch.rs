@@ -185,15 +185,30 @@ mod tests {
         // first; at exactly LAG times it does not
         let even = [16.0, 16.0, 16.0];
         assert_eq!(split(a.view(), &[1.0, 1.0, 16.0], &even), Some(1));
-        assert_eq!(split(a.view(), &[1.0, 1.0, 16.0], &[16.0, 16.0, 16.0 - 1e-9]), Some(2));
+        assert_eq!(
+            split(a.view(), &[1.0, 1.0, 16.0], &[16.0, 16.0, 16.0 - 1e-9]),
+            Some(2)
+        );
         let sensitive = array![0.0, 1.0, 0.0];
-        assert_eq!(split(sensitive.view(), &[4.0, 0.25, 4.0], &[4.0, 4.0, 4.0]), Some(1));
-        assert_eq!(split(sensitive.view(), &[4.0, 0.2, 4.0], &[4.0, 4.0, 4.0]), Some(0));
+        assert_eq!(
+            split(sensitive.view(), &[4.0, 0.25, 4.0], &[4.0, 4.0, 4.0]),
+            Some(1)
+        );
+        assert_eq!(
+            split(sensitive.view(), &[4.0, 0.2, 4.0], &[4.0, 4.0, 4.0]),
+            Some(0)
+        );
         // a coordinate without a float64 strictly inside cannot be halved
         let tiny = [1.0, 1.0f64.next_up()];
         let two = [1.0, 1.0];
-        assert_eq!(input_to_split(a.view(), &[1.0, 0.0], &[tiny[1], 1e-300], &two), Some(1));
-        assert_eq!(input_to_split(a.view(), &[1.0, 0.0], &[tiny[1], 0.0], &two), None);
+        assert_eq!(
+            input_to_split(a.view(), &[1.0, 0.0], &[tiny[1], 1e-300], &two),
+            Some(1)
+        );
+        assert_eq!(
+            input_to_split(a.view(), &[1.0, 0.0], &[tiny[1], 0.0], &two),
+            None
+        );
     }
 
     #[test]

@@ -325,7 +325,7 @@ fn bound<C>(
     };
     let per = objective.disjunct_bounds(&d.open, &rows, &b.lower);
     let keep: Vec<usize> = (d.open.iter().zip(&per))
-        .filter(|(_, v)| !(**v > 0.0))
+        .filter(|(_, v)| !excluded(**v))
         .map(|(k, _)| *k)
         .collect();
     if keep.is_empty() {
@@ -334,14 +334,14 @@ fn bound<C>(
     // the row to improve: of the open disjunct furthest from excluded, the row nearest to
     // excluding it (a disjunct is excluded by any one of its rows)
     let target = (d.open.iter().zip(&per))
-        .filter(|(_, v)| !(**v > 0.0))
+        .filter(|(_, v)| !excluded(**v))
         .min_by(|a, b2| a.1.total_cmp(b2.1))
         .map(|(k, _)| *k)
         .unwrap_or(0);
     d.gap = per
         .iter()
         .copied()
-        .filter(|v| !(*v > 0.0))
+        .filter(|v| !excluded(*v))
         .fold(f64::INFINITY, f64::min);
     let worst = (0..rows.len())
         .filter(|&t| objective.disjunct[rows[t]] == target)
@@ -363,6 +363,11 @@ fn bound<C>(
     };
     let found = confirm(&candidate);
     open(d, found)
+}
+
+/// Whether a disjunct's bound `v` excludes it: strictly above zero (NaN excludes nothing).
+fn excluded(v: f64) -> bool {
+    v > 0.0
 }
 
 /// An open subdomain.

@@ -134,3 +134,29 @@ fn line_table_matches_the_general_relaxation() {
     }
     assert!(table.1.iter().any(|c| *c != 0.0), "no upper line was used");
 }
+
+/// beta-CROWN's shift moves a split unit's coefficient against the split's sign by its
+/// multiplier (active: down, inactive: up), and leaves it alone for a multiplier that is not
+/// positive or not finite, for a unit without a split, or for another layer.
+#[test]
+fn the_split_shift_moves_only_split_units_against_their_sign() {
+    use super::super::{Phase, Splits};
+    let splits = Splits::none()
+        .with(1, 0, Phase::Active)
+        .with(1, 1, Phase::Inactive)
+        .with(1, 3, Phase::Active)
+        .with(0, 2, Phase::Active);
+    let mu = vec![
+        Array2::from_elem((2, 4), 9.0),
+        ndarray::array![[0.5, 0.25, 7.0, -1.0], [f64::NAN, 0.0, 7.0, f64::INFINITY]],
+    ];
+    let mut lam = ndarray::array![[1.0, -2.0, 3.0, 4.0], [1.0, -2.0, 3.0, 4.0]];
+    super::shift_split_units(&mut lam, 1, &mu, &splits);
+    assert_eq!(
+        lam,
+        ndarray::array![[0.5, -1.75, 3.0, 4.0], [1.0, -2.0, 3.0, 4.0]]
+    );
+    // a layer without multipliers is left alone
+    super::shift_split_units(&mut lam, 2, &mu, &splits);
+    assert_eq!(lam[[0, 0]], 0.5);
+}

@@ -1,0 +1,271 @@
+//! Complete verification (issue 31) against exact answers: on generated networks small enough
+//! to solve exactly in rationals, `lipfp verify`'s branch and bound must return the exact verdict.
+//!
+//! Each network has one real input `t` (a second family adds 16 inputs pinned to fixed values,
+//! which sends the search down the ReLU-splitting path instead of the input-splitting one), so
+//! its margin `g(t) = Y_0 - Y_1` is piecewise linear in `t` with breakpoints where a unit's
+//! pre-activation crosses zero. Those are found layer by layer in exact rationals, and the
+//! minimum `m` of `g` over `[a, b]` is the smallest value at a breakpoint or an end. The
+//! property "unsafe if `Y_0 <= Y_1 + c`" then holds for `c = m - delta` and is violated for
+//! `c = m + delta`, with `delta = 1e-4 (1 + s)` and `s` the largest magnitude of any
+//! pre-activation over the box: the rounding allowance, above the float32 deployment's rounding
+//! on networks this small (docs/soundness.md "Complete verification"). Every violated verdict's counterexample lies in the box and its exact-network
+//! margin is below `c + delta`.
+//!
+//! Shapes: the shape family's corners and seeded shapes (no hidden layer, width 1, dead and
+//! always-on layers, identity layers, huge output biases), with the input width set to 1.
+
+mod common;
+
+use std::path::Path;
+
+use common::shape_family::{parameters, shapes, write_model, Kind, Shape};
+use lipfp::commands::verify::{self as verify_cmd, VerifyRequest};
+use lipfp::engine::verify::{Verdict, VerifyOptions};
+use lipfp::progress::Progress;
+use rug::Rational;
+
+/// Inputs pinned to fixed values in the ReLU-splitting family.
+const PINNED: usize = 16;
+
+fn q(x: f64) -> Rational {
+    Rational::from_f64(x).expect("finite")
+}
+
+/// The exact network of a shape's float32 parameters.
+struct Exact {
+    layers: Vec<(Vec<Vec<Rational>>, Vec<Rational>)>,
+}
+
+impl Exact {
+    fn of(shape: &Shape) -> Exact {
+        let layers = (parameters(shape).iter().enumerate())
+            .map(|(l, (w, b))| {
+                let n = shape.widths[l];
+                let rows = w
+                    .chunks(n)
+                    .map(|r| r.iter().map(|v| q(f64::from(*v))).collect())
+                    .collect();
+                (rows, b.iter().map(|v| q(f64::from(*v))).collect())
+            })
+            .collect();
+        Exact { layers }
+    }
+
+    /// Pre-activations of layer `upto` (0-based) at input `x`, ReLU between layers.
+    fn pre(&self, x: &[Rational], upto: usize) -> Vec<Rational> {
+        let mut h: Vec<Rational> = x.to_vec();
+        for (l, (w, b)) in self.layers.iter().enumerate() {
+            let z: Vec<Rational> = (w.iter().zip(b))
+                .map(|(row, bj)| {
+                    (row.iter().zip(&h))
+                        .map(|(a, v)| Rational::from(a * v))
+                        .sum::<Rational>()
+                        + bj
+                })
+                .collect();
+            if l == upto {
+                return z;
+            }
+            h = z
+                .into_iter()
+                .map(|v| if v < 0 { Rational::new() } else { v })
+                .collect();
+        }
+        unreachable!("layer {upto} of {}", self.layers.len())
+    }
+
+    /// The minimum over `t` in `[a, b]` of `Y_0 - Y_1`, the input being `t` then `pinned`, and
+    /// the largest magnitude of any pre-activation there (every pre-activation is linear between
+    /// breakpoints, so both are attained at one).
+    fn min_margin(
+        &self,
+        (a, b): (&Rational, &Rational),
+        pinned: &[Rational],
+    ) -> (Rational, Rational) {
+        let at = |t: &Rational| {
+            let mut x = vec![t.clone()];
+            x.extend_from_slice(pinned);
+            x
+        };
+        let mut points = vec![a.clone(), b.clone()];
+        for l in 0..self.layers.len() - 1 {
+            let mut roots = Vec::new();
+            for pair in points.windows(2) {
+                let (zp, zq) = (self.pre(&at(&pair[0]), l), self.pre(&at(&pair[1]), l));
+                for (u, v) in zp.iter().zip(&zq) {
+                    if (*u < 0 && *v > 0) || (*u > 0 && *v < 0) {
+                        // z is linear on [p, q]: its zero
+                        let s = Rational::from(u - v);
+                        roots.push(pair[0].clone() + (pair[1].clone() - &pair[0]) * u.clone() / s);
+                    }
+                }
+            }
+            points.extend(roots);
+            points.sort();
+            points.dedup();
+        }
+        let top = self.layers.len() - 1;
+        let scale = (points.iter())
+            .flat_map(|t| (0..=top).flat_map(move |l| self.pre(&at(t), l)))
+            .map(|v| v.abs())
+            .max()
+            .unwrap_or_default();
+        let min = (points.iter())
+            .map(|t| {
+                let y = self.pre(&at(t), top);
+                Rational::from(&y[0] - &y[1])
+            })
+            .min()
+            .expect("two ends");
+        (min, scale)
+    }
+}
+
+/// A decimal with 15 significant digits near `v` (within `1e-14 |v|`).
+fn decimal(v: &Rational) -> String {
+    format!("{:.15e}", v.to_f64())
+}
+
+/// The property "unsafe if `Y_0 - Y_1 <= c`" over `t` in `[a, b]` and the pinned inputs.
+fn property(
+    dir: &Path,
+    (a, b): (f64, f64),
+    pinned: &[f64],
+    classes: usize,
+    c: &str,
+) -> std::path::PathBuf {
+    let n = 1 + pinned.len();
+    let mut s = String::new();
+    for i in 0..n {
+        s += &format!("(declare-const X_{i} Real)\n");
+    }
+    for j in 0..classes {
+        s += &format!("(declare-const Y_{j} Real)\n");
+    }
+    s += &format!("(assert (>= X_0 {a:e}))\n(assert (<= X_0 {b:e}))\n");
+    for (i, v) in pinned.iter().enumerate() {
+        s += &format!(
+            "(assert (>= X_{k} {v:e}))\n(assert (<= X_{k} {v:e}))\n",
+            k = i + 1
+        );
+    }
+    s += &format!("(assert (<= (- Y_0 Y_1) {c}))\n");
+    let path = dir.join("p.vnnlib");
+    std::fs::write(&path, s).expect("written");
+    path
+}
+
+fn request() -> VerifyRequest {
+    VerifyRequest {
+        format: None,
+        accumulate: None,
+        ftz: false,
+        runtime: None,
+        gram_iterations: 12,
+        timeout_s: 120.0,
+        options: VerifyOptions {
+            complete: true,
+            subdomains: 200_000,
+            memory_bytes: 256 << 20,
+        },
+    }
+}
+
+/// The family: every shape, and twelve with two random hidden layers of 8 to 19 units (where
+/// the bounds alone rarely decide), with the input width set to `1 + pinned` (an identity
+/// layer keeps its width equal to the layer below).
+fn family(pinned: usize) -> Vec<Shape> {
+    let wide = (0..12).map(|k| Shape {
+        widths: vec![1, 8 + k, 8 + k, 3],
+        kinds: vec![Kind::Random, Kind::Random],
+        huge_bias: false,
+        seed: 900 + k as u64,
+    });
+    (shapes(56).into_iter().chain(wide))
+        .map(|mut s| {
+            s.widths[0] = 1 + pinned;
+            if s.kinds.first() == Some(&Kind::Identity) {
+                s.widths[1] = 1 + pinned;
+            }
+            for l in 1..s.kinds.len() {
+                if s.kinds[l] == Kind::Identity {
+                    s.widths[l + 1] = s.widths[l];
+                }
+            }
+            s
+        })
+        .collect()
+}
+
+fn check_family(pinned: usize) {
+    let (a, b) = (-1.5f64, 2.0f64);
+    let pins: Vec<f64> = (0..pinned)
+        .map(|k| f64::from(0.25f32 * (k as f32 - 7.0)))
+        .collect();
+    let pins_q: Vec<Rational> = pins.iter().map(|v| q(*v)).collect();
+    let (mut holds, mut violated, mut split, mut infeasible) = (0, 0, 0, 0);
+    for shape in family(pinned) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let model = write_model(&shape, dir.path());
+        let exact = Exact::of(&shape);
+        let (m, scale) = exact.min_margin((&q(a), &q(b)), &pins_q);
+        let delta = q(1e-4) * (Rational::from(1) + scale);
+        let classes = *shape.widths.last().expect("classes");
+        for (sign, want) in [(-1, "unsat"), (1, "sat")] {
+            let c = decimal(&(m.clone() + Rational::from(sign) * &delta));
+            let prop = property(dir.path(), (a, b), &pins, classes, &c);
+            let r = verify_cmd::instance(&request(), (&model, &prop), 120.0, &Progress::silent())
+                .unwrap_or_else(|e| panic!("{}: {e}", shape.name()));
+            let what = format!("{} c = {c} (exact minimum {})", shape.name(), m.to_f64());
+            assert_eq!(
+                r.outcome.verdict.word(),
+                want,
+                "{what}: {:?}",
+                r.outcome.searches
+            );
+            let bounded: usize = r.outcome.searches.iter().map(|s| s.bounded).sum();
+            split += usize::from(bounded > 1);
+            infeasible += r
+                .outcome
+                .searches
+                .iter()
+                .map(|s| s.infeasible)
+                .sum::<usize>();
+            match &r.outcome.verdict {
+                Verdict::Violated(cx) => {
+                    let t = q(cx.input[0]);
+                    assert!(q(a) <= t && t <= q(b), "{what}: outside the box");
+                    assert_eq!(&cx.input[1..], &pins[..], "{what}: pinned inputs moved");
+                    let xs: Vec<Rational> = cx.input.iter().map(|v| q(*v)).collect();
+                    let y = exact.pre(&xs, exact.layers.len() - 1);
+                    let g = Rational::from(&y[0] - &y[1]);
+                    let cq = m.clone() + &delta;
+                    assert!(
+                        g <= cq.clone() + &delta,
+                        "{what}: the exact margin {} is far above c",
+                        g.to_f64()
+                    );
+                    violated += 1;
+                }
+                Verdict::Holds => holds += 1,
+                _ => unreachable!(),
+            }
+        }
+    }
+    eprintln!("{holds} shapes: {split} verdicts needed splits, {infeasible} subdomains infeasible");
+    assert_eq!(holds, violated);
+    assert!(holds >= 70, "{holds} shapes");
+    // the bounds alone must not have decided everything: the search itself is under test
+    assert!(split >= 10, "{split} verdicts needed splits");
+}
+
+#[test]
+fn input_splitting_returns_the_exact_verdict_on_every_shape() {
+    check_family(0);
+}
+
+#[test]
+fn relu_splitting_returns_the_exact_verdict_on_every_shape() {
+    check_family(PINNED);
+}
