@@ -22,6 +22,7 @@ mod split;
 pub use backward::Trace;
 pub use deployed::{Deployment, LayerRounding};
 pub use region::InputSet;
+pub use slopes::Multipliers;
 pub use split::{Infeasible, Phase, Splits};
 
 use ndarray::{Array1, Array2};
@@ -102,9 +103,13 @@ pub struct SplitBounds {
     pub hidden: HiddenBounds,
     /// The coefficients CROWN's substitution carried for the rows.
     pub trace: Trace,
+    /// The slopes and multipliers the search found for every row (a child's starting point),
+    /// when it ran on every row.
+    pub optimised: Option<Multipliers>,
 }
 
 /// Pre-activation bounds of every hidden layer over the ball, with their relaxations.
+#[derive(Clone, Debug)]
 pub struct HiddenBounds {
     /// Per hidden layer, bounds on its pre-activations.
     pub pre: Vec<Bounds>,
@@ -119,6 +124,27 @@ impl HiddenBounds {
     /// Per hidden layer, each unit's relaxation.
     pub fn relaxations(&self) -> &[Vec<UnitRelaxation>] {
         &self.relax
+    }
+
+    /// These bounds (computed without splits over a set holding the subdomain's) with each
+    /// split unit's bounds clamped to its half-line and relaxed again ([`split`]): sound over the
+    /// subdomain, since bounds over a larger set hold over a smaller one and the clamping is B2's.
+    /// The rounding charges are kept (they were computed from wider bounds).
+    fn with_splits(&self, splits: &Splits) -> Result<HiddenBounds, Undecided> {
+        let mut out = self.clone();
+        for (l, pre) in out.pre.iter_mut().enumerate() {
+            split::constrain(pre, splits, l).map_err(Undecided::Infeasible)?;
+        }
+        for &(l, j, _) in splits.iter() {
+            let (Some(pre), Some(units)) = (out.pre.get(l), out.relax.get_mut(l)) else {
+                continue;
+            };
+            if let (Some(lo), Some(hi), Some(unit)) = (pre.lo.get(j), pre.hi.get(j), units.get_mut(j))
+            {
+                *unit = relax_unit(*lo, *hi).ok_or(Undecided::NotFinite)?;
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -400,7 +426,8 @@ impl<'a> LocalNet<'a> {
         let lines = (None, true, None);
         let mut lower = backward::lower_bounds(self, top, c.clone(), parts, lines, region, None);
         if let Some(search) = search {
-            self.search_slopes(search, c, &mut lower, (&hidden, region, &Splits::none()));
+            let parts = (&hidden, region, &Splits::none());
+            self.search_slopes((search, None), c, &mut lower, parts);
         }
         Some((lower, hidden))
     }
@@ -408,13 +435,17 @@ impl<'a> LocalNet<'a> {
     /// Lower bounds on the rows of `C y(x)` over the subdomain of `set` where the units `splits`
     /// fixes are in their phases (branch and bound's bounding step; `lip_slack` as in
     /// [`LocalNet::hidden_bounds`]), with the hidden bounds and the coefficients they rest on;
-    /// `search` as in [`LocalNet::with_slope_search`] (it replaces the net's own).
+    /// `search` as in [`LocalNet::with_slope_search`] (it replaces the net's own), started from
+    /// `warm` (multipliers found for the same rows, a parent's) where given. With a `base`,
+    /// hidden bounds computed over a set holding `set` without splits, those are reused with
+    /// the splits applied ([`HiddenBounds::with_splits`]) instead of being recomputed.
     pub fn split_lower_bounds(
         &self,
         set: InputSet<'_>,
         (c, lip_slack): (&Array2<f64>, &[f64]),
         splits: &Splits,
-        search: Option<SlopeSearch>,
+        (search, warm): (Option<SlopeSearch>, Option<&Multipliers>),
+        base: Option<&HiddenBounds>,
     ) -> SplitOutcome {
         if c.ncols() != self.classes() {
             return SplitOutcome::NotFinite;
@@ -422,7 +453,11 @@ impl<'a> LocalNet<'a> {
         let Some(region) = Region::new(set, self.input_dim()) else {
             return SplitOutcome::NotFinite;
         };
-        let hidden = match self.hidden_over(&region, lip_slack, splits) {
+        let hidden = match base {
+            Some(b) => b.with_splits(splits),
+            None => self.hidden_over(&region, lip_slack, splits),
+        };
+        let hidden = match hidden {
             Ok(h) => h,
             Err(Undecided::Infeasible(at)) => return SplitOutcome::Infeasible(at),
             Err(Undecided::NotFinite) => return SplitOutcome::NotFinite,
@@ -440,45 +475,51 @@ impl<'a> LocalNet<'a> {
             &region,
             Some(&mut trace),
         );
-        if let Some(search) = search {
-            self.search_slopes(search, c, &mut lower, (&hidden, &region, splits));
-        }
+        let optimised = search.and_then(|search| {
+            self.search_slopes((search, warm), c, &mut lower, (&hidden, &region, splits))
+        });
         SplitOutcome::Bounded(SplitBounds {
             lower,
             hidden,
             trace,
+            optimised,
         })
     }
 }
 
 impl LocalNet<'_> {
     /// For the rows of `c` whose bound in `lower` is at most the search's target, searches lower
-    /// slopes and the split constraints' multipliers ([`slopes::search`]) and keeps, per row,
-    /// the larger of the two sound bounds.
+    /// slopes and the split constraints' multipliers ([`slopes::search`], from `warm`'s rows
+    /// where given) and keeps, per row, the larger of the two sound bounds. Returns what it found
+    /// when it searched every row.
     fn search_slopes(
         &self,
-        search: SlopeSearch,
+        (search, warm): (SlopeSearch, Option<&Multipliers>),
         c: &Array2<f64>,
         lower: &mut [f64],
         (hidden, region, splits): (&HiddenBounds, &Region, &Splits),
-    ) {
+    ) -> Option<Multipliers> {
         let rows: Vec<usize> = (0..c.nrows())
             .filter(|&r| lower[r].partial_cmp(&search.target) != Some(std::cmp::Ordering::Greater))
             .collect();
         if rows.is_empty() || search.iterations == 0 {
-            return;
+            return None;
         }
         let c = c.select(ndarray::Axis(0), &rows);
         let start: Vec<f64> = rows.iter().map(|&r| lower[r]).collect();
-        let Some(found) = slopes::search(
+        let reach = match &region.boxed {
+            Some(b) => slopes::Reach::Box(&b.half),
+            None => slopes::Reach::Ball(region.eps),
+        };
+        let from = warm.map(|w| w.select_rows(&rows));
+        let found = slopes::search(
             self,
             &hidden.relax,
-            (&c, region.centre.view(), region.eps),
+            (&c, region.centre.view(), reach),
             (&start, search.target),
             (search.iterations, splits),
-        ) else {
-            return;
-        };
+            from.as_ref(),
+        )?;
         let top = self.layers.len() - 1;
         let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
         let shift = (!splits.is_empty()).then_some((&found.betas[..], splits));
@@ -490,6 +531,7 @@ impl LocalNet<'_> {
                 lower[r] = b;
             }
         }
+        (rows.len() == lower.len()).then_some(found)
     }
 }
 

@@ -30,6 +30,17 @@ const STEP: f64 = 0.1;
 /// Adam's decay rates of the first and second moments.
 const DECAY: (f64, f64) = (0.9, 0.999);
 
+/// The set the search's plain bound is a minimum over: the l2 ball of radius `eps` around the
+/// centre, or the box of half-widths `half` around it (minimum `- sum_i |M_ri| half_i`, at
+/// the vertex `x* = x0 - half sign(M_r)`).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Reach<'a> {
+    /// A ball's radius.
+    Ball(f64),
+    /// A box's half-widths.
+    Box(&'a Array1<f64>),
+}
+
 /// The relaxed network's state for a block of margin rows at given slopes.
 struct Pass {
     /// Per row, the (float64, unrounded) bound.
@@ -38,34 +49,59 @@ struct Pass {
     mu: Vec<Array2<f64>>,
     /// The rows' coefficients over the first layer's pre-activations.
     first: Array2<f64>,
-    /// Per row, `||W_1^T Lambda_1^T||`.
+    /// Per row, `||W_1^T Lambda_1^T||` (a ball).
     norm: Vec<f64>,
+    /// Per row, the minimiser's offset from the centre, `-half sign(Lambda_1 W_1)` (a box).
+    offset: Option<Array2<f64>>,
 }
 
 /// What the search found: per hidden layer, rows x units, the lower slopes and the split
-/// constraints' multipliers (zero where no split is).
-pub(super) struct Found {
+/// constraints' multipliers (zero where no split is). A search may start from another's
+/// (branch and bound's children from their parent's), rows selected alike.
+#[derive(Clone, Debug)]
+pub struct Multipliers {
     /// Lower slopes in `[0, 1]`.
     pub(super) slopes: Vec<Array2<f64>>,
     /// Multipliers `>= 0`.
     pub(super) betas: Vec<Array2<f64>>,
 }
 
+impl Multipliers {
+    /// The rows `rows` (of the rows these were found for), in that order.
+    pub fn select_rows(&self, rows: &[usize]) -> Multipliers {
+        let pick = |v: &Vec<Array2<f64>>| -> Vec<Array2<f64>> {
+            v.iter().map(|a| a.select(Axis(0), rows)).collect()
+        };
+        Multipliers {
+            slopes: pick(&self.slopes),
+            betas: pick(&self.betas),
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        8 * (self.slopes.iter().chain(&self.betas)).map(|a| a.len()).sum::<usize>()
+    }
+}
+
 /// Per hidden layer, slopes (and multipliers of `splits`) for every row of `c` (rows x units; only entries of unstable units
 /// where the row's coefficient is nonnegative are read), found by up to `iterations` steps of
 /// projected gradient ascent from CROWN's adaptive slopes: the best slopes seen per row. `relax`
 /// are the hidden layers' relaxations, `x0` the centre, `eps` the radius; `start` the rows' sound
-/// CROWN bounds and `target` the value they must exceed. The search stops early once every row
+/// CROWN bounds and `target` the value they must exceed; `from`, where its shapes match, the
+/// point the search starts from instead of CROWN's slopes and zero multipliers (its values are
+/// projected onto `[0, 1]` and `[0, inf)`). The search stops early once every row
 /// is predicted above the target, and gives up (`None`) once a row's progress, extrapolated
 /// generously, cannot reach it (never for an infinite target: then it takes every step); the prediction of a sound bound is the search's own bound less
 /// its excess over the sound one at CROWN's slopes (the deployment's rounding).
 pub(super) fn search(
     net: &LocalNet,
     relax: &[Vec<UnitRelaxation>],
-    (c, x0, eps): (&Array2<f64>, ArrayView1<f64>, f64),
+    (c, x0, eps): (&Array2<f64>, ArrayView1<f64>, Reach<'_>),
     (start, target): (&[f64], f64),
     (iterations, splits): (usize, &Splits),
-) -> Option<Found> {
+    from: Option<&Multipliers>,
+) -> Option<Multipliers> {
     let rows = c.nrows();
     if start.iter().any(|s| !s.is_finite()) {
         return None;
@@ -80,10 +116,19 @@ pub(super) fn search(
         })
         .collect();
     let mut betas: Vec<Array2<f64>> = slopes.iter().map(|a| Array2::zeros(a.dim())).collect();
+    if let Some(w) = from {
+        let same = |a: &[Array2<f64>], b: &[Array2<f64>]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.dim() == y.dim())
+        };
+        if same(&w.slopes, &slopes) && same(&w.betas, &betas) {
+            slopes = (w.slopes.iter()).map(|a| a.mapv(|v| v.clamp(0.0, 1.0))).collect();
+            betas = (w.betas.iter()).map(|a| a.mapv(|v| v.max(0.0))).collect();
+        }
+    }
     let mut beta_moments: Vec<(Array2<f64>, Array2<f64>)> = (betas.iter())
         .map(|a| (Array2::zeros(a.dim()), Array2::zeros(a.dim())))
         .collect();
-    let mut best = Found {
+    let mut best = Multipliers {
         slopes: slopes.clone(),
         betas: betas.clone(),
     };
@@ -213,7 +258,7 @@ fn backward(
     c: &Array2<f64>,
     (slopes, betas, splits): (&[Array2<f64>], &[Array2<f64>], &Splits),
     centre: &Array1<f64>,
-    eps: f64,
+    eps: Reach<'_>,
 ) -> Pass {
     let top = net.layers.len() - 1;
     let mut lam = c.clone();
@@ -246,14 +291,32 @@ fn backward(
     }
     let first = &net.layers[0];
     cst += &lam.dot(&(centre + &first.b));
-    let quad = (lam.dot(&net.input_gram) * &lam).sum_axis(Axis(1));
-    let norm: Vec<f64> = quad.iter().map(|q| q.max(0.0).sqrt()).collect();
-    let bound = (cst.iter().zip(&norm)).map(|(c, n)| c - eps * n).collect();
+    let (norm, offset, bound) = match eps {
+        Reach::Ball(eps) => {
+            let quad = (lam.dot(&net.input_gram) * &lam).sum_axis(Axis(1));
+            let norm: Vec<f64> = quad.iter().map(|q| q.max(0.0).sqrt()).collect();
+            let bound = (cst.iter().zip(&norm)).map(|(c, n)| c - eps * n).collect();
+            (norm, None, bound)
+        }
+        Reach::Box(half) => {
+            let mut m = lam.dot(first.w);
+            let mut spread = vec![0.0; m.nrows()];
+            for (mut row, s) in m.rows_mut().into_iter().zip(&mut spread) {
+                row.zip_mut_with(half, |v, &r| {
+                    *s += v.abs() * r;
+                    *v = -v.signum() * r;
+                });
+            }
+            let bound = (cst.iter().zip(&spread)).map(|(c, s)| c - s).collect();
+            (Vec::new(), Some(m), bound)
+        }
+    };
     Pass {
         bound,
         mu,
         first: lam,
         norm,
+        offset,
     }
 }
 
@@ -266,13 +329,23 @@ fn gradients(
     pass: &Pass,
     (slopes, splits): (&[Array2<f64>], &Splits),
     centre: &Array1<f64>,
-    eps: f64,
+    eps: Reach<'_>,
 ) -> (Vec<Array2<f64>>, Vec<Array2<f64>>) {
-    // v_1 = W_1 x* + b_1 = W_1 x0 + b_1 - eps G Lambda_1^T / ||W_1^T Lambda_1^T||
-    let mut v = pass.first.dot(&net.input_gram);
-    for (mut row, &n) in v.rows_mut().into_iter().zip(&pass.norm) {
-        let scale = if n > 0.0 { -eps / n } else { 0.0 };
-        row.mapv_inplace(|g| g * scale);
+    // v_1 = W_1 x* + b_1: for a ball, W_1 x0 + b_1 - eps G Lambda_1^T / ||W_1^T Lambda_1^T||;
+    // for a box, W_1 x0 + b_1 + W_1 (x* - x0)
+    let mut v = match (eps, &pass.offset) {
+        (Reach::Box(_), Some(offset)) => offset.dot(&net.layers[0].w.t()),
+        (Reach::Ball(eps), _) => {
+            let mut v = pass.first.dot(&net.input_gram);
+            for (mut row, &n) in v.rows_mut().into_iter().zip(&pass.norm) {
+                let scale = if n > 0.0 { -eps / n } else { 0.0 };
+                row.mapv_inplace(|g| g * scale);
+            }
+            v
+        }
+        (Reach::Box(_), None) => Array2::zeros(pass.first.dim()),
+    };
+    for mut row in v.rows_mut() {
         row += centre;
         row += &net.layers[0].b;
     }
@@ -453,9 +526,9 @@ mod tests {
             &c,
             (&slopes, &zero, &none),
             &centre,
-            eps,
+            Reach::Ball(eps),
         );
-        let (grads, _) = gradients(&local, &hidden.relax, &pass, (&slopes, &none), &centre, eps);
+        let (grads, _) = gradients(&local, &hidden.relax, &pass, (&slopes, &none), &centre, Reach::Ball(eps));
         let mut read = 0;
         for (k, g) in grads.iter().enumerate() {
             for ((r, j), &d) in g.indexed_iter() {
@@ -463,7 +536,7 @@ mod tests {
                 let at = |delta: f64| {
                     let mut s = slopes.clone();
                     s[k][[r, j]] += delta;
-                    backward(&local, &hidden.relax, &c, (&s, &zero, &none), &centre, eps).bound[r]
+                    backward(&local, &hidden.relax, &c, (&s, &zero, &none), &centre, Reach::Ball(eps)).bound[r]
                 };
                 let numeric = (at(h) - at(-h)) / (2.0 * h);
                 assert!(
@@ -511,7 +584,7 @@ mod tests {
             &c,
             (&slopes, &betas, &splits),
             &centre,
-            eps,
+            Reach::Ball(eps),
         );
         let (_, grads) = gradients(
             &local,
@@ -519,7 +592,7 @@ mod tests {
             &pass,
             (&slopes, &splits),
             &centre,
-            eps,
+            Reach::Ball(eps),
         );
         let mut read = 0;
         for (k, g) in grads.iter().enumerate() {
@@ -534,7 +607,7 @@ mod tests {
                         &c,
                         (&slopes, &b, &splits),
                         &centre,
-                        eps,
+                        Reach::Ball(eps),
                     )
                     .bound[r]
                 };

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use crate::bounds::local::{Phase, Splits};
+use crate::bounds::local::{Multipliers, Phase, Splits};
 
 /// How a subdomain is to be split, chosen when it was bounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +40,9 @@ pub struct Subdomain {
     pub branch: Branch,
     /// Creation order, the tie-break.
     pub id: u64,
+    /// The slopes and split multipliers its bounds were found with, and the objective's rows
+    /// they are for (its children's search starts there; shared between siblings).
+    pub warm: Option<Arc<(Vec<usize>, Multipliers)>>,
 }
 
 impl Subdomain {
@@ -57,6 +60,7 @@ impl Subdomain {
                 gap: f64::NEG_INFINITY,
                 branch: Branch::Exhausted,
                 id: *next_id,
+                warm: self.warm.clone(),
             }
         };
         match self.branch {
@@ -78,11 +82,13 @@ impl Subdomain {
         }
     }
 
-    /// An upper bound of the bytes the subdomain holds (its box counted whole even where shared).
+    /// An upper bound of the bytes the subdomain holds (its box and its starting point counted
+    /// whole even where shared).
     pub fn bytes(&self) -> usize {
         std::mem::size_of::<Subdomain>()
             + 8 * (self.lo.len() + self.hi.len() + self.open.len())
             + 3 * 8 * self.splits.len()
+            + (self.warm.as_ref()).map_or(0, |w| 8 * w.0.len() + w.1.bytes())
     }
 }
 
@@ -171,6 +177,7 @@ mod tests {
             gap,
             branch: Branch::Input(1),
             id,
+            warm: None,
         }
     }
 

@@ -26,7 +26,7 @@ use rayon::prelude::*;
 
 use crate::arith::format::Format;
 use crate::arith::sound::add_down;
-use crate::bounds::local::{InputSet, SlopeSearch, SplitOutcome, Splits};
+use crate::bounds::local::{HiddenBounds, InputSet, SlopeSearch, SplitOutcome, Splits};
 use crate::engine::run::{with_box_net, BoxNet, Subject};
 use domain::{Branch, Queue, Subdomain};
 
@@ -129,6 +129,10 @@ struct Plan {
     by_input: bool,
     /// The root box's widths (no coordinate may lag far behind, [`branch::input_to_split`]).
     root_width: Vec<f64>,
+    /// With ReLU splits, the root's hidden bounds, reused in every subdomain with its splits
+    /// applied (beta-CROWN's choice: the split multipliers carry the splits' effect on the
+    /// layers above; every subdomain's box lies inside the root's).
+    base: Option<HiddenBounds>,
 }
 
 /// A bounded subdomain: open again (with its gap and branch), closed, or infeasible; with the
@@ -138,6 +142,8 @@ struct Bounded<C> {
     closed: bool,
     infeasible: bool,
     found: Option<C>,
+    /// The hidden bounds it rested on (kept at the root only).
+    hidden: Option<HiddenBounds>,
 }
 
 /// Decides whether some execution of the subject's deployed model on an input of `[lo, hi]` puts
@@ -182,9 +188,10 @@ fn search<C: Send>(
         depth: 0,
         seconds: 0.0,
     };
-    let plan = Plan {
+    let mut plan = Plan {
         by_input: net.net.input_dim() <= INPUT_SPLIT_MAX_DIM,
         root_width: lo.iter().zip(hi).map(|(l, h)| h - l).collect(),
+        base: None,
     };
     let root = Subdomain {
         lo: Arc::new(lo.to_vec()),
@@ -195,6 +202,7 @@ fn search<C: Send>(
         gap: f64::NEG_INFINITY,
         branch: Branch::Exhausted,
         id: 0,
+        warm: None,
     };
     let root_search = SlopeSearch {
         iterations: ROOT_SLOPE_STEPS,
@@ -205,14 +213,18 @@ fn search<C: Send>(
         target: f64::INFINITY,
     };
     let mut queue = Queue::default();
-    let mut batch = vec![bound(
+    let mut first = bound(
         (net, format),
         objective,
         root,
         Some(root_search),
         &plan,
         confirm,
-    )];
+    );
+    if !plan.by_input {
+        plan.base = first.hidden.take();
+    }
+    let mut batch = vec![first];
     let (mut next_id, mut stuck) = (0u64, false);
     loop {
         for b in batch {
@@ -293,6 +305,7 @@ fn bound<C>(
         closed: true,
         infeasible,
         found: None,
+        hidden: None,
     };
     match branch::onto_grid(format, &d.lo, &d.hi) {
         None => return done(d, true),
@@ -307,13 +320,19 @@ fn bound<C>(
     }
     let rows = objective.rows_of(&d.open);
     let c = objective.c.select(Axis(0), &rows);
+    let warm = d.warm.as_ref().and_then(|w| {
+        let at: Option<Vec<usize>> = (rows.iter())
+            .map(|r| w.0.iter().position(|k| k == r))
+            .collect();
+        at.map(|at| w.1.select_rows(&at))
+    });
     let set = InputSet::Box {
         lo: &d.lo,
         hi: &d.hi,
     };
-    let b = match net
+    let mut b = match net
         .net
-        .split_lower_bounds(set, (&c, &net.slack), &d.splits, search)
+        .split_lower_bounds(set, (&c, &net.slack), &d.splits, (search, warm.as_ref()), plan.base.as_ref())
     {
         SplitOutcome::Infeasible(_) => return done(d, true),
         SplitOutcome::NotFinite => {
@@ -323,6 +342,7 @@ fn bound<C>(
         }
         SplitOutcome::Bounded(b) => b,
     };
+    d.warm = b.optimised.take().map(|m| Arc::new((rows.clone(), m)));
     let per = objective.disjunct_bounds(&d.open, &rows, &b.lower);
     let keep: Vec<usize> = (d.open.iter().zip(&per))
         .filter(|(_, v)| !excluded(**v))
@@ -362,7 +382,10 @@ fn bound<C>(
             .map_or(Branch::Exhausted, Branch::Input),
     };
     let found = confirm(&candidate);
-    open(d, found)
+    Bounded {
+        hidden: Some(b.hidden),
+        ..open(d, found)
+    }
 }
 
 /// Whether a disjunct's bound `v` excludes it: strictly above zero (NaN excludes nothing).
@@ -377,6 +400,7 @@ fn open<C>(domain: Subdomain, found: Option<C>) -> Bounded<C> {
         closed: false,
         infeasible: false,
         found,
+        hidden: None,
     }
 }
 
