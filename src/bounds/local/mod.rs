@@ -64,6 +64,8 @@ pub struct LocalNet<'a> {
     d0: f64,
     /// Where and how long the final margins' lower slopes are optimised (`None`: CROWN's).
     search: Option<SlopeSearch>,
+    /// Steps of the slope search for the hidden layers' own bounds (0: CROWN's slopes).
+    intermediate_steps: usize,
 }
 
 /// Optimised lower slopes for the final margins ([`slopes`], alpha-CROWN): for the margins whose
@@ -139,7 +141,8 @@ impl HiddenBounds {
             let (Some(pre), Some(units)) = (out.pre.get(l), out.relax.get_mut(l)) else {
                 continue;
             };
-            if let (Some(lo), Some(hi), Some(unit)) = (pre.lo.get(j), pre.hi.get(j), units.get_mut(j))
+            if let (Some(lo), Some(hi), Some(unit)) =
+                (pre.lo.get(j), pre.hi.get(j), units.get_mut(j))
             {
                 *unit = relax_unit(*lo, *hi).ok_or(Undecided::NotFinite)?;
             }
@@ -209,7 +212,16 @@ impl<'a> LocalNet<'a> {
             lip_prefix,
             d0,
             search: None,
+            intermediate_steps: 0,
         })
+    }
+
+    /// The same network with the hidden layers' bounds also tightened by `steps` steps of the
+    /// slope search (alpha-CROWN on the intermediate bounds: fewer unstable units, at the cost
+    /// of a search per layer).
+    pub fn with_intermediate_search(mut self, steps: usize) -> Self {
+        self.intermediate_steps = steps;
+        self
     }
 
     /// The same network with the final margins' lower slopes optimised as `search` says.
@@ -286,7 +298,7 @@ impl<'a> LocalNet<'a> {
             }
             out.errors.push(errors);
             if l > 0 {
-                self.tighten(l, &mut bounds, &out, region);
+                self.tighten(l, &mut bounds, &out, (region, splits));
             }
             split::constrain(&mut bounds, splits, l).map_err(Undecided::Infeasible)?;
             let relax = (bounds.lo.iter().zip(&bounds.hi))
@@ -316,8 +328,16 @@ impl<'a> LocalNet<'a> {
     }
 
     /// CROWN bounds for the units of hidden layer `l` that `bounds` leaves unstable: one
-    /// backward substitution with rows `e_j` and `-e_j` per such unit.
-    fn tighten(&self, l: usize, bounds: &mut Bounds, below: &HiddenBounds, region: &Region) {
+    /// backward substitution with rows `e_j` and `-e_j` per such unit; then, with
+    /// [`LocalNet::with_intermediate_search`], one with searched slopes (and the multipliers of
+    /// `splits` below `l`), each bound the better of the two (both sound).
+    fn tighten(
+        &self,
+        l: usize,
+        bounds: &mut Bounds,
+        below: &HiddenBounds,
+        (region, splits): (&Region, &Splits),
+    ) {
         let unstable: Vec<usize> = (0..bounds.lo.len())
             .filter(|&j| bounds.lo[j] < 0.0 && bounds.hi[j] > 0.0)
             .collect();
@@ -329,15 +349,20 @@ impl<'a> LocalNet<'a> {
             c[[2 * t, j]] = 1.0;
             c[[2 * t + 1, j]] = -1.0;
         }
-        let lower = backward::lower_bounds(
-            self,
-            l,
-            c,
-            (&below.pre, &below.relax, &below.errors),
-            (None, false, None),
-            region,
-            None,
-        );
+        let parts = (&below.pre[..], &below.relax[..], &below.errors[..]);
+        let mut lower =
+            backward::lower_bounds(self, l, c.clone(), parts, (None, false, None), region, None);
+        if self.intermediate_steps > 0 {
+            let search = SlopeSearch {
+                iterations: self.intermediate_steps,
+                target: f64::INFINITY,
+            };
+            let mut searched = lower.clone();
+            self.search_slopes((search, None), &c, &mut searched, (below, region, splits));
+            for (v, s) in lower.iter_mut().zip(searched) {
+                *v = v.max(s);
+            }
+        }
         for (t, &j) in unstable.iter().enumerate() {
             bounds.lo[j] = bounds.lo[j].max(lower[2 * t]);
             bounds.hi[j] = bounds.hi[j].min(-lower[2 * t + 1]);
@@ -520,7 +545,9 @@ impl LocalNet<'_> {
             (search.iterations, splits),
             from.as_ref(),
         )?;
-        let top = self.layers.len() - 1;
+        // the rows are over the layer above the last relaxed one (the output, or a hidden
+        // layer's pre-activations when its own bounds are tightened)
+        let top = hidden.relax.len();
         let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
         let shift = (!splits.is_empty()).then_some((&found.betas[..], splits));
         let lines = (Some(&found.slopes[..]), true, shift);

@@ -80,7 +80,9 @@ impl Multipliers {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        8 * (self.slopes.iter().chain(&self.betas)).map(|a| a.len()).sum::<usize>()
+        8 * (self.slopes.iter().chain(&self.betas))
+            .map(|a| a.len())
+            .sum::<usize>()
     }
 }
 
@@ -121,7 +123,9 @@ pub(super) fn search(
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.dim() == y.dim())
         };
         if same(&w.slopes, &slopes) && same(&w.betas, &betas) {
-            slopes = (w.slopes.iter()).map(|a| a.mapv(|v| v.clamp(0.0, 1.0))).collect();
+            slopes = (w.slopes.iter())
+                .map(|a| a.mapv(|v| v.clamp(0.0, 1.0)))
+                .collect();
             betas = (w.betas.iter()).map(|a| a.mapv(|v| v.max(0.0))).collect();
         }
     }
@@ -260,7 +264,8 @@ fn backward(
     centre: &Array1<f64>,
     eps: Reach<'_>,
 ) -> Pass {
-    let top = net.layers.len() - 1;
+    // the rows are over the output of layer `top`, the layer above the last relaxed one
+    let top = relax.len();
     let mut lam = c.clone();
     let mut cst = Array1::<f64>::zeros(c.nrows());
     let mut mu = vec![Array2::zeros((0, 0)); top];
@@ -528,7 +533,14 @@ mod tests {
             &centre,
             Reach::Ball(eps),
         );
-        let (grads, _) = gradients(&local, &hidden.relax, &pass, (&slopes, &none), &centre, Reach::Ball(eps));
+        let (grads, _) = gradients(
+            &local,
+            &hidden.relax,
+            &pass,
+            (&slopes, &none),
+            &centre,
+            Reach::Ball(eps),
+        );
         let mut read = 0;
         for (k, g) in grads.iter().enumerate() {
             for ((r, j), &d) in g.indexed_iter() {
@@ -536,7 +548,15 @@ mod tests {
                 let at = |delta: f64| {
                     let mut s = slopes.clone();
                     s[k][[r, j]] += delta;
-                    backward(&local, &hidden.relax, &c, (&s, &zero, &none), &centre, Reach::Ball(eps)).bound[r]
+                    backward(
+                        &local,
+                        &hidden.relax,
+                        &c,
+                        (&s, &zero, &none),
+                        &centre,
+                        Reach::Ball(eps),
+                    )
+                    .bound[r]
                 };
                 let numeric = (at(h) - at(-h)) / (2.0 * h);
                 assert!(

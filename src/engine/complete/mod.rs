@@ -38,7 +38,7 @@ const INPUT_SPLIT_MAX_DIM: usize = 16;
 /// Steps of the search for lower slopes and split multipliers at the root.
 const ROOT_SLOPE_STEPS: usize = 20;
 /// The same in every other subdomain (where the split multipliers first appear).
-const CHILD_SLOPE_STEPS: usize = 10;
+const CHILD_SLOPE_STEPS: usize = 5;
 
 /// The unsafe region as rows of linear forms of the outputs: disjunct `d` is excluded over a
 /// subdomain when some usable row `r` of it has `lower_r + offset_r > 0`.
@@ -158,7 +158,12 @@ pub fn decide<C: Send>(
 ) -> CompleteOutcome<C> {
     let start = Instant::now();
     let format = subject.net.format;
-    let searched = with_box_net(subject, (lo, hi), |net| {
+    let steps = if subject.net.input_dim() <= INPUT_SPLIT_MAX_DIM {
+        0
+    } else {
+        ROOT_SLOPE_STEPS
+    };
+    let searched = with_box_net(subject, (lo, hi), steps, |net| {
         search((net, format), (lo, hi), objective, budget, confirm, start)
     });
     searched.unwrap_or_else(|why| CompleteOutcome {
@@ -330,10 +335,13 @@ fn bound<C>(
         lo: &d.lo,
         hi: &d.hi,
     };
-    let mut b = match net
-        .net
-        .split_lower_bounds(set, (&c, &net.slack), &d.splits, (search, warm.as_ref()), plan.base.as_ref())
-    {
+    let mut b = match net.net.split_lower_bounds(
+        set,
+        (&c, &net.slack),
+        &d.splits,
+        (search, warm.as_ref()),
+        plan.base.as_ref(),
+    ) {
         SplitOutcome::Infeasible(_) => return done(d, true),
         SplitOutcome::NotFinite => {
             // nothing known: split on (an input box always can be, until it is a point)

@@ -200,12 +200,15 @@ pub struct BoxNet<'a> {
 
 /// Calls `f` with the subject's deployed execution prepared for bounds over the box `[lo, hi]`
 /// and any box inside it ([`BoxNet`]: [`LocalNet::linear_lower_bounds`],
-/// [`LocalNet::split_lower_bounds`]), or says why local bounds do not cover the subject. Leading
+/// [`LocalNet::split_lower_bounds`]; the hidden layers' bounds tightened by `intermediate_steps`
+/// steps of the slope search, [`LocalNet::with_intermediate_search`]), or says why local bounds
+/// do not cover the subject. Leading
 /// affine steps that are exact identities (adding zero, scaling by one: no execution changes a
 /// value) are dropped; the lower slopes are searched on every row.
 pub fn with_box_net<R>(
     subject: &Subject,
     (lo, hi): (&[f64], &[f64]),
+    intermediate_steps: usize,
     f: impl FnOnce(&BoxNet<'_>) -> R,
 ) -> Result<R, String> {
     let fmt = subject.bounds.as_ref().map_err(Clone::clone)?;
@@ -225,7 +228,9 @@ pub fn with_box_net<R>(
         iterations: SLOPE_STEPS,
         target: f64::INFINITY,
     };
-    let net = LocalNet::new(&kept, Some(prefix), Some(deployment))?.with_slope_search(search);
+    let net = (LocalNet::new(&kept, Some(prefix), Some(deployment))?)
+        .with_slope_search(search)
+        .with_intermediate_search(intermediate_steps);
     // every point of the box has ||x|| <= || max(|lo|, |hi|) ||
     let r0 = l2_norm_up(lo.iter().zip(hi).map(|(l, h)| l.abs().max(h.abs())));
     let slack: Vec<f64> = match fmt.deviation_profile(r0) {
@@ -243,7 +248,7 @@ pub fn box_lower_bounds(
     (lo, hi): (&[f64], &[f64]),
     c: &ndarray::Array2<f64>,
 ) -> Result<Vec<f64>, String> {
-    with_box_net(subject, (lo, hi), |b| {
+    with_box_net(subject, (lo, hi), 0, |b| {
         let set = InputSet::Box { lo, hi };
         (b.net.linear_lower_bounds(set, c, &b.slack))
             .ok_or_else(|| "the local bounds over the box are not finite".to_string())
