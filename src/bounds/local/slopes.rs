@@ -583,8 +583,11 @@ mod tests {
             .with(0, 1, Phase::Inactive)
             .with(1, 0, Phase::Inactive)
             .with(1, 1, Phase::Active);
-        let region =
-            super::super::Region::new(super::super::InputSet::Ball { x0: &x0, eps }, 3).unwrap();
+        let region = crate::bounds::local::region::Region::new(
+            crate::bounds::local::InputSet::Ball { x0: &x0, eps },
+            3,
+        )
+        .unwrap();
         let Ok(hidden) = local.hidden_over(&region, &[], &splits) else {
             panic!("the subdomain is feasible at this point")
         };

@@ -140,7 +140,7 @@ fn line_table_matches_the_general_relaxation() {
 /// positive or not finite, for a unit without a split, or for another layer.
 #[test]
 fn the_split_shift_moves_only_split_units_against_their_sign() {
-    use super::super::{Phase, Splits};
+    use crate::bounds::local::{Phase, Splits};
     let splits = Splits::none()
         .with(1, 0, Phase::Active)
         .with(1, 1, Phase::Inactive)
