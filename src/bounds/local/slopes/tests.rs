@@ -1,0 +1,258 @@
+//! Unit tests of the slope and multiplier search: its stopping rules, Adam's steps and the
+//! gradients against finite differences.
+
+use super::*;
+use crate::arith::format::Format;
+use crate::onnx::model::{Activation, Dense, DenseNet};
+
+/// The search's stopping rules, pinned at values where each operand matters: the excess over
+/// the sound bound, the prediction, the "safely above" margin of a tenth of the excess, and
+/// the generous extrapolation `p + max(p - s, 0) 2 (iterations - step) / step` (= 7 here).
+#[test]
+fn the_stopping_rules_are_the_documented_formulas() {
+    assert_eq!(excess_over_sound(3.0, 1.0), 2.0);
+    assert_eq!(excess_over_sound(1.0, 3.0), 0.0);
+    assert_eq!(predicted_sound(3.0, 1.0), 2.0);
+    assert!(safely_above(2.0, 1.0, 1.85) && !safely_above(2.0, 1.0, 1.95));
+    // strictly above, and the margin is a tenth of the excess (2 here: 0.2, not 0.05)
+    assert!(!safely_above(2.0, 0.0, 2.0) && !safely_above(2.0, 2.0, 1.85));
+    assert!(!cannot_reach((1.0, 0.0), 7.0, (5, 20)));
+    assert!(cannot_reach((1.0, 0.0), 7.5, (5, 20)));
+    // no progress yet: only the prediction itself counts
+    assert!(!cannot_reach((1.0, 2.0), 1.0, (5, 20)) && cannot_reach((1.0, 2.0), 1.5, (5, 20)));
+    assert!(cannot_reach((f64::NAN, 0.0), 0.0, (5, 20)));
+}
+
+/// Three Adam steps on one slope (gradients 1, -0.5, 0.25 from 0.5), against the textbook
+/// update `a += STEP m_hat / (sqrt(v_hat) + 1e-12)` with bias-corrected moments, computed
+/// apart (Python floats): the slope, first and second moments after each step.
+#[test]
+fn adam_takes_the_textbook_steps() {
+    let want = [
+        (0.5999999999999, 0.09999999999999998, 0.0010000000000000009),
+        (
+            0.6266337039659063,
+            0.039999999999999994,
+            0.0012490000000000012,
+        ),
+        (
+            0.660676618786776,
+            0.06099999999999999,
+            0.0013102510000000012,
+        ),
+    ];
+    let (mut a, mut m, mut v) = (
+        Array2::from_elem((1, 1), 0.5),
+        Array2::zeros((1, 1)),
+        Array2::zeros((1, 1)),
+    );
+    for (step, (g, (wa, wm, wv))) in [1.0, -0.5, 0.25].into_iter().zip(want).enumerate() {
+        adam_ascent(
+            &mut a,
+            &Array2::from_elem((1, 1), g),
+            (&mut m, &mut v),
+            step + 1,
+            1.0,
+        );
+        let close = |x: f64, y: f64| (x - y).abs() <= 1e-12 * y.abs();
+        assert!(close(a[[0, 0]], wa) && close(m[[0, 0]], wm) && close(v[[0, 0]], wv));
+    }
+}
+
+/// Adam's safeguard against a zero second moment adds to the denominator: a tiny gradient
+/// still steps along its sign (a subtracted safeguard would reverse it).
+#[test]
+fn a_tiny_gradient_steps_along_its_sign() {
+    let (mut a, mut m, mut v) = (
+        Array2::from_elem((1, 1), 0.5),
+        Array2::zeros((1, 1)),
+        Array2::zeros((1, 1)),
+    );
+    adam_ascent(
+        &mut a,
+        &Array2::from_elem((1, 1), 1e-20),
+        (&mut m, &mut v),
+        1,
+        1.0,
+    );
+    assert!(a[[0, 0]] > 0.5 && a[[0, 0]] < 0.5 + 1e-8, "{}", a[[0, 0]]);
+}
+
+/// The search starts from CROWN's adaptive lower slopes: the unit's own lower slope.
+#[test]
+fn the_search_starts_from_crowns_slopes() {
+    let unit = |lower| UnitRelaxation::Unstable {
+        lower,
+        slope: 0.5,
+        offset: 0.5,
+    };
+    assert_eq!(crown_slope(&unit(1.0)), 1.0);
+    assert_eq!(crown_slope(&unit(0.0)), 0.0);
+}
+
+/// A 3-5-4-3 ReLU network with fixed pseudo-random weights.
+fn net() -> DenseNet {
+    let mut seed = 7u64;
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+    };
+    let mut layer = |m: usize, n: usize, act| Dense {
+        w: Array2::from_shape_fn((m, n), |_| next()),
+        b: (0..m).map(|_| 0.3 * next()).collect(),
+        act,
+        nodes: vec![],
+        ops: vec![],
+        casts: vec![],
+        affine: None,
+    };
+    let layers = vec![
+        layer(5, 3, Activation::Relu),
+        layer(4, 5, Activation::Relu),
+        layer(3, 4, Activation::Identity),
+    ];
+    DenseNet::of_layers(layers, Format::Float64)
+}
+
+/// The derivative `mu_kj v_kj` (module docs) matches central differences of the bound in
+/// every slope the substitution reads, at slopes inside `[0, 1]`.
+#[test]
+fn gradients_match_finite_differences_of_the_bound() {
+    let dense = net();
+    let local = LocalNet::new(&dense, None, None).unwrap();
+    let x0 = [0.2, -0.4, 0.7];
+    let eps = 0.5;
+    let hidden = local.hidden_bounds(&x0, eps, &[]).unwrap();
+    let unstable: usize = (hidden.relax.iter().flatten())
+        .filter(|u| matches!(u, UnitRelaxation::Unstable { .. }))
+        .count();
+    assert!(unstable >= 3, "{unstable} unstable units");
+    let c = ndarray::array![[1.0, -1.0, 0.0], [1.0, 0.0, -1.0]];
+    let slopes: Vec<Array2<f64>> = (hidden.relax.iter())
+        .map(|units| Array2::from_shape_fn((2, units.len()), |(r, j)| 0.3 + 0.1 * (r + j) as f64))
+        .collect();
+    let centre = dense.layers[0].w.dot(&ArrayView1::from(&x0));
+    let none = Splits::none();
+    let zero: Vec<Array2<f64>> = slopes.iter().map(|a| Array2::zeros(a.dim())).collect();
+    let pass = backward(
+        &local,
+        &hidden.relax,
+        &c,
+        (&slopes, &zero, &none),
+        &centre,
+        Reach::Ball(eps),
+    );
+    let (grads, _) = gradients(
+        &local,
+        &hidden.relax,
+        &pass,
+        (&slopes, &none),
+        &centre,
+        Reach::Ball(eps),
+    );
+    let mut read = 0;
+    for (k, g) in grads.iter().enumerate() {
+        for ((r, j), &d) in g.indexed_iter() {
+            let h = 1e-6;
+            let at = |delta: f64| {
+                let mut s = slopes.clone();
+                s[k][[r, j]] += delta;
+                backward(
+                    &local,
+                    &hidden.relax,
+                    &c,
+                    (&s, &zero, &none),
+                    &centre,
+                    Reach::Ball(eps),
+                )
+                .bound[r]
+            };
+            let numeric = (at(h) - at(-h)) / (2.0 * h);
+            assert!(
+                (numeric - d).abs() <= 1e-6 * (1.0 + d.abs()),
+                "layer {k} row {r} unit {j}: {d} vs {numeric}"
+            );
+            read += usize::from(d != 0.0);
+        }
+    }
+    assert!(read >= 2, "{read} slopes read");
+}
+
+/// The split multipliers' derivative `-s v_kj` against finite differences of the bound, in a
+/// subdomain fixing one unit of each layer active and one inactive (their relaxations from
+/// the split bounds), at multipliers away from zero.
+#[test]
+fn beta_gradients_match_finite_differences_of_the_bound() {
+    let dense = net();
+    let local = LocalNet::new(&dense, None, None).unwrap();
+    let x0 = [0.2, -0.4, 0.7];
+    let eps = 0.5;
+    let splits = Splits::none()
+        .with(0, 0, Phase::Active)
+        .with(0, 1, Phase::Inactive)
+        .with(1, 0, Phase::Inactive)
+        .with(1, 1, Phase::Active);
+    let region = crate::bounds::local::region::Region::new(
+        crate::bounds::local::InputSet::Ball { x0: &x0, eps },
+        3,
+    )
+    .unwrap();
+    let Ok(hidden) = local.hidden_over(&region, &[], &splits) else {
+        panic!("the subdomain is feasible at this point")
+    };
+    let c = ndarray::array![[1.0, -1.0, 0.0], [0.0, 1.0, -1.0]];
+    let slopes: Vec<Array2<f64>> = (hidden.relax.iter())
+        .map(|units| Array2::from_elem((2, units.len()), 0.5))
+        .collect();
+    let betas: Vec<Array2<f64>> = (hidden.relax.iter())
+        .map(|units| {
+            Array2::from_shape_fn((2, units.len()), |(r, j)| 0.2 + 0.1 * (r + 2 * j) as f64)
+        })
+        .collect();
+    let centre = dense.layers[0].w.dot(&ArrayView1::from(&x0));
+    let pass = backward(
+        &local,
+        &hidden.relax,
+        &c,
+        (&slopes, &betas, &splits),
+        &centre,
+        Reach::Ball(eps),
+    );
+    let (_, grads) = gradients(
+        &local,
+        &hidden.relax,
+        &pass,
+        (&slopes, &splits),
+        &centre,
+        Reach::Ball(eps),
+    );
+    let mut read = 0;
+    for (k, g) in grads.iter().enumerate() {
+        for ((r, j), &d) in g.indexed_iter() {
+            let h = 1e-6;
+            let at = |delta: f64| {
+                let mut b = betas.clone();
+                b[k][[r, j]] += delta;
+                backward(
+                    &local,
+                    &hidden.relax,
+                    &c,
+                    (&slopes, &b, &splits),
+                    &centre,
+                    Reach::Ball(eps),
+                )
+                .bound[r]
+            };
+            let numeric = (at(h) - at(-h)) / (2.0 * h);
+            assert!(
+                (numeric - d).abs() <= 1e-6 * (1.0 + d.abs()),
+                "layer {k} row {r} unit {j}: {d} vs {numeric}"
+            );
+            read += usize::from(d != 0.0);
+        }
+    }
+    // every split unit of every row has a multiplier that moves the bound
+    assert_eq!(read, 8, "{read} multipliers read");
+}
