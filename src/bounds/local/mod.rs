@@ -90,7 +90,7 @@ enum Undecided {
 /// What [`LocalNet::split_lower_bounds`] came to.
 pub enum SplitOutcome {
     /// Sound lower bounds over the subdomain.
-    Bounded(SplitBounds),
+    Bounded(Box<SplitBounds>),
     /// No execution of the set has the units in the phases the splits fix.
     Infeasible(Infeasible),
     /// The set was empty or not finite, or a bound was not finite: nothing is known.
@@ -503,12 +503,12 @@ impl<'a> LocalNet<'a> {
         let optimised = search.and_then(|search| {
             self.search_slopes((search, warm), c, &mut lower, (&hidden, &region, splits))
         });
-        SplitOutcome::Bounded(SplitBounds {
+        SplitOutcome::Bounded(Box::new(SplitBounds {
             lower,
             hidden,
             trace,
             optimised,
-        })
+        }))
     }
 }
 

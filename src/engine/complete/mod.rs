@@ -348,7 +348,7 @@ fn bound<C>(
             d.branch = fallback_branch(&d, plan);
             return open(d, None);
         }
-        SplitOutcome::Bounded(b) => b,
+        SplitOutcome::Bounded(b) => *b,
     };
     d.warm = b.optimised.take().map(|m| Arc::new((rows.clone(), m)));
     let per = objective.disjunct_bounds(&d.open, &rows, &b.lower);
