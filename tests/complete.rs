@@ -157,19 +157,12 @@ fn property(
 }
 
 fn request() -> VerifyRequest {
-    VerifyRequest {
-        format: None,
-        accumulate: None,
-        ftz: false,
-        runtime: None,
-        gram_iterations: 12,
-        timeout_s: 120.0,
-        options: VerifyOptions {
-            complete: true,
-            subdomains: 200_000,
-            memory_bytes: 256 << 20,
-        },
-    }
+    let options = VerifyOptions {
+        complete: true,
+        subdomains: 200_000,
+        memory_bytes: 256 << 20,
+    };
+    common::verify_request::request(120.0, options)
 }
 
 /// The family: every shape, and twelve with three random hidden layers of 8 to 19 units (where
@@ -268,4 +261,58 @@ fn input_splitting_returns_the_exact_verdict_on_every_shape() {
 #[test]
 fn relu_splitting_returns_the_exact_verdict_on_every_shape() {
     check_family(PINNED);
+}
+
+/// For a budget of subdomains, the verdict and the search itself (subdomains bounded, the
+/// deepest, the queue's peak) are the same with one thread and with two, on properties that
+/// need splits on both paths, one stopped by the budget.
+#[test]
+fn the_search_does_not_depend_on_the_thread_count() {
+    let mut compared = 0;
+    for (pinned, budget) in [(0, 200_000), (PINNED, 200_000), (PINNED, 40)] {
+        let shape = family(pinned).pop().expect("a wide shape");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let model = write_model(&shape, dir.path());
+        let pins: Vec<f64> = (0..pinned)
+            .map(|k| f64::from(0.25f32 * (k as f32 - 7.0)))
+            .collect();
+        let pins_q: Vec<Rational> = pins.iter().map(|v| q(*v)).collect();
+        let exact = Exact::of(&shape);
+        let (m, scale) = exact.min_margin((&q(-1.5), &q(2.0)), &pins_q);
+        let c = decimal(&(m - q(1e-4) * (Rational::from(1) + scale)));
+        let prop = property(dir.path(), (-1.5, 2.0), &pins, 3, &c);
+        let mut req = request();
+        req.options.subdomains = budget;
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a pool");
+            let r = pool.install(|| {
+                verify_cmd::instance(&req, (&model, &prop), 120.0, &Progress::silent())
+                    .expect("decided")
+            });
+            let s: Vec<_> = (r.outcome.searches.iter())
+                .map(|s| {
+                    (
+                        s.bounded,
+                        s.depth,
+                        s.peak_queue,
+                        s.infeasible,
+                        s.unknown.clone(),
+                    )
+                })
+                .collect();
+            (r.outcome.verdict.word(), s)
+        };
+        let one = run(1);
+        assert!(
+            one.1.iter().any(|s| s.0 > 1),
+            "{}: no split needed",
+            shape.name()
+        );
+        assert_eq!(one, run(2), "{}", shape.name());
+        compared += 1;
+    }
+    assert_eq!(compared, 3);
 }

@@ -317,21 +317,13 @@ fn bench_curve(
 /// per network, the wall time, the instances, and how many were verified (`certified`) and
 /// falsified (in the phase name).
 fn bench_vnncomp(list: &Path, progress: &Progress) -> Result<Vec<Phase>, LipfpError> {
-    use crate::commands::verify::{instances, VerifyRequest};
+    use crate::commands::verify::instances;
     use crate::engine::verify::Verdict;
     progress.stage("vnncomp2021 mnistfc: lipfp verify --incomplete at 0.1 x the timeouts");
-    let req = VerifyRequest {
-        format: None,
-        accumulate: None,
-        ftz: false,
-        runtime: None,
-        gram_iterations: DEFAULT_GRAM_ITERATIONS,
-        timeout_s: 300.0,
-        options: crate::engine::verify::VerifyOptions {
-            complete: false,
-            ..Default::default()
-        },
-    };
+    let req = verify_request(crate::engine::verify::VerifyOptions {
+        complete: false,
+        ..Default::default()
+    });
     let (results, _) = instances(&req, list, 0.1, progress)?;
     let mut nets: Vec<String> = Vec::new();
     for r in &results {
@@ -378,22 +370,14 @@ fn bench_vnncomp(list: &Path, progress: &Progress) -> Result<Vec<Phase>, LipfpEr
 /// (`prop_12_0.03`, which a-b-CROWN took 251 s to verify in 2021), for a fixed budget of
 /// subdomains (the same work on every machine and thread count).
 fn bench_subdomains(list: &Path, progress: &Progress) -> Result<Phase, LipfpError> {
-    use crate::commands::verify::{instance, VerifyRequest};
+    use crate::commands::verify::instance;
     const SUBDOMAINS: usize = 3000;
     progress.stage("vnncomp2021 mnistfc: branch and bound on 784-256x6-10");
     let dir = list.parent().unwrap_or(Path::new("."));
-    let req = VerifyRequest {
-        format: None,
-        accumulate: None,
-        ftz: false,
-        runtime: None,
-        gram_iterations: DEFAULT_GRAM_ITERATIONS,
-        timeout_s: 600.0,
-        options: crate::engine::verify::VerifyOptions {
-            subdomains: SUBDOMAINS,
-            ..Default::default()
-        },
-    };
+    let req = verify_request(crate::engine::verify::VerifyOptions {
+        subdomains: SUBDOMAINS,
+        ..Default::default()
+    });
     let (model, prop) = (
         dir.join("mnist-net_256x6.onnx"),
         dir.join("prop_12_0.03.vnnlib"),
@@ -416,6 +400,22 @@ fn bench_subdomains(list: &Path, progress: &Progress) -> Result<Phase, LipfpErro
         peak_rss_mib: peak_rss_mib(),
         speedup_vs_paper_python: None,
     })
+}
+
+/// `lipfp verify`'s request for a benchmark instance: the model's own format, the default
+/// execution, each instance's timeout from its list (else 600 s).
+fn verify_request(
+    options: crate::engine::verify::VerifyOptions,
+) -> crate::commands::verify::VerifyRequest {
+    crate::commands::verify::VerifyRequest {
+        format: None,
+        accumulate: None,
+        ftz: false,
+        runtime: None,
+        gram_iterations: DEFAULT_GRAM_ITERATIONS,
+        timeout_s: 600.0,
+        options,
+    }
 }
 
 fn wall_ratio(phases: &[Phase], suite: &str, (num, den): (&str, &str)) -> Option<Comparison> {

@@ -14,3 +14,4 @@ pub mod mermaid;
 pub mod onnx_builder;
 pub mod runtime;
 pub mod shape_family;
+pub mod verify_request;

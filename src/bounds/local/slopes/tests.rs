@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::arith::format::Format;
+use crate::bounds::local::region::Region;
+use crate::bounds::local::InputSet;
 use crate::onnx::model::{Activation, Dense, DenseNet};
 
 /// The search's stopping rules, pinned at values where each operand matters: the excess over
@@ -116,60 +118,17 @@ fn net() -> DenseNet {
     DenseNet::of_layers(layers, Format::Float64)
 }
 
-/// The derivative `mu_kj v_kj` (module docs) matches central differences of the bound in
-/// every slope the substitution reads, at slopes inside `[0, 1]`.
-#[test]
-fn gradients_match_finite_differences_of_the_bound() {
-    let dense = net();
-    let local = LocalNet::new(&dense, None, None).unwrap();
-    let x0 = [0.2, -0.4, 0.7];
-    let eps = 0.5;
-    let hidden = local.hidden_bounds(&x0, eps, &[]).unwrap();
-    let unstable: usize = (hidden.relax.iter().flatten())
-        .filter(|u| matches!(u, UnitRelaxation::Unstable { .. }))
-        .count();
-    assert!(unstable >= 3, "{unstable} unstable units");
-    let c = ndarray::array![[1.0, -1.0, 0.0], [1.0, 0.0, -1.0]];
-    let slopes: Vec<Array2<f64>> = (hidden.relax.iter())
-        .map(|units| Array2::from_shape_fn((2, units.len()), |(r, j)| 0.3 + 0.1 * (r + j) as f64))
-        .collect();
-    let centre = dense.layers[0].w.dot(&ArrayView1::from(&x0));
-    let none = Splits::none();
-    let zero: Vec<Array2<f64>> = slopes.iter().map(|a| Array2::zeros(a.dim())).collect();
-    let pass = backward(
-        &local,
-        &hidden.relax,
-        &c,
-        (&slopes, &zero, &none),
-        &centre,
-        Reach::Ball(eps),
-    );
-    let (grads, _) = gradients(
-        &local,
-        &hidden.relax,
-        &pass,
-        (&slopes, &none),
-        &centre,
-        Reach::Ball(eps),
-    );
+/// Every entry of `grads` against central differences of `bound(k, r, j, delta)` (row `r`'s
+/// bound with entry `(k, r, j)` moved by `delta`); how many entries are nonzero.
+fn finite_differences(
+    grads: &[Array2<f64>],
+    bound: impl Fn(usize, usize, usize, f64) -> f64,
+) -> usize {
+    let h = 1e-6;
     let mut read = 0;
     for (k, g) in grads.iter().enumerate() {
         for ((r, j), &d) in g.indexed_iter() {
-            let h = 1e-6;
-            let at = |delta: f64| {
-                let mut s = slopes.clone();
-                s[k][[r, j]] += delta;
-                backward(
-                    &local,
-                    &hidden.relax,
-                    &c,
-                    (&s, &zero, &none),
-                    &centre,
-                    Reach::Ball(eps),
-                )
-                .bound[r]
-            };
-            let numeric = (at(h) - at(-h)) / (2.0 * h);
+            let numeric = (bound(k, r, j, h) - bound(k, r, j, -h)) / (2.0 * h);
             assert!(
                 (numeric - d).abs() <= 1e-6 * (1.0 + d.abs()),
                 "layer {k} row {r} unit {j}: {d} vs {numeric}"
@@ -177,82 +136,92 @@ fn gradients_match_finite_differences_of_the_bound() {
             read += usize::from(d != 0.0);
         }
     }
-    assert!(read >= 2, "{read} slopes read");
+    read
 }
 
-/// The split multipliers' derivative `-s v_kj` against finite differences of the bound, in a
-/// subdomain fixing one unit of each layer active and one inactive (their relaxations from
-/// the split bounds), at multipliers away from zero.
-#[test]
-fn beta_gradients_match_finite_differences_of_the_bound() {
+/// The slopes' and the split multipliers' derivatives over `set` with `splits` (relaxations
+/// from the split bounds), checked against finite differences at slopes inside `[0, 1]` and
+/// multipliers away from zero; how many of each are nonzero.
+fn check_gradients(set: InputSet<'_>, splits: &Splits) -> (usize, usize) {
     let dense = net();
     let local = LocalNet::new(&dense, None, None).unwrap();
-    let x0 = [0.2, -0.4, 0.7];
-    let eps = 0.5;
-    let splits = Splits::none()
-        .with(0, 0, Phase::Active)
-        .with(0, 1, Phase::Inactive)
-        .with(1, 0, Phase::Inactive)
-        .with(1, 1, Phase::Active);
-    let region = crate::bounds::local::region::Region::new(
-        crate::bounds::local::InputSet::Ball { x0: &x0, eps },
-        3,
-    )
-    .unwrap();
-    let Ok(hidden) = local.hidden_over(&region, &[], &splits) else {
+    let region = Region::new(set, 3).unwrap();
+    let Ok(hidden) = local.hidden_over(&region, &[], splits) else {
         panic!("the subdomain is feasible at this point")
     };
     let c = ndarray::array![[1.0, -1.0, 0.0], [0.0, 1.0, -1.0]];
-    let slopes: Vec<Array2<f64>> = (hidden.relax.iter())
-        .map(|units| Array2::from_elem((2, units.len()), 0.5))
-        .collect();
-    let betas: Vec<Array2<f64>> = (hidden.relax.iter())
-        .map(|units| {
-            Array2::from_shape_fn((2, units.len()), |(r, j)| 0.2 + 0.1 * (r + 2 * j) as f64)
-        })
-        .collect();
-    let centre = dense.layers[0].w.dot(&ArrayView1::from(&x0));
-    let pass = backward(
-        &local,
-        &hidden.relax,
-        &c,
-        (&slopes, &betas, &splits),
-        &centre,
-        Reach::Ball(eps),
-    );
-    let (_, grads) = gradients(
-        &local,
-        &hidden.relax,
-        &pass,
-        (&slopes, &splits),
-        &centre,
-        Reach::Ball(eps),
-    );
-    let mut read = 0;
-    for (k, g) in grads.iter().enumerate() {
-        for ((r, j), &d) in g.indexed_iter() {
-            let h = 1e-6;
-            let at = |delta: f64| {
-                let mut b = betas.clone();
-                b[k][[r, j]] += delta;
-                backward(
-                    &local,
-                    &hidden.relax,
-                    &c,
-                    (&slopes, &b, &splits),
-                    &centre,
-                    Reach::Ball(eps),
-                )
-                .bound[r]
-            };
-            let numeric = (at(h) - at(-h)) / (2.0 * h);
-            assert!(
-                (numeric - d).abs() <= 1e-6 * (1.0 + d.abs()),
-                "layer {k} row {r} unit {j}: {d} vs {numeric}"
-            );
-            read += usize::from(d != 0.0);
-        }
-    }
-    // every split unit of every row has a multiplier that moves the bound
-    assert_eq!(read, 8, "{read} multipliers read");
+    let fill = |base: f64, step: usize| -> Vec<Array2<f64>> {
+        (hidden.relax.iter())
+            .map(|units| {
+                Array2::from_shape_fn((2, units.len()), |(r, j)| {
+                    base + 0.1 * (r + step * j) as f64
+                })
+            })
+            .collect()
+    };
+    let (slopes, betas) = (fill(0.3, 1), fill(0.2, 2));
+    let reach = match &region.boxed {
+        Some(b) => Reach::Box(&b.half),
+        None => Reach::Ball(region.eps),
+    };
+    let centre = dense.layers[0].w.dot(&region.centre);
+    let run = |s: &[Array2<f64>], b: &[Array2<f64>]| {
+        backward(&local, &hidden.relax, &c, (s, b, splits), &centre, reach)
+    };
+    let pass = run(&slopes, &betas);
+    let parts = (&slopes[..], splits);
+    let (grads, beta_grads) = gradients(&local, &hidden.relax, &pass, parts, &centre, reach);
+    let moved = |v: &[Array2<f64>], (k, r, j): (usize, usize, usize), delta: f64| {
+        let mut v = v.to_vec();
+        v[k][[r, j]] += delta;
+        v
+    };
+    let slopes_read = finite_differences(&grads, |k, r, j, d| {
+        run(&moved(&slopes, (k, r, j), d), &betas).bound[r]
+    });
+    let betas_read = finite_differences(&beta_grads, |k, r, j, d| {
+        run(&slopes, &moved(&betas, (k, r, j), d)).bound[r]
+    });
+    (slopes_read, betas_read)
+}
+
+/// The derivative `mu_kj v_kj` (module docs) matches central differences of the bound in
+/// every slope the substitution reads, over a ball without splits (no multiplier is read).
+#[test]
+fn gradients_match_finite_differences_of_the_bound() {
+    let x0 = [0.2, -0.4, 0.7];
+    let (slopes, betas) = check_gradients(InputSet::Ball { x0: &x0, eps: 0.5 }, &Splits::none());
+    assert!(slopes >= 2, "{slopes} slopes read");
+    assert_eq!(betas, 0);
+}
+
+/// A subdomain fixing one unit of each layer active and one inactive.
+fn four_splits() -> Splits {
+    Splits::none()
+        .with(0, 0, Phase::Active)
+        .with(0, 1, Phase::Inactive)
+        .with(1, 0, Phase::Inactive)
+        .with(1, 1, Phase::Active)
+}
+
+/// The split multipliers' derivative `-s v_kj` against finite differences of the bound, over a
+/// ball: every split unit of every row has a multiplier that moves the bound.
+#[test]
+fn beta_gradients_match_finite_differences_of_the_bound() {
+    let x0 = [0.2, -0.4, 0.7];
+    let (_, betas) = check_gradients(InputSet::Ball { x0: &x0, eps: 0.5 }, &four_splits());
+    assert_eq!(betas, 8, "{betas} multipliers read");
+}
+
+/// The same over a box (the minimiser a vertex, `x* = x0 - half sign(M_r)`), slopes and
+/// multipliers.
+#[test]
+fn gradients_over_a_box_match_finite_differences_of_the_bound() {
+    let (lo, hi) = ([-0.3, -0.9, 0.2], [0.7, 0.1, 1.2]);
+    let set = InputSet::Box { lo: &lo, hi: &hi };
+    let (slopes, betas) = check_gradients(set, &four_splits());
+    assert!(slopes >= 1, "{slopes} slopes read");
+    assert_eq!(betas, 8, "{betas} multipliers read");
+    let (slopes, _) = check_gradients(set, &Splits::none());
+    assert!(slopes >= 2, "{slopes} slopes read");
 }
