@@ -418,3 +418,44 @@ fn fallback_branch(d: &Subdomain, plan: &Plan) -> Branch {
     (branch::input_to_split(none.view(), &d.lo, &d.hi, &plan.root_width))
         .map_or(Branch::Exhausted, Branch::Input)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A disjunct's bound is its best usable row's lower bound plus the row's constant (rounded
+    /// down); a row whose coefficients are not exact excludes nothing, however high its bound.
+    #[test]
+    fn a_disjunct_is_bounded_by_its_best_usable_row() {
+        let o = Objective {
+            c: Array2::zeros((3, 2)),
+            offset: vec![1.0, 0.0, -0.5],
+            usable: vec![true, false, true],
+            disjunct: vec![0, 0, 1],
+            disjuncts: 2,
+        };
+        assert_eq!(o.rows_of(&[0, 1]), vec![0, 1, 2]);
+        assert_eq!(o.rows_of(&[1]), vec![2]);
+        // the sum rounds down (at most one step below the exact -1 and -0.25 here)
+        let b = o.disjunct_bounds(&[0, 1], &[0, 1, 2], &[-2.0, 5.0, 0.25]);
+        assert_eq!(b, vec![add_down(-2.0, 1.0), add_down(0.25, -0.5)]);
+        assert!(b[0] <= -1.0 && b[0] >= (-1.0f64).next_down());
+        assert!(b[1] <= -0.25 && b[1] >= (-0.25f64).next_down());
+        let b = o.disjunct_bounds(&[0, 1], &[0, 1, 2], &[-0.5, 5.0, 0.75]);
+        assert!(b[0] <= 0.5 && b[0] >= 0.5f64.next_down() && excluded(b[0]));
+        assert!(b[1] <= 0.25 && b[1] >= 0.25f64.next_down() && excluded(b[1]));
+        assert!(excluded(0.5) && !excluded(0.0) && !excluded(f64::NAN));
+        // the constant is added rounding down: never above the float64 sum
+        let tiny = Objective {
+            offset: vec![1e-300, 0.0, 0.0],
+            ..o
+        };
+        let b = tiny.disjunct_bounds(&[0], &[0], &[1.0]);
+        assert!(b[0] < 1.0 + 1e-300 && b[0] >= 1.0f64.next_down());
+        // a disjunct without a usable row is not bounded
+        assert_eq!(
+            tiny.disjunct_bounds(&[0], &[1], &[9.0]),
+            vec![f64::NEG_INFINITY]
+        );
+    }
+}
