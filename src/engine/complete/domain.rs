@@ -206,6 +206,7 @@ mod tests {
         let d = dom(0.0, 1);
         let c = d.children(&mut next);
         assert_eq!((c[0].id, c[1].id, next), (11, 12, 12));
+        assert_eq!((c[0].depth, c[1].depth), (1, 1));
         assert_eq!((&*c[0].lo, &*c[0].hi), (&vec![0.0, 0.0], &vec![1.0, 2.0]));
         assert_eq!((&*c[1].lo, &*c[1].hi), (&vec![0.0, 2.0], &vec![1.0, 4.0]));
         let r = Subdomain {

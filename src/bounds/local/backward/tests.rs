@@ -159,4 +159,9 @@ fn the_split_shift_moves_only_split_units_against_their_sign() {
     // a layer without multipliers is left alone
     super::shift_split_units(&mut lam, 2, &mu, &splits);
     assert_eq!(lam[[0, 0]], 0.5);
+    // the side is checked on the difference: a negative coefficient of an active unit moves
+    // further down, a positive one of an inactive unit further up
+    let mut neg = ndarray::array![[-1.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]];
+    super::shift_split_units(&mut neg, 1, &mu, &splits);
+    assert_eq!(neg.row(0).to_vec(), vec![-1.5, 2.25, 0.0, 0.0]);
 }
