@@ -245,6 +245,16 @@ fn the_command_answers_with_documented_exit_codes_and_vnncomp_result_files() {
     let (code, out, err) = lipfp(&["verify", &model, small.to_str().unwrap(), "--result", &r]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(std::fs::read_to_string(&result).unwrap(), "unsat\n");
+    // under a float64 deployment too (the box's rounding slack once took 2^-1075 and panicked)
+    let args = [
+        "verify",
+        &model,
+        small.to_str().unwrap(),
+        "--format",
+        "float64",
+    ];
+    let (code, out, err) = lipfp(&args);
+    assert_eq!(code, 0, "{out}{err}");
     // the whole pixel range: violated, with the counterexample
     let big = digits_property(dir.path(), "big.vnnlib", 16.0, label);
     let (code, out, err) = lipfp(&["verify", &model, big.to_str().unwrap(), "--result", &r]);
