@@ -297,33 +297,12 @@ fn excluded_disjuncts(
     p: &Property,
     bx: (&[f64], &[f64]),
 ) -> Result<Vec<bool>, String> {
-    let rows: Vec<&OutputConstraint> = p.disjuncts.iter().flatten().collect();
-    let classes = subject.net.classes();
-    let mut c = Array2::zeros((rows.len(), classes));
-    // a coefficient that is not a float64 cannot be used exactly: its row excludes nothing
-    let mut exact = vec![true; rows.len()];
-    for (r, k) in rows.iter().enumerate() {
-        for (j, a) in &k.coef {
-            let v = rational_to_f64_down(a);
-            exact[r] &= *j < classes && Rational::from_f64(v).is_some_and(|q| q == *a);
-            if *j < classes {
-                c[[r, *j]] = v;
-            }
-        }
-    }
-    let lower = box_lower_bounds(subject, bx, &c)?;
-    let mut out = Vec::with_capacity(p.disjuncts.len());
-    let mut r = 0;
-    for d in &p.disjuncts {
-        let mut any = false;
-        for k in d {
-            let bound = add_down(lower[r], rational_to_f64_down(&k.constant));
-            any |= exact[r] && bound > 0.0;
-            r += 1;
-        }
-        out.push(any);
-    }
-    Ok(out)
+    let all: Vec<usize> = (0..p.disjuncts.len()).collect();
+    let o = objective(subject, p, &all);
+    let lower = box_lower_bounds(subject, bx, &o.c)?;
+    let rows: Vec<usize> = (0..o.disjunct.len()).collect();
+    let bounds = o.disjunct_bounds(&all, &rows, &lower);
+    Ok(bounds.into_iter().map(complete::excluded).collect())
 }
 
 /// The falsifier's fixed parts.

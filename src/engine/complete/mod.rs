@@ -61,7 +61,7 @@ impl Objective {
     /// Per open disjunct (in `open`'s order), the largest sound lower bound of its rows'
     /// values, from `lower` computed for the rows of `rows` (`-inf` for a disjunct no usable row
     /// bounds).
-    fn disjunct_bounds(&self, open: &[usize], rows: &[usize], lower: &[f64]) -> Vec<f64> {
+    pub fn disjunct_bounds(&self, open: &[usize], rows: &[usize], lower: &[f64]) -> Vec<f64> {
         open.iter()
             .map(|&d| {
                 (rows.iter().zip(lower))
@@ -397,7 +397,7 @@ fn bound<C>(
 }
 
 /// Whether a disjunct's bound `v` excludes it: strictly above zero (NaN excludes nothing).
-fn excluded(v: f64) -> bool {
+pub fn excluded(v: f64) -> bool {
     v > 0.0
 }
 
