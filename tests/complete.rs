@@ -316,3 +316,49 @@ fn the_search_does_not_depend_on_the_thread_count() {
     }
     assert_eq!(compared, 3);
 }
+
+/// An execution that overflows is never proven safe: over `X_0` in `[4e36, 8e36]` the hidden
+/// unit `100 X_0` is at least `4e38`, past float32's largest value, so the deployed execution
+/// computes `inf` there and `Y_0 = -2e-38 h + 17` is `-inf`, inside the unsafe region `Y_0 <= 0`;
+/// in real arithmetic `Y_0` lies in `[1, 9]`. The local bounds assume every rounding is
+/// relative (no overflow), so they alone would exclude the region: the verdict must not be
+/// `unsat`, with or without branch and bound (docs/soundness.md "Complete verification", B7).
+#[test]
+fn an_execution_that_overflows_is_never_proven_safe() {
+    use common::onnx_builder::{attr_int, ModelBuilder};
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut b = ModelBuilder::new();
+    b.input_f32("x", &[1]);
+    b.init_f32("W0", &[1, 1], &[100.0]);
+    b.init_f32("b0", &[1], &[0.0]);
+    b.init_f32("W1", &[2, 1], &[-2e-38, 1e-30]);
+    b.init_f32("b1", &[2], &[17.0, 0.0]);
+    let gemm = |b: &mut ModelBuilder, n: &str, i: &[&str], o: &str| {
+        b.node("Gemm", n, i, &[o], vec![attr_int("transB", 1)]);
+    };
+    gemm(&mut b, "/fc0/Gemm", &["x", "W0", "b0"], "z0");
+    b.node("Relu", "/act0/Relu", &["z0"], &["h0"], vec![]);
+    gemm(&mut b, "/fc1/Gemm", &["h0", "W1", "b1"], "logits");
+    b.output_f32("logits", 2);
+    let model = b.write(dir.path(), "overflow.onnx");
+    let prop = dir.path().join("p.vnnlib");
+    std::fs::write(
+        &prop,
+        "(declare-const X_0 Real)\n(declare-const Y_0 Real)\n(declare-const Y_1 Real)\n\
+         (assert (>= X_0 4e36))\n(assert (<= X_0 8e36))\n(assert (<= Y_0 0.0))\n",
+    )
+    .expect("written");
+    for complete in [false, true] {
+        let mut req = request();
+        req.options.complete = complete;
+        req.options.subdomains = 200;
+        let r =
+            verify_cmd::instance(&req, (&model, &prop), 60.0, &Progress::silent()).expect("read");
+        assert_ne!(
+            r.outcome.verdict.word(),
+            "unsat",
+            "complete = {complete}: {:?}",
+            r.outcome
+        );
+    }
+}

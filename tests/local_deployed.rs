@@ -446,7 +446,8 @@ fn over_a_box_without_a_hidden_layer_the_deployed_bound_is_exact() {
             let c = ndarray::Array2::from_shape_fn((2, classes), |_| rng.unit());
             let lower = local
                 .linear_lower_bounds(InputSet::Box { lo: &lo, hi: &hi }, &c, &[])
-                .unwrap();
+                .unwrap()
+                .0;
             for (row_index, row) in c.rows().into_iter().enumerate() {
                 let mut want = Rational::new();
                 for i in 0..dim {

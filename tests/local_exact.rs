@@ -354,7 +354,7 @@ fn over_a_box_the_bounds_contain_the_exact_values_and_are_exact_where_linear() {
                 c[[0, 0]] = 1.0;
                 c[[0, classes - 1]] = -1.0;
                 let set = InputSet::Box { lo: &lo, hi: &hi };
-                let lower = local.linear_lower_bounds(set, &c, &[]).expect("finite");
+                let lower = local.linear_lower_bounds(set, &c, &[]).expect("finite").0;
                 let what = format!("{name} centre {centre} e {e}");
                 // containment at the vertices and random points of the box
                 for k in 0..24 {

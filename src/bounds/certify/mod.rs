@@ -26,7 +26,7 @@ use crate::bounds::norms::LayerNorms;
 use crate::onnx::model::{DenseNet, HeadOp};
 
 use layer_bounds::{dense_layer_bounds, layer_terms, pair_table, step_layer_bounds};
-pub use local::LocalMargins;
+pub use local::{local_overflow, LocalMargins};
 pub use modes::{Centre, Certifier, Decided, HiCentre, PointResult};
 use quantities::{deviation_step, overflow_free, radius_step, OverflowConstants};
 

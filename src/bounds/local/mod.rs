@@ -128,6 +128,14 @@ impl HiddenBounds {
         &self.relax
     }
 
+    /// Per hidden layer, an upper bound on `||a_l||`, `a_l = max(hi_l, 0)`: the norm of every
+    /// deployed activation the bounds allow (what the overflow checks read).
+    pub fn active_radii(&self) -> Vec<f64> {
+        (self.pre.iter())
+            .map(|b| l2_norm_up(b.hi.iter().map(|v| v.max(0.0))))
+            .collect()
+    }
+
     /// These bounds (computed without splits over a set holding the subdomain's) with each
     /// split unit's bounds clamped to its half-line and relaxed again ([`split`]): sound over the
     /// subdomain, since bounds over a larger set hold over a smaller one and the clamping is B2's.
@@ -414,21 +422,20 @@ impl<'a> LocalNet<'a> {
 
     /// Lower bounds on the rows of `C y(x)` (any linear forms of the outputs, real or deployed
     /// with a deployment) over `set`; `lip_slack` as in [`LocalNet::hidden_bounds`]; the slope
-    /// search, where set, as [`LocalNet::with_slope_search`] says. `None` when the set is empty or
-    /// not finite, or a hidden bound is not finite; a row is NaN-free, `-inf` where no finite
-    /// bound holds.
+    /// search, where set, as [`LocalNet::with_slope_search`] says; with the hidden bounds they
+    /// rest on. `None` when the set is empty or not finite, or a hidden bound is not finite; a
+    /// row is NaN-free, `-inf` where no finite bound holds.
     pub fn linear_lower_bounds(
         &self,
         set: InputSet<'_>,
         c: &Array2<f64>,
         lip_slack: &[f64],
-    ) -> Option<Vec<f64>> {
+    ) -> Option<(Vec<f64>, HiddenBounds)> {
         if c.ncols() != self.classes() {
             return None;
         }
         let region = Region::new(set, self.input_dim())?;
         self.rows_over(&region, c, lip_slack, self.search)
-            .map(|(lower, _)| lower)
     }
 
     /// Number of inputs.

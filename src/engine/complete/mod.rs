@@ -351,7 +351,12 @@ fn bound<C>(
         SplitOutcome::Bounded(b) => *b,
     };
     d.warm = b.optimised.take().map(|m| Arc::new((rows.clone(), m)));
-    let per = objective.disjunct_bounds(&d.open, &rows, &b.lower);
+    let per = if net.overflow_excluded(&b.hidden, (&d.lo, &d.hi)).is_ok() {
+        objective.disjunct_bounds(&d.open, &rows, &b.lower)
+    } else {
+        // the bounds assume no overflow (B7): they exclude nothing here
+        vec![f64::NEG_INFINITY; d.open.len()]
+    };
     let keep: Vec<usize> = (d.open.iter().zip(&per))
         .filter(|(_, v)| !excluded(**v))
         .map(|(k, _)| *k)

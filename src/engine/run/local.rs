@@ -12,8 +12,8 @@ use crate::arith::format::pow2;
 use crate::arith::sound::{add_up, l2_norm_up};
 use crate::bounds::ball::{clipped_box, BallSpec, Cover, Norm};
 use crate::bounds::certify::tensor_core::alignment_weight;
-use crate::bounds::certify::{LocalMargins, ModelBounds};
-use crate::bounds::local::{Deployment, InputSet, LocalNet, SlopeSearch};
+use crate::bounds::certify::{local_overflow, LocalMargins, ModelBounds, Refusal};
+use crate::bounds::local::{Deployment, HiddenBounds, InputSet, LocalNet, SlopeSearch};
 use crate::engine::data::InputStream;
 use crate::error::LipfpError;
 use crate::onnx::model::{Activation, DenseNet};
@@ -159,11 +159,7 @@ impl<'a> LocalModel<'a> {
                 self.net.point_bounds(set, class, &slack)
             }
         };
-        let radii = hidden.map_or_else(Vec::new, |h| {
-            (h.pre.iter())
-                .map(|b| l2_norm_up(b.hi.iter().map(|v| v.max(0.0))))
-                .collect()
-        });
+        let radii = hidden.map_or_else(Vec::new, |h| h.active_radii());
         LocalPoint { lower, radii }
     }
 }
@@ -196,6 +192,45 @@ pub struct BoxNet<'a> {
     pub net: LocalNet<'a>,
     /// The deviation chain's slack per hidden layer for inputs of the box.
     pub slack: Vec<f64>,
+    /// The subject's model bounds (their overflow checks).
+    fmt: &'a ModelBounds,
+    /// Leading exact-identity affine steps dropped from the network.
+    skip: usize,
+}
+
+impl BoxNet<'_> {
+    /// Whether the model's overflow checks exclude overflow at every layer for every input of
+    /// the box `[lo, hi]` whose executions the hidden bounds `hidden` hold (computed by this
+    /// net over a set holding those inputs), or the first (1-based) layer they do not. The
+    /// local bounds assume every rounding is relative, which holds only without overflow; the
+    /// argument is the local certificate's (`bounds::certify::local`): the first layer's inputs
+    /// have norm at most `||max(|lo|, |hi|)||` (so have those of the dropped identity steps,
+    /// which change no value), a later layer's at most `||max(hi, 0)||` of the layer below
+    /// (docs/soundness.md "Complete verification", B7).
+    pub fn overflow_excluded(
+        &self,
+        hidden: &HiddenBounds,
+        (lo, hi): (&[f64], &[f64]),
+    ) -> Result<(), usize> {
+        let r0 = box_norm_up(lo, hi);
+        let mut radii = vec![r0; self.skip];
+        radii.extend(hidden.active_radii());
+        let reach = LocalMargins {
+            eps: 0.0,
+            lower: &[],
+            radii: &radii,
+        };
+        match local_overflow(self.fmt, &reach, (r0, 0.0)) {
+            Err(Refusal::Overflow(l)) => Err(l),
+            Err(_) => Err(1),
+            Ok(()) => Ok(()),
+        }
+    }
+}
+
+/// An upper bound on the l2 norm of every point of the box `[lo, hi]`: `||max(|lo|, |hi|)||`.
+fn box_norm_up(lo: &[f64], hi: &[f64]) -> f64 {
+    l2_norm_up(lo.iter().zip(hi).map(|(l, h)| l.abs().max(h.abs())))
 }
 
 /// Calls `f` with the subject's deployed execution prepared for bounds over the box `[lo, hi]`
@@ -231,18 +266,22 @@ pub fn with_box_net<R>(
     let net = (LocalNet::new(&kept, Some(prefix), Some(deployment))?)
         .with_slope_search(search)
         .with_intermediate_search(intermediate_steps);
-    // every point of the box has ||x|| <= || max(|lo|, |hi|) ||
-    let r0 = l2_norm_up(lo.iter().zip(hi).map(|(l, h)| l.abs().max(h.abs())));
+    let r0 = box_norm_up(lo, hi);
     let slack: Vec<f64> = match fmt.deviation_profile(r0) {
         Ok((_, devs)) => devs.iter().skip(1 + skip).copied().collect(),
         Err(_) => Vec::new(),
     };
-    Ok(f(&BoxNet { net, slack }))
+    Ok(f(&BoxNet {
+        net,
+        slack,
+        fmt,
+        skip,
+    }))
 }
 
 /// Lower bounds on the rows of `c` (linear forms of the outputs) of the subject's deployed
 /// execution over the box `[lo, hi]` ([`with_box_net`]), or why local bounds do not cover the
-/// subject or the box.
+/// subject or the box (their values, or overflow not excluded over it).
 pub fn box_lower_bounds(
     subject: &Subject,
     (lo, hi): (&[f64], &[f64]),
@@ -250,9 +289,17 @@ pub fn box_lower_bounds(
 ) -> Result<Vec<f64>, String> {
     with_box_net(subject, (lo, hi), 0, |b| {
         let set = InputSet::Box { lo, hi };
-        (b.net.linear_lower_bounds(set, c, &b.slack))
-            .ok_or_else(|| "the local bounds over the box are not finite".to_string())
+        let (lower, hidden) = (b.net.linear_lower_bounds(set, c, &b.slack))
+            .ok_or_else(|| "the local bounds over the box are not finite".to_string())?;
+        b.overflow_excluded(&hidden, (lo, hi))
+            .map_err(overflow_note)?;
+        Ok(lower)
     })?
+}
+
+/// Why bounds over a box decide nothing when overflow at (1-based) layer `l` is not excluded.
+pub fn overflow_note(l: usize) -> String {
+    format!("overflow at layer {l} is not excluded over the box, so its bounds decide nothing")
 }
 
 impl Subject {
