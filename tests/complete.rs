@@ -19,7 +19,8 @@ mod common;
 
 use std::path::Path;
 
-use common::shape_family::{parameters, shapes, write_model, Kind, Shape};
+use common::exact_margin::{q, Exact};
+use common::shape_family::{shapes, write_model, Kind, Shape};
 use lipfp::commands::verify::{self as verify_cmd, VerifyRequest};
 use lipfp::engine::verify::{Verdict, VerifyOptions};
 use lipfp::progress::Progress;
@@ -27,100 +28,6 @@ use rug::Rational;
 
 /// Inputs pinned to fixed values in the ReLU-splitting family.
 const PINNED: usize = 16;
-
-fn q(x: f64) -> Rational {
-    Rational::from_f64(x).expect("finite")
-}
-
-/// The exact network of a shape's float32 parameters.
-struct Exact {
-    layers: Vec<(Vec<Vec<Rational>>, Vec<Rational>)>,
-}
-
-impl Exact {
-    fn of(shape: &Shape) -> Exact {
-        let layers = (parameters(shape).iter().enumerate())
-            .map(|(l, (w, b))| {
-                let n = shape.widths[l];
-                let rows = w
-                    .chunks(n)
-                    .map(|r| r.iter().map(|v| q(f64::from(*v))).collect())
-                    .collect();
-                (rows, b.iter().map(|v| q(f64::from(*v))).collect())
-            })
-            .collect();
-        Exact { layers }
-    }
-
-    /// Pre-activations of layer `upto` (0-based) at input `x`, ReLU between layers.
-    fn pre(&self, x: &[Rational], upto: usize) -> Vec<Rational> {
-        let mut h: Vec<Rational> = x.to_vec();
-        for (l, (w, b)) in self.layers.iter().enumerate() {
-            let z: Vec<Rational> = (w.iter().zip(b))
-                .map(|(row, bj)| {
-                    (row.iter().zip(&h))
-                        .map(|(a, v)| Rational::from(a * v))
-                        .sum::<Rational>()
-                        + bj
-                })
-                .collect();
-            if l == upto {
-                return z;
-            }
-            h = z
-                .into_iter()
-                .map(|v| if v < 0 { Rational::new() } else { v })
-                .collect();
-        }
-        unreachable!("layer {upto} of {}", self.layers.len())
-    }
-
-    /// The minimum over `t` in `[a, b]` of `Y_0 - Y_1`, the input being `t` then `pinned`, and
-    /// the largest magnitude of any pre-activation there (every pre-activation is linear between
-    /// breakpoints, so both are attained at one).
-    fn min_margin(
-        &self,
-        (a, b): (&Rational, &Rational),
-        pinned: &[Rational],
-    ) -> (Rational, Rational) {
-        let at = |t: &Rational| {
-            let mut x = vec![t.clone()];
-            x.extend_from_slice(pinned);
-            x
-        };
-        let mut points = vec![a.clone(), b.clone()];
-        for l in 0..self.layers.len() - 1 {
-            let mut roots = Vec::new();
-            for pair in points.windows(2) {
-                let (zp, zq) = (self.pre(&at(&pair[0]), l), self.pre(&at(&pair[1]), l));
-                for (u, v) in zp.iter().zip(&zq) {
-                    if (*u < 0 && *v > 0) || (*u > 0 && *v < 0) {
-                        // z is linear on [p, q]: its zero
-                        let s = Rational::from(u - v);
-                        roots.push(pair[0].clone() + (pair[1].clone() - &pair[0]) * u.clone() / s);
-                    }
-                }
-            }
-            points.extend(roots);
-            points.sort();
-            points.dedup();
-        }
-        let top = self.layers.len() - 1;
-        let scale = (points.iter())
-            .flat_map(|t| (0..=top).flat_map(move |l| self.pre(&at(t), l)))
-            .map(|v| v.abs())
-            .max()
-            .unwrap_or_default();
-        let min = (points.iter())
-            .map(|t| {
-                let y = self.pre(&at(t), top);
-                Rational::from(&y[0] - &y[1])
-            })
-            .min()
-            .expect("two ends");
-        (min, scale)
-    }
-}
 
 /// A decimal with 15 significant digits near `v` (within `1e-14 |v|`).
 fn decimal(v: &Rational) -> String {

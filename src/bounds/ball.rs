@@ -8,7 +8,8 @@
 //! `eps sqrt(n)` ([`Cover`]). Every such ball contains the set, so every certificate of the ball
 //! holds on the set. A range only shrinks the set, so a certificate that ignores it stays sound.
 
-use crate::arith::sound::{add_up, mul_up, sqrt_up, sub_down};
+use crate::arith::format::{pow2, Format};
+use crate::arith::sound::{add_down, add_up, mul_up, sqrt_up, sub_down};
 
 /// The norm a radius is measured in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -201,6 +202,39 @@ pub fn clipped_box(x: &[f64], eps: f64, range: Option<InputRange>) -> (Vec<f64>,
     let lo = x.iter().map(|&v| sub_down(v, eps).max(lo_end)).collect();
     let hi = x.iter().map(|&v| add_up(v, eps).min(hi_end)).collect();
     (lo, hi)
+}
+
+/// One end of a box that holds the deployment-format rounding of every point of a real box,
+/// from the float64 values `d <= v` around the real end (equal when it is a float64 value):
+/// `RN(x) >= RN(lo) >= lo - u |lo| - a_mul` for `x >= lo` (round to nearest is monotone; its
+/// error is at most `u |v|` for normal and `a_mul` for subnormal results), rounded outward, and
+/// symmetrically above; no widening where the end is itself a value of the format.
+pub fn conversion_end(format: Format, (d, v): (f64, f64), down: bool) -> f64 {
+    let (u, a_mul) = (
+        format.unit_roundoff(),
+        // float64's 2^-1075 is below the smallest double: 2^-1074 bounds it above
+        pow2(format.a_mul_exponent().max(-1074)),
+    );
+    let exact = d == v && format.round(d) == d;
+    let slack = add_up(mul_up(u, d.abs().max(v.abs())), a_mul);
+    match (exact, down) {
+        (true, _) => d,
+        (false, true) => add_down(d, -slack),
+        (false, false) => add_up(v, slack),
+    }
+}
+
+/// The box `[lo, hi]` (float64 ends) widened by [`conversion_end`] to hold the deployment-format
+/// rounding of each of its points.
+pub fn conversion_hull(format: Format, lo: &[f64], hi: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    (
+        lo.iter()
+            .map(|&l| conversion_end(format, (l, l), true))
+            .collect(),
+        hi.iter()
+            .map(|&h| conversion_end(format, (h, h), false))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

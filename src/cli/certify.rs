@@ -14,7 +14,7 @@ use crate::commands::certify::CertifyRequest;
 use crate::engine::run::{ReferencePlan, SubjectSpec};
 use crate::error::LipfpError;
 use crate::files;
-use crate::policy::{CurveGrid, Decision, Radius};
+use crate::policy::{check_attack_request, CompleteBudget, CurveGrid, Decision, Radius};
 use crate::progress::Progress;
 
 /// `lipfp certify`.
@@ -102,6 +102,24 @@ pub struct CertifyArgs {
     /// are not certified by them (reported as `local bounds not computed`).
     #[arg(long, value_name = "SECONDS", value_parser = parse_budget)]
     pub local_budget: Option<f64>,
+    /// With mode `complete`: branch and bound's seconds per point (default 10).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_positive_seconds)]
+    pub complete_budget: Option<f64>,
+    /// With mode `complete`: branch and bound's seconds for all points together.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_positive_seconds)]
+    pub complete_total: Option<f64>,
+    /// With mode `complete`: subdomains per point (default 2000; the same decisions on every
+    /// machine).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub complete_subdomains: Option<u32>,
+}
+
+/// A time budget in seconds: finite and `> 0`.
+fn parse_positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("`{text}` is not a number of seconds (finite, > 0)")),
+    }
 }
 
 /// The `--curve` grid for planning the reference pass (a list that does not parse plans the
@@ -159,6 +177,7 @@ fn certify_request(a: &CertifyArgs) -> Result<CertifyRequest, LipfpError> {
             ))
         }
     };
+    let complete = complete_budget(a, &modes, &radius)?;
     let spec = SubjectSpec {
         model: a.model.clone(),
         format,
@@ -188,6 +207,43 @@ fn certify_request(a: &CertifyArgs) -> Result<CertifyRequest, LipfpError> {
         certificates: a.certificates.clone(),
         local_budget_s: a.local_budget,
         best_local: a.best_local,
+        complete,
+    })
+}
+
+/// Branch and bound's budget from the `--complete-*` flags (only with mode `complete`).
+fn complete_budget(
+    a: &CertifyArgs,
+    modes: &[Mode],
+    radius: &Radius,
+) -> Result<CompleteBudget, LipfpError> {
+    let given = a.complete_budget.is_some()
+        || a.complete_total.is_some()
+        || a.complete_subdomains.is_some();
+    let complete = modes.contains(&Mode::Complete);
+    if given && !complete {
+        return Err(LipfpError::Usage(
+            "--complete-budget, --complete-total and --complete-subdomains need --mode complete"
+                .into(),
+        ));
+    }
+    if complete {
+        check_attack_request(radius, Mode::Complete)
+            .map_err(|m| LipfpError::Usage(format!("--mode complete: {m}")))?;
+        if a.curve.is_some() {
+            return Err(LipfpError::Usage(
+                "--curve: a robustness curve is not computed for mode `complete` (branch and \
+                 bound runs at --epsilon); ask for it with --mode best"
+                    .into(),
+            ));
+        }
+    }
+    let d = CompleteBudget::default();
+    Ok(CompleteBudget {
+        seconds: a.complete_budget.unwrap_or(d.seconds),
+        total_s: a.complete_total,
+        subdomains: a.complete_subdomains.map_or(d.subdomains, |n| n as usize),
+        ..d
     })
 }
 

@@ -12,6 +12,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
 use crate::bounds::certify::Mode;
+use crate::engine::complete::points::recheck_points;
 use crate::engine::run::{self, ReferencePlan, Subject, SubjectSpec};
 use crate::error::LipfpError;
 use crate::policy::{Gate, Policy, Target};
@@ -188,12 +189,18 @@ fn verify_sample(
         let sample = random_sample(indices, k);
         for mo in m.outcome.modes.iter().filter(|mo| mo.mode != Mode::Real) {
             let best_local = g.best_local || g.modes.contains(&Mode::Local);
-            let again = run::certify_points(subject, &g.radius, mo.mode, &sample, best_local)?;
-            // where the run may have skipped local bounds (a time budget, best's lazy choice),
-            // the recomputation certifies at least as much: a file's certificates must hold, its
-            // refusals may be conservative
+            let again = match (mo.mode, g.complete) {
+                (Mode::Complete, Some(budget)) => {
+                    recheck_points(subject, &g.radius, &sample, budget)?
+                }
+                _ => run::certify_points(subject, &g.radius, mo.mode, &sample, best_local)?,
+            };
+            // where the run may have skipped local bounds (a time budget, best's lazy choice)
+            // or branch and bound ran out of time, the recomputation certifies at least as much:
+            // a file's certificates must hold, its refusals may be conservative
             let local = matches!(mo.mode, Mode::Local | Mode::Best);
-            let one_way = local && (g.best_local || g.local_budget_s.is_some());
+            let one_way = (local && (g.best_local || g.local_budget_s.is_some()))
+                || mo.mode == Mode::Complete;
             for (&i, &ok) in sample.iter().zip(&again) {
                 let differs = if one_way {
                     mo.verdicts[i] && !ok

@@ -9,16 +9,18 @@ use std::path::PathBuf;
 use crate::bounds::certify::{Mode, MODE_NAMES};
 use crate::commands::check::facts;
 use crate::engine::attack;
+use crate::engine::complete::points::decide_points;
 use crate::engine::run::{self, Subject, SubjectSpec};
 use crate::error::LipfpError;
 use crate::files::Artifact;
 use crate::gate::curve::CurveReport;
 use crate::gate::verdict::GateVerdict;
-use crate::policy::{CurveGrid, Radius, Thresholds};
+use crate::policy::{CompleteBudget, CurveGrid, Radius, Thresholds};
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
 use crate::report::attack::AttackReport;
 use crate::report::certificates::{self, GateMeta};
+use crate::report::complete::CompleteReport;
 use crate::report::{self as reports, GateReport, Report};
 
 /// The gate name of `lipfp certify`'s one gate.
@@ -48,6 +50,8 @@ pub struct CertifyRequest {
     pub local_budget_s: Option<f64>,
     /// Let `best` consult local bounds where it does not otherwise certify.
     pub best_local: bool,
+    /// With mode `complete`, branch and bound's budget.
+    pub complete: CompleteBudget,
 }
 
 /// The result of `lipfp certify` before it is published.
@@ -71,7 +75,11 @@ pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, Lipf
         local_budget_s: req.local_budget_s,
         best_local: req.best_local,
     };
-    let outcome = run::certify_with_options(&subject, &req.radius, &req.modes, &options, progress)?;
+    let mut outcome =
+        run::certify_with_options(&subject, &req.radius, &req.modes, &options, progress)?;
+    let decisions = (req.modes.contains(&Mode::Complete))
+        .then(|| decide_points(&subject, &req.radius, &mut outcome, req.complete, progress))
+        .transpose()?;
     let verdict = GateVerdict {
         passed: None,
         failures: vec![],
@@ -90,7 +98,17 @@ pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, Lipf
     gate.model_name = Some(model_name.clone());
     let mut artifacts = Vec::new();
     attach_curve(req, &subject, &mut gate, &mut artifacts, progress)?;
-    if req.attack {
+    if let Some(d) = &decisions {
+        let settled = outcome.mode(Mode::Complete);
+        gate.complete = settled.map(|m| CompleteReport::new(m, d, &req.complete));
+        if mode == Mode::Complete {
+            gate.attack = Some(AttackReport::of_subject(&d.attack, &subject));
+            if let Some(p) = req.attack_witnesses.as_ref().filter(|_| req.attack) {
+                artifacts.extend(attack::witnesses::artifacts(p, &subject, &d.attack));
+            }
+        }
+    }
+    if req.attack && gate.attack.is_none() {
         let found = attack::falsify(&subject, &req.radius, mode, &outcome, progress)?;
         gate.attack = Some(AttackReport::of_subject(&found, &subject));
         if let Some(p) = &req.attack_witnesses {

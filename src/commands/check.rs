@@ -6,6 +6,8 @@
 //! sharing a target share its load, so they all error with the same message. Only errors
 //! outside every gate (the policy, the baseline file, the outputs) stop the run.
 
+use crate::bounds::certify::Mode;
+use crate::engine::complete::points::decide_points;
 use crate::engine::run::{self, ReferencePlan, Shard, Subject, SubjectSpec};
 use crate::error::LipfpError;
 use crate::gate::baseline::{Baseline, Identity};
@@ -16,6 +18,7 @@ use crate::progress::Progress;
 use crate::proto_gen::GateCertificates;
 use crate::report::attack::AttackReport;
 use crate::report::certificates::{self, GateMeta};
+use crate::report::complete::CompleteReport;
 use crate::report::{ErroredGate, GateReport, Report, SubjectFacts};
 
 /// The result of `lipfp check` before it is published.
@@ -188,8 +191,16 @@ fn evaluate_gate(
         local_budget_s: g.local_budget_s,
         best_local: g.best_local,
     };
-    let outcome = run::certify_with_options(subject, &g.radius, &g.modes, &options, progress)
+    let mut outcome = run::certify_with_options(subject, &g.radius, &g.modes, &options, progress)
         .map_err(|e| e.to_string())?;
+    let decisions = (g.complete.as_ref())
+        .map(|budget| {
+            progress.stage(&format!("gate `{}`: complete decisions", g.name));
+            decide_points(subject, &g.radius, &mut outcome, *budget, progress)
+                .map(|d| (d, *budget))
+                .map_err(|e| e.to_string())
+        })
+        .transpose()?;
     let facts = facts(subject, g.target.gram_iterations);
     let identity = Identity {
         epsilon: g.radius.fields().0,
@@ -254,7 +265,17 @@ fn evaluate_gate(
         gate.curve = Some(CurveReport::new(&curve, subject.n()));
         gate.baseline_curve = baseline.and_then(|b| b.curve(&g.name, &identity)).cloned();
     }
-    if g.attack {
+    if let Some((d, budget)) = &decisions {
+        let mode = outcome
+            .mode(Mode::Complete)
+            .ok_or("internal: mode complete missing")?;
+        gate.complete = Some(CompleteReport::new(mode, d, budget));
+        if g.mode() == Mode::Complete {
+            // the falsifier ran before branch and bound
+            gate.attack = Some(AttackReport::of_subject(&d.attack, subject));
+        }
+    }
+    if g.attack && gate.attack.is_none() {
         progress.stage(&format!("gate `{}`: falsifier", g.name));
         let found =
             crate::engine::attack::falsify(subject, &g.radius, g.mode(), &outcome, progress)

@@ -24,9 +24,10 @@ use ndarray::Array2;
 use rug::Rational;
 
 use crate::arith::format::Format;
-use crate::arith::sound::{add_down, add_up, mul_up, rational_to_f64_down, rational_to_f64_up};
+use crate::arith::sound::{rational_to_f64_down, rational_to_f64_up};
+use crate::bounds::ball::conversion_end;
 use crate::engine::attack::SplitMix;
-use crate::engine::complete::{self, Budget, Decision, Objective};
+use crate::engine::complete::{self, Budget, Decision, Objective, SearchSet};
 use crate::engine::exec::Executor;
 use crate::engine::gradient::GradNet;
 use crate::engine::run::{box_lower_bounds, Subject};
@@ -131,23 +132,15 @@ impl Default for VerifyOptions {
 /// deployment-format rounding of each of its points (`RN(x) >= RN(lo) >= lo - u |lo| - a_mul`;
 /// no widening where `lo` is itself a value of the format).
 pub fn bounded_box(p: &InputBox, format: Format) -> (Vec<f64>, Vec<f64>) {
-    let (u, a_mul) = (
-        format.unit_roundoff(),
-        // float64's 2^-1075 is below the smallest double: 2^-1074 bounds it above
-        crate::arith::format::pow2(format.a_mul_exponent().max(-1074)),
-    );
-    let outward = |q: &Rational, down: bool| -> f64 {
-        let (d, v) = (rational_to_f64_down(q), rational_to_f64_up(q));
-        let exact = d == v && format.round(d) == d;
-        let slack = add_up(mul_up(u, d.abs().max(v.abs())), a_mul);
-        match (exact, down) {
-            (true, _) => d,
-            (false, true) => add_down(d, -slack),
-            (false, false) => add_up(v, slack),
-        }
+    let end = |q: &Rational, down: bool| {
+        conversion_end(
+            format,
+            (rational_to_f64_down(q), rational_to_f64_up(q)),
+            down,
+        )
     };
-    let lo = p.lower.iter().map(|q| outward(q, true)).collect();
-    let hi = p.upper.iter().map(|q| outward(q, false)).collect();
+    let lo = p.lower.iter().map(|q| end(q, true)).collect();
+    let hi = p.upper.iter().map(|q| end(q, false)).collect();
     (lo, hi)
 }
 
@@ -239,7 +232,8 @@ fn search_box(
         subdomains: options.subdomains,
         memory_bytes: options.memory_bytes,
     };
-    let o = complete::decide(subject, (&bx.0, &bx.1), &objective, budget, &confirm);
+    let set = SearchSet::Box(&bx.0, &bx.1);
+    let o = complete::decide(subject, set, &objective, budget, &confirm);
     let mut summary = SearchSummary {
         bounded: o.bounded,
         infeasible: o.infeasible,

@@ -102,6 +102,14 @@ impl Defaults<'_> {
             }
             b => b,
         };
+        let complete = super::complete::CompleteKeys {
+            budget_s: g.complete_budget_s,
+            total_s: g.complete_total_s,
+            subdomains: g.complete_subdomains,
+            memory_mib: g.complete_memory_mib,
+        }
+        .budget(&modes, &radius, curve.is_some())
+        .map_err(|m| self.err(format!("{at} {m}")))?;
         let thresholds = self.thresholds(&g, &at)?;
         let (model_name, target) = self.target(&g, &at)?;
         self.check_needs_labels(&thresholds, &target, &at)?;
@@ -117,6 +125,7 @@ impl Defaults<'_> {
             attack,
             local_budget_s,
             best_local: g.best_local.unwrap_or(true),
+            complete,
         })
     }
 

@@ -16,7 +16,9 @@ mod gate;
 mod radius;
 use gate::Defaults;
 
+mod complete;
 mod decision;
+pub use complete::CompleteBudget;
 pub mod vnnlib;
 pub use decision::Decision;
 pub use radius::{parse_decimal_exact, CurveGrid, Radius};
@@ -196,6 +198,14 @@ struct RawGate {
     local_budget_s: Option<f64>,
     #[serde(default)]
     best_local: Option<bool>,
+    #[serde(default)]
+    complete_budget_s: Option<f64>,
+    #[serde(default)]
+    complete_total_s: Option<f64>,
+    #[serde(default)]
+    complete_subdomains: Option<u64>,
+    #[serde(default)]
+    complete_memory_mib: Option<u64>,
 }
 
 /// Thresholds of a gate (percentages, percentage points).
@@ -364,6 +374,8 @@ pub struct Gate {
     /// Let `best` consult local bounds where it does not otherwise certify (`best_local`,
     /// default true; `best_local = false` opts out).
     pub best_local: bool,
+    /// With mode `complete`, branch and bound's budget.
+    pub complete: Option<CompleteBudget>,
 }
 
 /// A validated policy; every path is resolved relative to the policy file.

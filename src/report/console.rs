@@ -102,6 +102,9 @@ fn gate_block(out: &mut String, g: &GateReport) {
     if let Some(line) = crate::report::attack::bracket_line(g) {
         let _ = writeln!(out, "       attack: {line}");
     }
+    if let Some(c) = &g.complete {
+        let _ = writeln!(out, "       {}", c.line());
+    }
     if let Some(r) = &g.regression {
         let _ = writeln!(out, "       baseline: {}", printable(&r.line()));
     }

@@ -227,6 +227,7 @@ pub fn step_summary(report: &Report) -> String {
             super::classes::class_section(g, md),
             super::regressions::regression_section(g, md),
             super::attack::summary_section(g, md),
+            (g.complete.as_ref()).map(|c| format!("\n**{}** {}\n", md(&g.name), c.line())),
         ];
         for section in sections.into_iter().flatten() {
             if out.len() + section.len() <= budget {

@@ -169,6 +169,9 @@ fn figures(g: &GateReport) -> String {
     if let Some(line) = crate::report::attack::bracket_line(g) {
         let _ = writeln!(out, "attack: {line}");
     }
+    if let Some(c) = &g.complete {
+        let _ = writeln!(out, "{}", c.line());
+    }
     for f in &g.failures {
         let _ = writeln!(out, "failed: {f}");
     }

@@ -9,6 +9,7 @@
 pub mod attack;
 pub mod certificates;
 pub mod classes;
+pub mod complete;
 pub mod console;
 pub mod github;
 pub mod json;
@@ -170,6 +171,8 @@ pub struct GateReport {
     pub baseline_curve: Option<crate::gate::curve::CurveReport>,
     /// The falsifier's figures, when asked for (`--attack`, `attack = true` in the gate).
     pub attack: Option<attack::AttackReport>,
+    /// Mode `complete`'s decisions (verified, falsified, undecided), when it ran.
+    pub complete: Option<complete::CompleteReport>,
     /// The per-point regression against a certificate baseline (`[baseline] certificates`).
     pub regression: Option<crate::gate::regression::Regression>,
 }
@@ -345,6 +348,7 @@ impl GateReport {
             curve: None,
             baseline_curve: None,
             attack: None,
+            complete: None,
             regression: None,
         }
     }
@@ -387,6 +391,7 @@ impl GateReport {
             curve: None,
             baseline_curve: None,
             attack: None,
+            complete: None,
             regression: None,
         }
     }

@@ -19,6 +19,7 @@ const PALETTE: [RGBColor; Mode::ALL.len()] = [
     RGBColor(148, 103, 189),
     RGBColor(214, 39, 40),
     RGBColor(23, 190, 207),
+    RGBColor(140, 86, 75),
 ];
 
 /// The (radius, percent) points of `mode` in `c`; radii that do not parse are skipped.

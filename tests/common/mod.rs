@@ -8,6 +8,7 @@ pub mod classifiers;
 pub mod emulated;
 pub mod exact;
 pub mod exact_bounds;
+pub mod exact_margin;
 pub mod exact_points;
 pub mod local_nets;
 pub mod mermaid;

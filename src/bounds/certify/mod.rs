@@ -12,6 +12,7 @@ mod layer_bounds;
 mod local;
 pub mod modes;
 pub mod quantities;
+mod refusal;
 pub mod tensor_core;
 
 use std::fmt;
@@ -29,6 +30,7 @@ use layer_bounds::{dense_layer_bounds, layer_terms, pair_table, step_layer_bound
 pub use local::{local_overflow, LocalMargins};
 pub use modes::{Centre, Certifier, Decided, HiCentre, PointResult};
 use quantities::{deviation_step, overflow_free, radius_step, OverflowConstants};
+pub use refusal::Refusal;
 
 /// A certification mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -52,6 +54,9 @@ pub enum Mode {
     /// Beyond the paper: local bounds on the deployed execution's margins over the ball (linear
     /// bound propagation with each layer's rounding as a bounded input, [`crate::bounds::local`]).
     Local,
+    /// Beyond the paper: `best` with local bounds at every point, then the falsifier and branch
+    /// and bound over the set at the points they leave (`crate::engine::complete`).
+    Complete,
 }
 
 impl Mode {
@@ -65,6 +70,7 @@ impl Mode {
             Mode::Float64Centre => "float64-centre",
             Mode::Best => "best",
             Mode::Local => "local",
+            Mode::Complete => "complete",
         }
     }
 
@@ -72,12 +78,26 @@ impl Mode {
     pub fn needs_reference(self) -> bool {
         matches!(
             self,
-            Mode::Hybrid | Mode::Measured | Mode::Float64Centre | Mode::Best
+            Mode::Hybrid | Mode::Measured | Mode::Float64Centre | Mode::Best | Mode::Complete
         )
     }
 
+    /// The mode whose per-point certificate this mode's is: `complete`'s is `best`'s (branch
+    /// and bound then decides what it leaves), every other mode's its own.
+    pub fn certifies_as(self) -> Mode {
+        match self {
+            Mode::Complete => Mode::Best,
+            m => m,
+        }
+    }
+
+    /// Whether the mode's certificate reads local bounds at every point it is asked for.
+    pub fn needs_local(self) -> bool {
+        matches!(self, Mode::Local | Mode::Complete)
+    }
+
     /// Every mode, in report order.
-    pub const ALL: [Mode; 7] = [
+    pub const ALL: [Mode; 8] = [
         Mode::Real,
         Mode::Standard,
         Mode::Hybrid,
@@ -85,6 +105,7 @@ impl Mode {
         Mode::Float64Centre,
         Mode::Best,
         Mode::Local,
+        Mode::Complete,
     ];
 
     /// The sound modes `lipfp certify` computes when no mode is given.
@@ -108,7 +129,8 @@ impl Mode {
 }
 
 /// The names accepted for modes.
-pub const MODE_NAMES: &str = "standard, hybrid, measured, float64-centre, best, local, real";
+pub const MODE_NAMES: &str =
+    "standard, hybrid, measured, float64-centre, best, local, complete, real";
 
 /// Parse a comma-separated list of modes (duplicates dropped, order kept).
 pub fn parse_mode_list(text: &str) -> Result<Vec<Mode>, String> {
@@ -129,79 +151,6 @@ pub fn parse_mode_list(text: &str) -> Result<Vec<Mode>, String> {
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-/// Why an instance was not certified.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Refusal {
-    /// The margin does not exceed the required bound.
-    Margin,
-    /// Overflow could not be excluded at this (1-based) layer.
-    Overflow(usize),
-    /// The centre logits are not finite.
-    NonFiniteLogits,
-    /// Overflow could not be excluded for the float64 reference execution at this layer.
-    ReferenceOverflow(usize),
-    /// A model-level reason applies to every instance (vacuous layer, norm failure).
-    Model,
-    /// The float64 reference execution was not run at this point, which a pre-deployment
-    /// mode needed: the points were chosen for other modes or radii (a per-instance radii file
-    /// that changed between the forward passes and the certificates).
-    NoReference,
-    /// The local bounds were not computed at this point (their time budget ran out, or the
-    /// network has layers they do not cover).
-    NoLocal,
-}
-
-impl Refusal {
-    /// A stable machine-readable code (`margin`, `overflow:3`, ...), as stored in certificate
-    /// files.
-    pub fn code(self) -> String {
-        match self {
-            Refusal::Margin => "margin".into(),
-            Refusal::Overflow(l) => format!("overflow:{l}"),
-            Refusal::NonFiniteLogits => "non_finite_logits".into(),
-            Refusal::ReferenceOverflow(l) => format!("reference_overflow:{l}"),
-            Refusal::Model => "model".into(),
-            Refusal::NoReference => "no_reference".into(),
-            Refusal::NoLocal => "no_local".into(),
-        }
-    }
-
-    /// Parse a [`Refusal::code`].
-    pub fn from_code(code: &str) -> Option<Refusal> {
-        let layer = |s: &str| s.parse::<usize>().ok();
-        match code.split_once(':') {
-            Some(("overflow", l)) => layer(l).map(Refusal::Overflow),
-            Some(("reference_overflow", l)) => layer(l).map(Refusal::ReferenceOverflow),
-            Some(_) => None,
-            None => match code {
-                "margin" => Some(Refusal::Margin),
-                "non_finite_logits" => Some(Refusal::NonFiniteLogits),
-                "model" => Some(Refusal::Model),
-                "no_reference" => Some(Refusal::NoReference),
-                "no_local" => Some(Refusal::NoLocal),
-                _ => None,
-            },
-        }
-    }
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Refusal::Margin => f.write_str("margin too small"),
-            Refusal::Overflow(l) => write!(f, "overflow not excluded at layer {l}"),
-            Refusal::NonFiniteLogits => f.write_str("non-finite logits"),
-            Refusal::ReferenceOverflow(l) => {
-                write!(f, "float64 reference: overflow not excluded at layer {l}")
-            }
-            Refusal::Model => f.write_str("model cannot be certified"),
-            Refusal::NoReference => f.write_str("float64 reference not computed at this point"),
-            Refusal::NoLocal => f.write_str("local bounds not computed at this point"),
-        }
     }
 }
 
@@ -494,6 +443,8 @@ mod tests {
             Refusal::Model,
             Refusal::NoReference,
             Refusal::NoLocal,
+            Refusal::Falsified,
+            Refusal::Undecided,
         ] {
             // every variant is listed: adding one without listing it fails to compile here
             match r {
@@ -503,7 +454,9 @@ mod tests {
                 | Refusal::ReferenceOverflow(_)
                 | Refusal::Model
                 | Refusal::NoReference
-                | Refusal::NoLocal => {}
+                | Refusal::NoLocal
+                | Refusal::Falsified
+                | Refusal::Undecided => {}
             }
             assert_eq!(Refusal::from_code(&r.code()), Some(r));
         }

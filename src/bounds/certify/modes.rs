@@ -200,6 +200,7 @@ struct Sources<'a> {
 impl Certifier<'_> {
     /// Certify one point in `mode` with radius upper bound `eps`.
     pub fn certify(&self, mode: Mode, c: &Centre<'_>, eps: f64) -> PointResult {
+        let mode = mode.certifies_as();
         let Some(i) = predicted_class(c.logits) else {
             return PointResult::refused(Refusal::NonFiniteLogits);
         };

@@ -107,26 +107,37 @@ fn centre_rows(subject: &Subject, indices: &[usize]) -> Result<Vec<f64>, LipfpEr
     Ok(out)
 }
 
-/// Everything a block of points is searched with.
-struct Search<'a> {
-    net: GradNet,
+/// What makes a candidate a counterexample: the deployed execution, the format, the set.
+pub struct SetCheck {
     exec: Executor,
     format: Format,
     /// The radius, exactly.
     eps: Rational,
     /// The set a radius stands for (norm and input range).
     ball: BallSpec,
-    /// Largest norm a step may leave the search at (just under the radius).
-    reach: f64,
-    /// Step length.
-    alpha: f64,
-    subject: &'a Subject,
 }
 
-impl Search<'_> {
-    /// `v` rounded onto the format towards `x0`, when it is in the ball and the deployed
-    /// execution ranks a class other than `c` first there.
-    fn confirm(&self, v: &[f64], x0: &[f64], c: usize) -> Option<Witness> {
+impl SetCheck {
+    /// The check for `subject`'s points at the uniform `radius` (refused for other radii, as
+    /// [`check_attack_request`] says, under `mode`).
+    pub fn new(subject: &Subject, radius: &Radius, mode: Mode) -> Result<SetCheck, LipfpError> {
+        check_attack_request(radius, mode).map_err(LipfpError::Usage)?;
+        let Radius::Uniform { text, .. } = radius else {
+            unreachable!("checked above");
+        };
+        let eps = parse_decimal_exact(text)
+            .ok_or_else(|| LipfpError::Usage(format!("`{text}` is not a decimal number")))?;
+        Ok(SetCheck {
+            exec: Executor::new(&subject.net, &subject.execution),
+            format: subject.net.format,
+            eps,
+            ball: subject.ball,
+        })
+    }
+
+    /// `v` rounded onto the format towards `x0`, when it is in the set around `x0` and the
+    /// deployed execution ranks a class other than `c` first there (index 0: the caller's).
+    pub fn confirm(&self, v: &[f64], x0: &[f64], c: usize) -> Option<Witness> {
         let input = round_towards_centre(self.format, v, x0)?;
         if !in_set_exact(&input, x0, &self.eps, self.ball) {
             return None;
@@ -147,7 +158,22 @@ impl Search<'_> {
             _ => None,
         }
     }
+}
 
+/// Everything a block of points is searched with.
+struct Search<'a> {
+    net: GradNet,
+    check: SetCheck,
+    /// The set a radius stands for (norm and input range).
+    ball: BallSpec,
+    /// Largest norm a step may leave the search at (just under the radius).
+    reach: f64,
+    /// Step length.
+    alpha: f64,
+    subject: &'a Subject,
+}
+
+impl Search<'_> {
     /// The start of restart `r` at point `index`: the centre, then a seeded random point of
     /// the set.
     fn start(&self, x0: &[f64], index: usize, r: usize) -> Vec<f64> {
@@ -243,7 +269,7 @@ impl Search<'_> {
                     let c = class(k);
                     if l[c] - l[runner_up(&l, c)] <= 0.0 {
                         let v = x.row(row).to_vec();
-                        if let Some(w) = self.confirm(&v, centre(k), c) {
+                        if let Some(w) = self.check.confirm(&v, centre(k), c) {
                             found[k] = Some(Witness { index: idx[k], ..w });
                             continue;
                         }
@@ -275,30 +301,32 @@ pub fn attack(
     outcome: &CertifyOutcome,
     progress: &Progress,
 ) -> Result<AttackOutcome, LipfpError> {
-    let start = Instant::now();
-    check_attack_request(radius, mode).map_err(LipfpError::Usage)?;
-    let Radius::Uniform { text, .. } = radius else {
-        unreachable!("checked above");
-    };
-    let eps = parse_decimal_exact(text)
-        .ok_or_else(|| LipfpError::Usage(format!("`{text}` is not a decimal number")))?;
     let verdicts = &outcome
         .mode(mode)
         .ok_or_else(|| LipfpError::Usage(format!("internal: mode {mode} was not computed")))?
         .verdicts;
+    attack_uncertified(subject, radius, (mode, verdicts), progress)
+}
+
+/// Attack the points of `subject` that `mode` did not certify (`verdicts`), at `radius`.
+pub fn attack_uncertified(
+    subject: &Subject,
+    radius: &Radius,
+    (mode, verdicts): (Mode, &[bool]),
+    progress: &Progress,
+) -> Result<AttackOutcome, LipfpError> {
+    let start = Instant::now();
+    let check = SetCheck::new(subject, radius, mode)?;
     let attacked = targets(subject, verdicts);
     let rows = centre_rows(subject, &attacked)?;
-    let exec = Executor::new(&subject.net, &subject.execution);
-    confirm_centres(subject, &exec, &attacked, &rows)?;
-    let eps_down = rational_to_f64_down(&eps);
+    confirm_centres(subject, &check.exec, &attacked, &rows)?;
+    let eps_down = rational_to_f64_down(&check.eps);
     let search = Search {
         net: GradNet::new(&subject.net),
-        exec,
-        format: subject.net.format,
         reach: eps_down * (1.0 - 1e-9),
         alpha: STEP_FACTOR * eps_down / STEPS as f64,
-        eps,
         ball: subject.ball,
+        check,
         subject,
     };
     let dim = subject.inputs.dim;

@@ -106,6 +106,25 @@ pub fn linear_minimiser(a: ArrayView1<f64>, lo: &[f64], hi: &[f64]) -> Vec<f64> 
         .collect()
 }
 
+/// Near the point of the l2 ball of radius `eps` around `x0` where the linear form `a . x` is
+/// smallest, `x0 - eps a / ||a||`, clipped to the box `[lo, hi]` holding the set (a ball's
+/// counterexample candidate: only the caller's check makes it one).
+pub fn ball_minimiser(
+    a: ArrayView1<f64>,
+    (x0, eps): (&[f64], f64),
+    (lo, hi): (&[f64], &[f64]),
+) -> Vec<f64> {
+    let norm = a.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let step = if norm > 0.0 && norm.is_finite() {
+        eps / norm
+    } else {
+        0.0
+    };
+    (x0.iter().zip(lo).zip(hi).enumerate())
+        .map(|(i, ((x, l), h))| (x - step * a.get(i).copied().unwrap_or(0.0)).clamp(*l, *h))
+        .collect()
+}
+
 /// The box `[lo, hi]` shrunk to the values of `format` it holds: each end moved inward to the
 /// nearest value of the format (float32 and float64; other formats keep the box). The deployed
 /// model's inputs are values of its format, so the shrunk box holds every deployed input the

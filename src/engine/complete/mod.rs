@@ -17,6 +17,7 @@
 
 pub mod branch;
 pub mod domain;
+pub mod points;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,9 +26,9 @@ use ndarray::{Array2, Axis};
 use rayon::prelude::*;
 
 use crate::arith::format::Format;
-use crate::arith::sound::add_down;
+use crate::arith::sound::{add_down, add_up, l2_norm_up};
 use crate::bounds::local::{HiddenBounds, InputSet, SlopeSearch, SplitOutcome, Splits};
-use crate::engine::run::{with_box_net, BoxNet, Subject};
+use crate::engine::run::{box_norm_up, with_bounded_net, BoundedNet, Subject};
 use domain::{Branch, Queue, Subdomain};
 
 /// Subdomains bounded together (a fixed number: the batches, hence the result, do not depend on
@@ -123,8 +124,45 @@ pub struct CompleteOutcome<C> {
     pub seconds: f64,
 }
 
+/// The input set a search decides over.
+#[derive(Clone, Copy, Debug)]
+pub enum SearchSet<'a> {
+    /// The box `[lo, hi]`: split by coordinate for low-dimensional inputs, else by ReLU.
+    Box(&'a [f64], &'a [f64]),
+    /// The l2 ball of radius `eps` around `x0`, inside the box `within` (the input range it
+    /// is clipped to, or the ball's own bounding box): split by ReLU only.
+    Ball {
+        /// The centre.
+        x0: &'a [f64],
+        /// The radius (an upper bound).
+        eps: f64,
+        /// A box holding the set (candidates are clipped to it).
+        within: (&'a [f64], &'a [f64]),
+    },
+}
+
+impl SearchSet<'_> {
+    /// An upper bound on the l2 norm of every input of the set.
+    fn norm_up(&self) -> f64 {
+        match *self {
+            SearchSet::Box(lo, hi) => box_norm_up(lo, hi),
+            SearchSet::Ball { x0, eps, .. } => add_up(l2_norm_up(x0.iter().copied()), eps),
+        }
+    }
+
+    /// A box holding the set.
+    fn bounding_box(&self) -> (&[f64], &[f64]) {
+        match *self {
+            SearchSet::Box(lo, hi) => (lo, hi),
+            SearchSet::Ball { within, .. } => within,
+        }
+    }
+}
+
 /// How subdomains are split.
-struct Plan {
+struct Plan<'a> {
+    /// The ball every subdomain lies in (its centre and radius), for a ball's search.
+    ball: Option<(&'a [f64], f64)>,
     /// By input coordinate (low-dimensional inputs), else by ReLU.
     by_input: bool,
     /// The root box's widths (no coordinate may lag far behind, [`branch::input_to_split`]).
@@ -151,20 +189,18 @@ struct Bounded<C> {
 /// candidate input into a counterexample when the model's execution confirms it.
 pub fn decide<C: Send>(
     subject: &Subject,
-    (lo, hi): (&[f64], &[f64]),
+    set: SearchSet<'_>,
     objective: &Objective,
     budget: Budget,
     confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
 ) -> CompleteOutcome<C> {
     let start = Instant::now();
     let format = subject.net.format;
-    let steps = if subject.net.input_dim() <= INPUT_SPLIT_MAX_DIM {
-        0
-    } else {
-        ROOT_SLOPE_STEPS
-    };
-    let searched = with_box_net(subject, (lo, hi), steps, |net| {
-        search((net, format), (lo, hi), objective, budget, confirm, start)
+    let by_input =
+        matches!(set, SearchSet::Box(..)) && subject.net.input_dim() <= INPUT_SPLIT_MAX_DIM;
+    let steps = if by_input { 0 } else { ROOT_SLOPE_STEPS };
+    let searched = with_bounded_net(subject, set.norm_up(), steps, |net| {
+        search((net, format), set, objective, budget, confirm, start)
     });
     searched.unwrap_or_else(|why| CompleteOutcome {
         decision: Decision::Unknown(why),
@@ -178,13 +214,14 @@ pub fn decide<C: Send>(
 
 /// The search loop of [`decide`].
 fn search<C: Send>(
-    (net, format): (&BoxNet<'_>, Format),
-    (lo, hi): (&[f64], &[f64]),
+    (net, format): (&BoundedNet<'_>, Format),
+    set: SearchSet<'_>,
     objective: &Objective,
     budget: Budget,
     confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
     start: Instant,
 ) -> CompleteOutcome<C> {
+    let (lo, hi) = set.bounding_box();
     let mut out = CompleteOutcome {
         decision: Decision::Holds,
         bounded: 0,
@@ -193,8 +230,13 @@ fn search<C: Send>(
         depth: 0,
         seconds: 0.0,
     };
+    let ball = match set {
+        SearchSet::Ball { x0, eps, .. } => Some((x0, eps)),
+        SearchSet::Box(..) => None,
+    };
     let mut plan = Plan {
-        by_input: net.net.input_dim() <= INPUT_SPLIT_MAX_DIM,
+        ball,
+        by_input: ball.is_none() && net.net.input_dim() <= INPUT_SPLIT_MAX_DIM,
         root_width: lo.iter().zip(hi).map(|(l, h)| h - l).collect(),
         base: None,
     };
@@ -298,7 +340,7 @@ fn finish<C>(mut out: CompleteOutcome<C>, queue: &Queue, start: Instant) -> Comp
 /// Bounds subdomain `d` (its box first shrunk to the values of the deployment `format`): closes
 /// the disjuncts its bounds exclude, chooses its branch, and checks its candidate point.
 fn bound<C>(
-    (net, format): (&BoxNet<'_>, Format),
+    (net, format): (&BoundedNet<'_>, Format),
     objective: &Objective,
     mut d: Subdomain,
     search: Option<SlopeSearch>,
@@ -312,8 +354,9 @@ fn bound<C>(
         found: None,
         hidden: None,
     };
-    match branch::onto_grid(format, &d.lo, &d.hi) {
-        None => return done(d, true),
+    match branch::onto_grid(format, &d.lo, &d.hi).filter(|_| plan.ball.is_none()) {
+        None if plan.ball.is_none() => return done(d, true),
+        None => {}
         Some((lo, hi)) => {
             if *lo != *d.lo {
                 d.lo = Arc::new(lo);
@@ -331,9 +374,12 @@ fn bound<C>(
             .collect();
         at.map(|at| w.1.select_rows(&at))
     });
-    let set = InputSet::Box {
-        lo: &d.lo,
-        hi: &d.hi,
+    let set = match plan.ball {
+        Some((x0, eps)) => InputSet::Ball { x0, eps },
+        None => InputSet::Box {
+            lo: &d.lo,
+            hi: &d.hi,
+        },
     };
     let mut b = match net.net.split_lower_bounds(
         set,
@@ -351,7 +397,15 @@ fn bound<C>(
         SplitOutcome::Bounded(b) => *b,
     };
     d.warm = b.optimised.take().map(|m| Arc::new((rows.clone(), m)));
-    let per = if net.overflow_excluded(&b.hidden, (&d.lo, &d.hi)).is_ok() {
+    let r0 = match plan.ball {
+        Some((x0, eps)) => SearchSet::Ball {
+            x0,
+            eps,
+            within: (&d.lo, &d.hi),
+        },
+        None => SearchSet::Box(&d.lo, &d.hi),
+    };
+    let per = if net.overflow_excluded(&b.hidden, r0.norm_up()).is_ok() {
         objective.disjunct_bounds(&d.open, &rows, &b.lower)
     } else {
         // the bounds assume no overflow (B7): they exclude nothing here
@@ -385,12 +439,16 @@ fn bound<C>(
         .unwrap_or(0);
     d.open = keep;
     let a = b.trace.input.row(worst);
-    let candidate = branch::linear_minimiser(a, &d.lo, &d.hi);
+    let candidate = match plan.ball {
+        Some((x0, eps)) => branch::ball_minimiser(a, (x0, eps), (&d.lo, &d.hi)),
+        None => branch::linear_minimiser(a, &d.lo, &d.hi),
+    };
     let relu = (!plan.by_input)
         .then(|| branch::relu_to_split(b.hidden.relaxations(), &b.trace.hidden, worst))
         .flatten();
     d.branch = match relu {
         Some((l, j)) => Branch::Relu(l, j),
+        None if plan.ball.is_some() => Branch::Exhausted,
         None => (branch::input_to_split(a, &d.lo, &d.hi, &plan.root_width))
             .map_or(Branch::Exhausted, Branch::Input),
     };
@@ -419,6 +477,9 @@ fn open<C>(domain: Subdomain, found: Option<C>) -> Bounded<C> {
 
 /// The branch of a subdomain without finite bounds: halve its widest coordinate.
 fn fallback_branch(d: &Subdomain, plan: &Plan) -> Branch {
+    if plan.ball.is_some() {
+        return Branch::Exhausted;
+    }
     let none = ndarray::Array1::<f64>::zeros(d.lo.len());
     (branch::input_to_split(none.view(), &d.lo, &d.hi, &plan.root_width))
         .map_or(Branch::Exhausted, Branch::Input)

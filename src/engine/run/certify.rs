@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use super::best_local::best_with_local;
 use super::local::{local_pass, LocalPass};
 use super::Subject;
-use crate::bounds::certify::{Centre, Certifier, Mode, PointResult, Refusal};
+use crate::bounds::certify::{Centre, Certifier, Mode, PointResult, Refusal, Verdict};
 use crate::engine::data;
 use crate::engine::digest::radii_hash;
 use crate::error::LipfpError;
@@ -108,6 +108,28 @@ pub fn tally_classes(
     out
 }
 
+impl ModeOutcome {
+    /// The outcome with the verdicts of the points `settled` replaced (`complete`'s decisions
+    /// after `best`'s certificates) and every count derived from the verdicts again; `seconds`
+    /// added to the mode's time.
+    pub fn settle(&mut self, subject: &Subject, settled: &[(usize, Verdict)], seconds: f64) {
+        for &(i, v) in settled {
+            if let (Some(ok), Some(why)) = (self.verdicts.get_mut(i), self.refusal_of.get_mut(i)) {
+                *ok = v.is_ok();
+                *why = v.err();
+            }
+        }
+        self.refusals.clear();
+        for why in self.refusal_of.iter().flatten() {
+            *self.refusals.entry(why.to_string()).or_insert(0) += 1;
+        }
+        self.certified = self.verdicts.iter().filter(|&&b| b).count();
+        self.vra = subject.count_correct(&self.verdicts);
+        self.by_class = count_by_class(subject, &self.verdicts);
+        self.seconds += seconds;
+    }
+}
+
 /// The result of certifying a subject at one radius.
 #[derive(Clone, Debug)]
 pub struct CertifyOutcome {
@@ -184,7 +206,7 @@ fn local_for(
     progress: &Progress,
 ) -> Result<Option<LocalPass>, LipfpError> {
     let certifiable = subject.bounds.as_ref().is_ok_and(|b| b.vacuous.is_none());
-    if !modes.contains(&Mode::Local) || !certifiable {
+    if !modes.iter().any(|m| m.needs_local()) || !certifiable {
         return Ok(None);
     }
     local_pass(subject, eps, indices, budget_s, progress).map(Some)
@@ -218,8 +240,8 @@ pub fn certify_points(
     let mut sorted = indices.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
-    let with_local = if mode == Mode::Best && best_local {
-        vec![Mode::Best, Mode::Local]
+    let with_local = if mode.certifies_as() == Mode::Best && (best_local || mode.needs_local()) {
+        vec![mode, Mode::Local]
     } else {
         vec![mode]
     };
@@ -337,7 +359,7 @@ pub fn certify_with_options(
     for mode in all {
         let t = Instant::now();
         let mut results = point_results(subject, mode, &eps, local.as_ref(), progress);
-        if mode == Mode::Best && options.best_local && local.is_none() {
+        if mode.certifies_as() == Mode::Best && options.best_local && local.is_none() {
             notes.extend(best_with_local(
                 subject,
                 &eps,
@@ -347,7 +369,7 @@ pub fn certify_with_options(
             )?);
         }
         let mut seconds = t.elapsed().as_secs_f64();
-        if mode == Mode::Local {
+        if mode.needs_local() {
             seconds += local.as_ref().map_or(0.0, |l| l.seconds);
         }
         outcomes.push(mode_outcome(subject, mode, &results, seconds));
@@ -437,7 +459,7 @@ fn point_results(
 /// Whether `mode` is `best` and the float64 reference ran at only some of `subject`'s points
 /// (the standard certificate decided the others, without a slack or degradation of `best`).
 fn lazy_best(subject: &Subject, mode: Mode) -> bool {
-    mode == Mode::Best
+    mode.certifies_as() == Mode::Best
         && subject
             .reference
             .as_ref()

@@ -185,12 +185,12 @@ fn deployment_of(subject: &Subject, net: &DenseNet, skip: usize) -> Result<Deplo
     Ok(Deployment { layers, d0: fmt.d0 })
 }
 
-/// The subject's deployed execution prepared for local bounds over boxes inside one box
-/// ([`with_box_net`]).
-pub struct BoxNet<'a> {
+/// The subject's deployed execution prepared for local bounds over sets of inputs of norm at
+/// most one bound ([`with_bounded_net`]).
+pub struct BoundedNet<'a> {
     /// The network (leading exact-identity affine steps dropped) with its deployment.
     pub net: LocalNet<'a>,
-    /// The deviation chain's slack per hidden layer for inputs of the box.
+    /// The deviation chain's slack per hidden layer for those inputs.
     pub slack: Vec<f64>,
     /// The subject's model bounds (their overflow checks).
     fmt: &'a ModelBounds,
@@ -198,21 +198,16 @@ pub struct BoxNet<'a> {
     skip: usize,
 }
 
-impl BoxNet<'_> {
+impl BoundedNet<'_> {
     /// Whether the model's overflow checks exclude overflow at every layer for every input of
-    /// the box `[lo, hi]` whose executions the hidden bounds `hidden` hold (computed by this
-    /// net over a set holding those inputs), or the first (1-based) layer they do not. The
-    /// local bounds assume every rounding is relative, which holds only without overflow; the
+    /// norm at most `r0` whose executions the hidden bounds `hidden` hold (computed by this net
+    /// over a set holding those inputs), or the first (1-based) layer they do not. The local
+    /// bounds assume every rounding is relative, which holds only without overflow; the
     /// argument is the local certificate's (`bounds::certify::local`): the first layer's inputs
-    /// have norm at most `||max(|lo|, |hi|)||` (so have those of the dropped identity steps,
-    /// which change no value), a later layer's at most `||max(hi, 0)||` of the layer below
-    /// (docs/soundness.md "Complete verification", B7).
-    pub fn overflow_excluded(
-        &self,
-        hidden: &HiddenBounds,
-        (lo, hi): (&[f64], &[f64]),
-    ) -> Result<(), usize> {
-        let r0 = box_norm_up(lo, hi);
+    /// have norm at most `r0` (so have those of the dropped identity steps, which change no
+    /// value), a later layer's at most `||max(hi, 0)||` of the layer below (docs/soundness.md
+    /// "Complete verification", B7).
+    pub fn overflow_excluded(&self, hidden: &HiddenBounds, r0: f64) -> Result<(), usize> {
         let mut radii = vec![r0; self.skip];
         radii.extend(hidden.active_radii());
         let reach = LocalMargins {
@@ -229,22 +224,22 @@ impl BoxNet<'_> {
 }
 
 /// An upper bound on the l2 norm of every point of the box `[lo, hi]`: `||max(|lo|, |hi|)||`.
-fn box_norm_up(lo: &[f64], hi: &[f64]) -> f64 {
+pub fn box_norm_up(lo: &[f64], hi: &[f64]) -> f64 {
     l2_norm_up(lo.iter().zip(hi).map(|(l, h)| l.abs().max(h.abs())))
 }
 
-/// Calls `f` with the subject's deployed execution prepared for bounds over the box `[lo, hi]`
-/// and any box inside it ([`BoxNet`]: [`LocalNet::linear_lower_bounds`],
+/// Calls `f` with the subject's deployed execution prepared for bounds over sets of inputs of
+/// norm at most `r0` (a box `[lo, hi]`: [`box_norm_up`]) ([`BoundedNet`]: [`LocalNet::linear_lower_bounds`],
 /// [`LocalNet::split_lower_bounds`]; the hidden layers' bounds tightened by `intermediate_steps`
 /// steps of the slope search, [`LocalNet::with_intermediate_search`]), or says why local bounds
 /// do not cover the subject. Leading
 /// affine steps that are exact identities (adding zero, scaling by one: no execution changes a
 /// value) are dropped; the lower slopes are searched on every row.
-pub fn with_box_net<R>(
+pub fn with_bounded_net<R>(
     subject: &Subject,
-    (lo, hi): (&[f64], &[f64]),
+    r0: f64,
     intermediate_steps: usize,
-    f: impl FnOnce(&BoxNet<'_>) -> R,
+    f: impl FnOnce(&BoundedNet<'_>) -> R,
 ) -> Result<R, String> {
     let fmt = subject.bounds.as_ref().map_err(Clone::clone)?;
     let full = &subject.net;
@@ -266,12 +261,11 @@ pub fn with_box_net<R>(
     let net = (LocalNet::new(&kept, Some(prefix), Some(deployment))?)
         .with_slope_search(search)
         .with_intermediate_search(intermediate_steps);
-    let r0 = box_norm_up(lo, hi);
     let slack: Vec<f64> = match fmt.deviation_profile(r0) {
         Ok((_, devs)) => devs.iter().skip(1 + skip).copied().collect(),
         Err(_) => Vec::new(),
     };
-    Ok(f(&BoxNet {
+    Ok(f(&BoundedNet {
         net,
         slack,
         fmt,
@@ -280,19 +274,19 @@ pub fn with_box_net<R>(
 }
 
 /// Lower bounds on the rows of `c` (linear forms of the outputs) of the subject's deployed
-/// execution over the box `[lo, hi]` ([`with_box_net`]), or why local bounds do not cover the
+/// execution over the box `[lo, hi]` ([`with_bounded_net`]), or why local bounds do not cover the
 /// subject or the box (their values, or overflow not excluded over it).
 pub fn box_lower_bounds(
     subject: &Subject,
     (lo, hi): (&[f64], &[f64]),
     c: &ndarray::Array2<f64>,
 ) -> Result<Vec<f64>, String> {
-    with_box_net(subject, (lo, hi), 0, |b| {
+    let r0 = box_norm_up(lo, hi);
+    with_bounded_net(subject, r0, 0, |b| {
         let set = InputSet::Box { lo, hi };
         let (lower, hidden) = (b.net.linear_lower_bounds(set, c, &b.slack))
             .ok_or_else(|| "the local bounds over the box are not finite".to_string())?;
-        b.overflow_excluded(&hidden, (lo, hi))
-            .map_err(overflow_note)?;
+        b.overflow_excluded(&hidden, r0).map_err(overflow_note)?;
         Ok(lower)
     })?
 }

@@ -237,7 +237,9 @@ pub use certify::{
     tally_classes, CertifyOptions, CertifyOutcome, ClassCount, ModeOutcome,
 };
 pub use curve::{certify_curve, decimal_text, CurveOutcome, CurvePoint, ModeCurve};
-pub use local::{box_lower_bounds, local_pass, with_box_net, BoxNet, LocalPass};
+pub use local::{
+    box_lower_bounds, box_norm_up, local_pass, with_bounded_net, BoundedNet, LocalPass,
+};
 pub use passes::KeptRows;
 pub use reference::{ReferenceData, ReferencePlan};
 

@@ -35,10 +35,10 @@ impl ReferencePlan {
     /// reference"); the automatic grid is known only after the thresholds, so the pass plans the
     /// certified radius and the curve runs the reference at the points its grid then needs.
     pub fn for_run(modes: &[Mode], radius: &Radius, curve: Option<&CurveGrid>) -> ReferencePlan {
-        let best = modes.contains(&Mode::Best);
+        let best = modes.iter().any(|m| m.certifies_as() == Mode::Best);
         if modes
             .iter()
-            .any(|&m| m.needs_reference() && m != Mode::Best)
+            .any(|&m| m.needs_reference() && m.certifies_as() != Mode::Best)
         {
             return ReferencePlan::Every { products: best };
         }

@@ -1,0 +1,303 @@
+//! Mode `complete` at a gate's points (issue 31, item 4) against exact answers: on the shape
+//! family's networks with one input, the l_inf ball and the l2 ball around a point are the same
+//! interval, over which each margin's exact minimum is found in rationals
+//! ([`common::exact_margin`]). Every point mode `complete` verifies must have every exact margin
+//! above `-delta`, every point it falsifies a counterexample inside the interval whose exact
+//! margin is below `delta`, and every point whose exact minimum is farther than `delta` from
+//! zero must be decided (`delta = 1e-4 (1 + s)`, `s` the largest pre-activation magnitude: the
+//! rounding allowance of `tests/complete.rs`). The l_inf gate searches by splitting the input,
+//! the l2 gate by splitting ReLUs only (an l2 ball keeps its whole set).
+
+mod common;
+
+use common::exact_margin::{q, Exact};
+use common::runtime::write_npy;
+use common::shape_family::{shapes, write_model, Kind, Shape};
+use lipfp::bounds::ball::{BallSpec, Norm};
+use lipfp::bounds::certify::{Mode, Refusal};
+use lipfp::engine::complete::points::decide_points;
+use lipfp::engine::run::{self, CertifyOptions, ReferencePlan, SubjectSpec};
+use lipfp::policy::{CompleteBudget, Decision, Radius};
+use lipfp::progress::Progress;
+use rug::Rational;
+
+/// The radius, as written in a policy.
+const EPS: &str = "0.25";
+
+/// The family: every shape and six with three random hidden layers, with one input (an
+/// identity layer keeps its width equal to the layer below).
+fn family() -> Vec<Shape> {
+    let wide = (0..6).map(|k| Shape {
+        widths: vec![1, 8 + k, 8 + k, 8 + k, 3],
+        kinds: vec![Kind::Random, Kind::Random, Kind::Random],
+        huge_bias: false,
+        seed: 700 + k as u64,
+    });
+    (shapes(40).into_iter().chain(wide))
+        .map(|mut s| {
+            s.widths[0] = 1;
+            if s.kinds.first() == Some(&Kind::Identity) {
+                s.widths[1] = 1;
+            }
+            for l in 1..s.kinds.len() {
+                if s.kinds[l] == Kind::Identity {
+                    s.widths[l + 1] = s.widths[l];
+                }
+            }
+            s
+        })
+        .collect()
+}
+
+/// Counts over the family.
+#[derive(Debug, Default)]
+struct Tally {
+    verified: usize,
+    falsified: usize,
+    searched: usize,
+}
+
+/// Mode `complete` on `shape` at 13 points of `[-1.5, 1.5]` in `norm`, checked against the exact
+/// minima.
+fn check_shape(shape: &Shape, norm: Norm, tally: &mut Tally) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let model = write_model(shape, dir.path());
+    let points: Vec<f32> = (0..13).map(|k| -1.5 + 0.25 * k as f32).collect();
+    let inputs = dir.path().join("x.npy");
+    write_npy(&inputs, &[points.len() as u64, 1], &points);
+    let radius = Radius::parse_decimal(EPS).expect("a radius");
+    let modes = [Mode::Complete];
+    let spec = SubjectSpec {
+        model,
+        format: None,
+        accumulate: None,
+        ftz: false,
+        runtime: None,
+        inputs,
+        labels: None,
+        gram_iterations: 12,
+        reference: ReferencePlan::for_run(&modes, &radius, None),
+        shard: None,
+        decision: Decision::Argmax,
+        label_column: None,
+        ball: BallSpec { norm, range: None },
+    };
+    let silent = Progress::silent();
+    let subject = run::prepare(&spec, &silent).expect("prepared");
+    let options = CertifyOptions::default();
+    let mut outcome =
+        run::certify_with_options(&subject, &radius, &modes, &options, &silent).expect("certified");
+    let budget = CompleteBudget {
+        seconds: 60.0,
+        subdomains: 20_000,
+        ..CompleteBudget::default()
+    };
+    let d = decide_points(&subject, &radius, &mut outcome, budget, &silent).expect("decided");
+    tally.searched += d.searched;
+    let mode = outcome.mode(Mode::Complete).expect("computed");
+    let exact = Exact::of(shape);
+    let eps = q(0.25);
+    let classes = *shape.widths.last().expect("classes");
+    for (k, t) in points.iter().enumerate() {
+        let Some(i) = subject.predictions[k] else {
+            continue;
+        };
+        let t = q(f64::from(*t));
+        let (a, b) = (t.clone() - &eps, t.clone() + &eps);
+        let (mut min, mut scale) = (None::<Rational>, Rational::new());
+        for j in (0..classes).filter(|&j| j != i) {
+            let (m, s) = exact.min_pair_margin((i, j), (&a, &b), &[]);
+            scale = scale.max(s);
+            min = Some(min.map_or(m.clone(), |v| v.min(m)));
+        }
+        let Some(min) = min else { continue };
+        let delta = q(1e-4) * (Rational::from(1) + scale);
+        let what = format!(
+            "{} {norm:?} point {k} (t = {}), exact minimum margin {}",
+            shape.name(),
+            t.to_f64(),
+            min.to_f64()
+        );
+        match (mode.verdicts[k], mode.refusal_of[k]) {
+            (true, _) => {
+                assert!(min > -delta.clone(), "{what}: verified");
+                tally.verified += 1;
+            }
+            (false, Some(Refusal::Falsified)) => {
+                let w = (d.attack.witnesses.iter())
+                    .find(|w| w.index == k)
+                    .unwrap_or_else(|| panic!("{what}: falsified without a witness"));
+                let x = q(w.input[0]);
+                assert!(a <= x && x <= b, "{what}: the witness is outside the ball");
+                let y = exact.pre(&[x], exact.layers.len() - 1);
+                let m = (0..classes)
+                    .filter(|&j| j != i)
+                    .map(|j| Rational::from(&y[i] - &y[j]))
+                    .min()
+                    .expect("another class");
+                assert!(
+                    m < delta,
+                    "{what}: the witness's exact margin is {}",
+                    m.to_f64()
+                );
+                tally.falsified += 1;
+            }
+            (false, why) => assert!(
+                -delta.clone() <= min && min <= delta,
+                "{what}: left undecided ({why:?})"
+            ),
+        }
+    }
+}
+
+/// Both searches (input splitting for the l_inf box, ReLU splitting for the l2 ball) return
+/// the exact verdict at every point of every shape, within the rounding allowance.
+#[test]
+fn complete_decides_every_point_as_the_exact_network_does() {
+    for norm in [Norm::Linf, Norm::L2] {
+        let mut tally = Tally::default();
+        for shape in family() {
+            check_shape(&shape, norm, &mut tally);
+        }
+        eprintln!("{norm:?}: {tally:?}");
+        // the search itself is under test: points left by best and the falsifier, both verdicts
+        assert!(tally.searched >= 20, "{norm:?}: {tally:?}");
+        assert!(
+            tally.verified >= 100 && tally.falsified >= 50,
+            "{norm:?}: {tally:?}"
+        );
+    }
+}
+
+/// Mode `complete` on the digits example (64-32-32-10, float32) at l_inf 0.1 in `[0, 1]`:
+/// every point branch and bound verified survives, under onnxruntime CPU, a projected-gradient
+/// attack on its box (the iterates of 20 sign steps against every other class, rounded to
+/// float32, and the box's corner farthest along the final gradient), and every counterexample
+/// changes onnxruntime's class.
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "needs a Python with onnxruntime (set LIPFP_PYTHON)"
+)]
+fn complete_verdicts_hold_under_onnxruntime() {
+    use common::runtime::{argmax, example, ort_logits, python};
+    use lipfp::engine::attack::GradNet;
+    use ndarray::Array2;
+    let py = python();
+    let (model, x, rows) = example("digits");
+    let dim = x.len() / rows;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/digits");
+    let radius = Radius::parse_decimal("0.1").expect("a radius");
+    let modes = [Mode::Complete];
+    let spec = SubjectSpec {
+        model: model.clone(),
+        format: None,
+        accumulate: None,
+        ftz: false,
+        runtime: None,
+        inputs: root.join("x_test.npy"),
+        labels: Some(root.join("y_test.npy")),
+        gram_iterations: 12,
+        reference: ReferencePlan::for_run(&modes, &radius, None),
+        shard: None,
+        decision: Decision::Argmax,
+        label_column: None,
+        ball: BallSpec {
+            norm: Norm::Linf,
+            range: Some(lipfp::bounds::ball::InputRange::new(0.0, 1.0).expect("a range")),
+        },
+    };
+    let silent = Progress::silent();
+    let subject = run::prepare(&spec, &silent).expect("prepared");
+    let cheap = run::certify_with_options(
+        &subject,
+        &radius,
+        &modes,
+        &CertifyOptions::default(),
+        &silent,
+    )
+    .expect("certified");
+    let before = cheap
+        .mode(Mode::Complete)
+        .expect("computed")
+        .verdicts
+        .clone();
+    let mut outcome = cheap;
+    let budget = CompleteBudget {
+        seconds: 5.0,
+        subdomains: 2_000,
+        ..CompleteBudget::default()
+    };
+    let d = decide_points(&subject, &radius, &mut outcome, budget, &silent).expect("decided");
+    let after = &outcome.mode(Mode::Complete).expect("computed").verdicts;
+    let searched: Vec<usize> = (0..rows).filter(|&i| after[i] && !before[i]).collect();
+    assert!(
+        searched.len() >= 50,
+        "branch and bound verified {}",
+        searched.len()
+    );
+    // counterexamples change onnxruntime's class
+    let w = &d.attack.witnesses;
+    assert!(w.len() >= 50, "{} counterexamples", w.len());
+    let inputs: Vec<f64> = w.iter().flat_map(|w| w.input.clone()).collect();
+    let y = ort_logits(&py, &model, w.len(), dim, &inputs, &[]);
+    for (k, w) in w.iter().enumerate() {
+        let class = argmax(&y[k * 10..(k + 1) * 10]);
+        let before = subject.predictions[w.index].expect("finite");
+        assert_ne!(
+            class, before,
+            "point {}: onnxruntime keeps the class",
+            w.index
+        );
+    }
+    // the verified points survive an attack under onnxruntime
+    let net = GradNet::new(&subject.net);
+    let mut candidates = Vec::new();
+    for &i in &searched {
+        let x0 = &x[i * dim..(i + 1) * dim];
+        let c = subject.predictions[i].expect("finite");
+        let (lo, hi): (Vec<f64>, Vec<f64>) = (x0.iter())
+            .map(|v| ((v - 0.1).max(0.0), (v + 0.1).min(1.0)))
+            .unzip();
+        let inside = |v: f64, k: usize| {
+            let f = v.clamp(lo[k], hi[k]) as f32;
+            let f = if f64::from(f) < lo[k] { f.next_up() } else { f };
+            f64::from(if f64::from(f) > hi[k] {
+                f.next_down()
+            } else {
+                f
+            })
+        };
+        let mut p: Vec<f64> = x0.to_vec();
+        for _ in 0..20 {
+            let a = Array2::from_shape_vec((1, dim), p.clone()).expect("a row");
+            let (_, g) = net.margin_gradient(&a, &[c]);
+            p = (p.iter().zip(g.row(0)).enumerate())
+                .map(|(k, (v, gk))| inside(v - 0.025 * gk.signum(), k))
+                .collect();
+            candidates.push((i, p.clone()));
+        }
+        let a = Array2::from_shape_vec((1, dim), p.clone()).expect("a row");
+        let (_, g) = net.margin_gradient(&a, &[c]);
+        let corner = (0..dim)
+            .map(|k| inside(if g[[0, k]] > 0.0 { lo[k] } else { hi[k] }, k))
+            .collect();
+        candidates.push((i, corner));
+    }
+    let inputs: Vec<f64> = candidates.iter().flat_map(|(_, p)| p.clone()).collect();
+    let y = ort_logits(&py, &model, candidates.len(), dim, &inputs, &[]);
+    for (k, (i, _)) in candidates.iter().enumerate() {
+        let c = subject.predictions[*i].expect("finite");
+        assert_eq!(
+            argmax(&y[k * 10..(k + 1) * 10]),
+            c,
+            "point {i}, verified: onnxruntime changes its class inside the box"
+        );
+    }
+    eprintln!(
+        "{} points verified by branch and bound, {} candidates, {} counterexamples",
+        searched.len(),
+        candidates.len(),
+        w.len()
+    );
+}
