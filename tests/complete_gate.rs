@@ -301,3 +301,158 @@ fn complete_verdicts_hold_under_onnxruntime() {
         w.len()
     );
 }
+
+/// `lipfp` in `dir` as on GitHub Actions (step summary in `summary.md`): exit code, stdout,
+/// stderr.
+fn lipfp_in(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lipfp"))
+        .current_dir(dir)
+        .arg("-q")
+        .args(args)
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", dir.join("summary.md"))
+        .env("GITHUB_OUTPUT", dir.join("outputs.txt"))
+        .output()
+        .expect("run lipfp");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A policy with one digits gate in `dir`, with `extra` keys.
+fn digits_policy(dir: &std::path::Path, extra: &str) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/digits");
+    let text = format!(
+        "[model]\npath = \"{}\"\n[data]\ninputs = \"{}\"\nlabels = \"{}\"\n\
+         [[gate]]\nname = \"g\"\n{extra}\n",
+        root.join("model.onnx").display(),
+        root.join("x_test.npy").display(),
+        root.join("y_test.npy").display()
+    );
+    std::fs::write(dir.join("lipfp.toml"), text).expect("written");
+}
+
+/// A gate in mode `complete` states its decisions in the JSON report, on the console, in JUnit
+/// and in the step summary, and its figures add up: verified is the mode's certified count,
+/// falsified the bracket's, and every correctly classified point is verified, falsified or
+/// undecided.
+#[test]
+fn a_complete_gate_reports_its_decisions_everywhere() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    digits_policy(
+        dir.path(),
+        "epsilon = \"0.1\"\nnorm = \"linf\"\ninput_range = [0, 1]\nmode = \"complete\"\n\
+         complete_subdomains = 300\nmin_vra_pct = 50.0",
+    );
+    let (code, stdout, stderr) = lipfp_in(
+        dir.path(),
+        &["check", "--json", "r.json", "--junit", "r.xml"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("r.json")).expect("read"))
+            .expect("JSON");
+    let g = &json["gates"][0];
+    let c = &g["complete"];
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("{v} in {c}"));
+    assert_eq!(n(&c["verified"]), n(&g["modes"]["complete"]["certified"]));
+    assert_eq!(n(&c["falsified"]), n(&g["attack"]["falsified"]));
+    let correct =
+        (n(&g["n"]) as f64 * g["accuracy_pct"].as_f64().expect("accuracy") / 100.0).round() as u64;
+    assert_eq!(
+        n(&c["verified"]) + n(&c["falsified"]) + n(&c["undecided"]),
+        correct,
+        "{c}"
+    );
+    let b = &c["branch_and_bound"];
+    assert!(n(&b["searched"]) > 0 && n(&b["verified"]) > 0, "{c}");
+    assert_eq!(n(&c["budget"]["subdomains"]), 300);
+    let line = format!(
+        "complete: {} verified, {} falsified, {} undecided",
+        c["verified"], c["falsified"], c["undecided"]
+    );
+    assert!(stdout.contains(&line), "{stdout}");
+    let junit = std::fs::read_to_string(dir.path().join("r.xml")).expect("JUnit");
+    assert!(junit.contains(&line), "{junit}");
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).expect("summary");
+    assert!(summary.contains(&line), "{summary}");
+}
+
+/// The budget keys need mode `complete`, and mode `complete` needs one radius and no curve; the
+/// errors name the key (and the flags, for `lipfp certify`).
+#[test]
+fn complete_keys_and_flags_are_validated() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let radii = dir.path().join("r.npy");
+    write_npy(&radii, &[450], &[0.1f64; 450]);
+    for (extra, expect) in [
+        (
+            "epsilon = \"0.1\"\ncomplete_budget_s = 5",
+            "complete_budget_s is set",
+        ),
+        (
+            "epsilon = \"0.1\"\nmode = \"best\"\ncomplete_subdomains = 9",
+            "complete_subdomains is set",
+        ),
+        (
+            "epsilon = \"0.1\"\nmode = \"complete\"\ncurve = true",
+            "curve:",
+        ),
+        ("epsilons = \"r.npy\"\nmode = \"complete\"", "one radius"),
+        (
+            "epsilon = \"0.1\"\nmode = \"complete\"\ncomplete_subdomains = 0",
+            "complete_subdomains: 0",
+        ),
+        (
+            "epsilon = \"0.1\"\nmode = \"complete\"\ncomplete_budget_s = -1.0",
+            "complete_budget_s: -1",
+        ),
+        (
+            "epsilon = \"0.1\"\nmode = \"complete\"\ncomplete_total_s = \"1h\"",
+            "complete_total_s",
+        ),
+    ] {
+        digits_policy(dir.path(), extra);
+        let (code, _, stderr) = lipfp_in(dir.path(), &["check"]);
+        assert_eq!(code, Some(2), "{extra}: {stderr}");
+        assert!(stderr.contains(expect), "{extra}: {stderr}");
+        assert!(stderr.contains("lipfp.toml"), "{extra}: {stderr}");
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/digits");
+    let (m, x) = (root.join("model.onnx"), root.join("x_test.npy"));
+    let base = [
+        "certify",
+        "--model",
+        m.to_str().unwrap(),
+        "--inputs",
+        x.to_str().unwrap(),
+    ];
+    for (flags, expect) in [
+        (
+            &["--epsilon", "0.1", "--complete-budget", "5"][..],
+            "need --mode complete",
+        ),
+        (
+            &["--epsilon", "0.1", "--mode", "complete", "--curve"],
+            "--curve",
+        ),
+        (&["--epsilons", "r.npy", "--mode", "complete"], "one radius"),
+        (
+            &[
+                "--epsilon",
+                "0.1",
+                "--mode",
+                "complete",
+                "--complete-budget",
+                "0",
+            ],
+            "--complete-budget",
+        ),
+    ] {
+        let (code, _, stderr) = lipfp_in(dir.path(), &[&base[..], flags].concat());
+        assert_eq!(code, Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(expect), "{flags:?}: {stderr}");
+    }
+}

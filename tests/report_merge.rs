@@ -45,8 +45,13 @@ impl Shards {
 
     /// Shards 1/2 and 2/2 of the digits gate in `modes`, with its policy as `lipfp.toml`.
     fn with_modes(modes: &str) -> Shards {
+        Shards::with_policy(&digits_policy(modes))
+    }
+
+    /// Shards 1/2 and 2/2 of the one gate of `policy`.
+    fn with_policy(policy: &str) -> Shards {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("lipfp.toml"), digits_policy(modes)).unwrap();
+        std::fs::write(dir.path().join("lipfp.toml"), policy).unwrap();
         let s = Shards { dir };
         for k in 1..=2 {
             let out = lipfp(&[
@@ -179,6 +184,47 @@ fn forged_certified_flags_are_caught_by_verification() {
         &[&a, &forged],
         &["--config", &s.s("lipfp.toml"), "--verify", "60"],
     );
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("forged"), "{}", stderr(&out));
+}
+
+/// Mode `complete`'s shards are re-checked by branch and bound under the policy's subdomain
+/// budget (its decisions do not depend on the machine): every point of honest shards is
+/// confirmed, and points forged from `undecided` or `falsified` to certified are caught.
+#[test]
+fn complete_shards_are_rechecked_by_branch_and_bound() {
+    let policy = digits_policy("complete").replace(
+        "epsilon = \"0.3\"",
+        "epsilon = \"0.1\"\nnorm = \"linf\"\ninput_range = [0, 1]\ncomplete_subdomains = 300",
+    );
+    let s = Shards::with_policy(&policy.replace("min_vra_pct = 75.0", "min_vra_pct = 50.0"));
+    let (a, b) = (s.s("shard1.pb"), s.s("shard2.pb"));
+    let cfg = s.s("lipfp.toml");
+    let every = ["--config", cfg.as_str(), "--verify", "1000"];
+    let json = s.s("merged.json");
+    let mut args = every.to_vec();
+    args.extend(["--json", json.as_str()]);
+    let out = s.report(&[&a, &b], &args);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = std::fs::read_to_string(&json).unwrap();
+    assert!(
+        text.contains("\"falsified (a confirmed counterexample)\""),
+        "{text}"
+    );
+    let mut refused = 0;
+    let forged = s.forge(2, "forged.pb", |f| {
+        let g = &mut f.gates[0];
+        let at = g.modes.iter().position(|m| m == "complete").unwrap();
+        for i in &mut g.instances {
+            if i.refusal[at] == "undecided" || i.refusal[at] == "falsified" {
+                i.certified[at] = true;
+                i.refusal[at].clear();
+                refused += 1;
+            }
+        }
+    });
+    assert!(refused > 0, "nothing to forge");
+    let out = s.report(&[&a, &forged], &every);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("forged"), "{}", stderr(&out));
 }
