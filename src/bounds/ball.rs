@@ -309,4 +309,31 @@ mod tests {
             assert!(BallSpec::from_description(text).is_none(), "{text:?}");
         }
     }
+
+    /// A value of the format is kept; any other end moves outward by `u |v| + a_mul`
+    /// (float32: `u = 2^-24`, `a_mul = 2^-150`), past the rounding of every point of the box.
+    #[test]
+    fn the_conversion_hull_holds_every_rounding_of_the_box() {
+        use crate::arith::format::Format;
+        let (lo, hi) = conversion_hull(Format::Float32, &[0.5, 0.1, -0.1], &[1.0, 0.3, 0.0]);
+        assert_eq!((lo[0], hi[0], hi[2]), (0.5, 1.0, 0.0));
+        let slack = |v: f64| v.abs() * 2f64.powi(-24) + 2f64.powi(-150);
+        assert!(lo[1] <= 0.1 - slack(0.1) && lo[1] >= (0.1 - slack(0.1)).next_down());
+        assert!(hi[1] >= 0.3 + slack(0.3) && hi[1] <= (0.3 + slack(0.3)).next_up());
+        assert!(lo[2] <= -0.1 - slack(0.1));
+        // the float32 roundings of the ends lie inside
+        for (v, l, h) in [
+            (0.1f64, lo[1], hi[1]),
+            (0.3, lo[1], hi[1]),
+            (-0.1, lo[2], hi[2]),
+        ] {
+            let r = f64::from(v as f32);
+            assert!(l <= r && r <= h, "{v}");
+        }
+        // float64 ends in float64 are kept
+        assert_eq!(conversion_end(Format::Float64, (0.1, 0.1), true), 0.1);
+        // a real end between two doubles widens from the outer one
+        let d = 0.1f64;
+        assert!(conversion_end(Format::Float32, (d, d.next_up()), false) > d.next_up());
+    }
 }

@@ -264,4 +264,18 @@ mod tests {
         assert_eq!(midpoint(1.0, 2.0), 1.5);
         assert_eq!(midpoint(f64::MAX, f64::MAX), f64::MAX);
     }
+
+    /// `x0 - eps a / ||a||` (here `a = (3, -4)`, `||a|| = 5`, `eps = 5`: the step is
+    /// `(-3, 4)`), clipped to the box; a zero form stays at the centre.
+    #[test]
+    fn the_ball_minimiser_steps_against_the_form_and_stays_in_the_box() {
+        let a = array![3.0, -4.0];
+        let x = ball_minimiser(a.view(), (&[1.0, 0.0], 5.0), (&[-9.0, -9.0], &[9.0, 9.0]));
+        assert_eq!(x, vec![-2.0, 4.0]);
+        let x = ball_minimiser(a.view(), (&[1.0, 0.0], 5.0), (&[-1.0, -9.0], &[9.0, 2.5]));
+        assert_eq!(x, vec![-1.0, 2.5]);
+        let zero = Array1::<f64>::zeros(2);
+        let x = ball_minimiser(zero.view(), (&[0.5, 0.25], 1.0), (&[0.0, 0.0], &[1.0, 1.0]));
+        assert_eq!(x, vec![0.5, 0.25]);
+    }
 }
