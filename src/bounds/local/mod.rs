@@ -16,6 +16,7 @@ mod deployed;
 pub mod interval;
 mod region;
 pub mod relax;
+mod rows;
 mod slopes;
 mod split;
 
@@ -38,6 +39,8 @@ use relax::{relax_unit, UnitRelaxation};
 pub struct LocalLayer<'a> {
     /// `W_l` (`m_l x n_l`).
     w: &'a Array2<f64>,
+    /// `W_l^T`, laid out by its own rows (a layer applied to a few inputs, [`rows`]).
+    w_t: Array2<f64>,
     /// `|W_l|`.
     abs_w: Array2<f64>,
     /// `b_l`.
@@ -188,6 +191,7 @@ impl<'a> LocalNet<'a> {
             };
             layers.push(LocalLayer {
                 w: &layer.w,
+                w_t: layer.w.t().as_standard_layout().into_owned(),
                 abs_w: layer.w.mapv(f64::abs),
                 b: Array1::from(layer.b.clone()),
                 abs_b: layer.b.iter().map(|v| v.abs()).collect(),

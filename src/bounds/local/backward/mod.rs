@@ -14,6 +14,7 @@ use super::deployed::LayerErrorModel;
 use super::interval::{nonneg_sum_up, underflow_slack, Bounds, NonnegSum};
 use super::region::Region;
 use super::relax::{gamma_up, UnitRelaxation, UNIT_ROUNDOFF};
+use super::rows::rows_times;
 use super::LocalNet;
 use crate::arith::sound::{add_down, add_up, div_up, mul_up, sqrt_up, sub_down};
 
@@ -127,7 +128,7 @@ pub(super) fn lower_bounds(
         }
     }
     if let Some(t) = trace {
-        t.input = lam.dot(net.layers[0].w);
+        t.input = rows_times(&lam, net.layers[0].w.view());
     }
     if let Some(model) = &net.layers[0].rounding {
         // the first layer's rounding over the ball, charged here for every `k`: with no hidden
@@ -237,7 +238,7 @@ fn substitute_layer(
         let underflow = mul_up(slack, add_up(mul_up(4.0, add_up(1.0, lam_mass)), input_sum));
         add_up(rounding, underflow)
     }));
-    lam.dot(layer.w)
+    rows_times(lam, layer.w.view())
 }
 
 /// `Lambda z_hat_l` of the deployed execution, for a layer whose inputs `h = h_hat_{l-1}` are
@@ -274,8 +275,8 @@ fn substitute_deployed(
     };
     let slack = underflow_slack(m_l);
     let sum_m = NonnegSum::new(m_l);
-    let mut coef = lam.dot(layer.w);
-    let mag = abs_lam.dot(model.abs_w());
+    let mut coef = rows_times(lam, layer.w.view());
+    let mag = rows_times(&abs_lam, model.abs_w().view());
     Zip::from(&mut coef)
         .and(&mag)
         .for_each(|c, &p| *c = sub_down(*c, mul_up(cq, add_up(p, slack))));
@@ -602,7 +603,7 @@ fn ball_spread(
     (lam_squares, lam_sums): (&[f64], &[f64]),
 ) -> Vec<f64> {
     let (m, n) = net.layers[0].w.dim();
-    let quad = (lam.dot(&net.input_gram) * lam).sum_axis(Axis(1));
+    let quad = (rows_times(lam, net.input_gram.view()) * lam).sum_axis(Axis(1));
     let sum_m = NonnegSum::new(m);
     let g_quad = mul_up(2.0, add_up(gamma_up(n), mul_up(2.0, gamma_up(2 * m + 1))));
     let slack = underflow_slack(m + n + 2);
@@ -631,7 +632,7 @@ fn box_spread(net: &LocalNet, lam: &Array2<f64>, half: &Array1<f64>) -> Vec<f64>
     let (sum_n, sum_m) = (NonnegSum::new(n), NonnegSum::new(m));
     let spread_in = layer.abs_w.dot(&h).mapv(|v| sum_n.up(v));
     let mass = lam.mapv(f64::abs).dot(&spread_in);
-    let m_hat = lam.dot(layer.w);
+    let m_hat = rows_times(lam, layer.w.view());
     let from_m = m_hat.mapv(f64::abs).dot(&h);
     let floor = mul_up(underflow_slack(m), sum_n.up(h.sum()));
     let g = gamma_up(m);

@@ -29,6 +29,7 @@ fn a_substitution_charges_the_documented_rounding() {
     let b = [0.3, -0.7, 1.1, 0.05, -2.5];
     let layer = crate::bounds::local::LocalLayer {
         w: &w,
+        w_t: w.t().to_owned(),
         abs_w: w.mapv(f64::abs),
         b: Array1::from(b.to_vec()),
         abs_b: b.iter().map(|v| v.abs()).collect(),

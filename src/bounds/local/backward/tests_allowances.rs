@@ -122,6 +122,7 @@ fn a_substitution_charges_the_underflow_slack() {
     let w = Array2::zeros((m, n));
     let layer = crate::bounds::local::LocalLayer {
         w: &w,
+        w_t: w.t().to_owned(),
         abs_w: Array2::zeros((m, n)),
         b: Array1::zeros(m),
         abs_b: Array1::zeros(m),

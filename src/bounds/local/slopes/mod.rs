@@ -23,6 +23,7 @@ use std::cmp::Ordering;
 use ndarray::{Array1, Array2, ArrayView1, Axis};
 
 use super::relax::UnitRelaxation;
+use super::rows::rows_times;
 use super::{LocalNet, Phase, Splits};
 
 /// Adam's step size on the slopes.
@@ -272,7 +273,7 @@ fn backward(
     for l in (1..=top).rev() {
         let layer = &net.layers[l];
         cst += &lam.dot(&layer.b);
-        let m = lam.dot(layer.w);
+        let m = rows_times(&lam, layer.w.view());
         let mut next = m.clone();
         for ((r, j), v) in next.indexed_iter_mut() {
             *v = match relax[l - 1][j] {
@@ -298,13 +299,13 @@ fn backward(
     cst += &lam.dot(&(centre + &first.b));
     let (norm, offset, bound) = match eps {
         Reach::Ball(eps) => {
-            let quad = (lam.dot(&net.input_gram) * &lam).sum_axis(Axis(1));
+            let quad = (rows_times(&lam, net.input_gram.view()) * &lam).sum_axis(Axis(1));
             let norm: Vec<f64> = quad.iter().map(|q| q.max(0.0).sqrt()).collect();
             let bound = (cst.iter().zip(&norm)).map(|(c, n)| c - eps * n).collect();
             (norm, None, bound)
         }
         Reach::Box(half) => {
-            let mut m = lam.dot(first.w);
+            let mut m = rows_times(&lam, first.w.view());
             let mut spread = vec![0.0; m.nrows()];
             for (mut row, s) in m.rows_mut().into_iter().zip(&mut spread) {
                 row.zip_mut_with(half, |v, &r| {
@@ -339,9 +340,9 @@ fn gradients(
     // v_1 = W_1 x* + b_1: for a ball, W_1 x0 + b_1 - eps G Lambda_1^T / ||W_1^T Lambda_1^T||;
     // for a box, W_1 x0 + b_1 + W_1 (x* - x0)
     let mut v = match (eps, &pass.offset) {
-        (Reach::Box(_), Some(offset)) => offset.dot(&net.layers[0].w.t()),
+        (Reach::Box(_), Some(offset)) => rows_times(offset, net.layers[0].w_t.view()),
         (Reach::Ball(eps), _) => {
-            let mut v = pass.first.dot(&net.input_gram);
+            let mut v = rows_times(&pass.first, net.input_gram.view());
             for (mut row, &n) in v.rows_mut().into_iter().zip(&pass.norm) {
                 let scale = if n > 0.0 { -eps / n } else { 0.0 };
                 row.mapv_inplace(|g| g * scale);
@@ -381,7 +382,7 @@ fn gradients(
         }
         grads.push(grad);
         let next = &net.layers[k + 1];
-        v = h.dot(&next.w.t()) + &next.b;
+        v = rows_times(&h, next.w_t.view()) + &next.b;
     }
     (grads, beta_grads)
 }

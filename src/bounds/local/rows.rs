@@ -1,0 +1,59 @@
+//! The product `Lambda W` of a few rows by a layer's matrix, as the bounds form it at every layer
+//! of every backward pass. For fewer than [`FEW`] rows it runs over `W`'s rows, adding each,
+//! scaled, into every row of the result that has a nonzero coefficient for it (the rows of the
+//! result stay in cache, each row of `W` is read once), instead of a general matrix product that
+//! copies `W` into its own layout on every call (most of the time of a small product). Either way
+//! each entry is a float64 sum of the `m` products `Lambda_rk W_kj` in some order (a zero
+//! coefficient adds an exact zero), which is all the rounding arguments assume (docs/soundness.md
+//! "Local bounds": `gamma_m` bounds a sum of `m` products in any order).
+
+use ndarray::{Array2, ArrayView2};
+
+/// Up to this many rows, [`rows_times`] runs row by row.
+pub const FEW: usize = 64;
+
+/// `lam W` (`lam`: `r x m`, `w`: `m x n`).
+pub fn rows_times(lam: &Array2<f64>, w: ArrayView2<'_, f64>) -> Array2<f64> {
+    let (rows, m) = lam.dim();
+    if rows >= FEW || w.nrows() != m {
+        return lam.dot(&w);
+    }
+    let mut out = Array2::<f64>::zeros((rows, w.ncols()));
+    for (k, wk) in w.rows().into_iter().enumerate() {
+        for (r, mut o) in out.rows_mut().into_iter().enumerate() {
+            let a = lam[[r, k]];
+            if a != 0.0 {
+                o.scaled_add(a, &wk);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    /// Small integer entries: every sum is exact, so any order gives the general product's
+    /// value; a NaN coefficient propagates, and many rows take the general product.
+    #[test]
+    fn a_few_rows_times_a_matrix_is_the_product() {
+        let lam = array![[1.0, 0.0, -2.0], [0.5, 3.0, 0.0]];
+        let w = array![[1.0, 2.0], [3.0, -4.0], [5.0, 6.0]];
+        assert_eq!(rows_times(&lam, w.view()), lam.dot(&w));
+        assert_eq!(
+            rows_times(&lam, w.view()),
+            array![[-9.0, -10.0], [9.5, -11.0]]
+        );
+        let nan = array![[f64::NAN, 0.0, 0.0]];
+        assert!(rows_times(&nan, w.view()).iter().all(|v| v.is_nan()));
+        let many = Array2::from_shape_fn((FEW, 3), |(r, k)| (r + k) as f64);
+        assert_eq!(rows_times(&many, w.view()), many.dot(&w));
+        let few = Array2::from_shape_fn((FEW - 1, 3), |(r, k)| (r * k) as f64 - 2.0);
+        assert_eq!(rows_times(&few, w.view()), few.dot(&w));
+        // a transposed view is read the same way
+        let wt = array![[1.0, 3.0, 5.0], [2.0, -4.0, 6.0]];
+        assert_eq!(rows_times(&lam, wt.t()), lam.dot(&w));
+    }
+}
