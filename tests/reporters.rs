@@ -103,6 +103,7 @@ fn gate(name: &str, passed: Option<bool>, failures: &[&str]) -> GateReport {
         curve: None,
         baseline_curve: None,
         attack: None,
+        fp_cost_pp: Some(1.9),
         complete: None,
         regression: None,
     }

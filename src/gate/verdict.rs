@@ -170,6 +170,27 @@ fn specs(
         .collect()
 }
 
+/// The certified rate of mode `m` in `outcome`, in percent (with `vra`, the VRA), or why it is
+/// unavailable.
+fn rate_of(outcome: &CertifyOutcome, m: Mode, vra: bool) -> Result<f64, String> {
+    let mo = outcome
+        .mode(m)
+        .ok_or_else(|| format!("mode {m} was not computed"))?;
+    if vra {
+        mo.vra
+            .map(|v| pct(v, outcome.n))
+            .ok_or_else(|| "no labels".into())
+    } else {
+        Ok(pct(mo.certified, outcome.n))
+    }
+}
+
+/// The floating-point cost of `mode`: the real mode's certified rate minus its own, in
+/// percentage points (the figure `max_fp_cost_pp` judges and every report shows).
+pub fn fp_cost_pp(outcome: &CertifyOutcome, mode: Mode) -> Result<f64, String> {
+    Ok(rate_of(outcome, Mode::Real, false)? - rate_of(outcome, mode, false)?)
+}
+
 /// The figure behind `key` (a percentage or percentage points) and, for a drop, the
 /// baseline's figure; `Err` says why it is unavailable.
 fn figure(
@@ -179,16 +200,7 @@ fn figure(
     baseline: &Result<&BaselineFigures, String>,
 ) -> (Result<f64, String>, Option<f64>) {
     let n = outcome.n;
-    let rate = |m: Mode, vra: bool| -> Result<f64, String> {
-        let mo = outcome
-            .mode(m)
-            .ok_or_else(|| format!("mode {m} was not computed"))?;
-        if vra {
-            mo.vra.map(|v| pct(v, n)).ok_or_else(|| "no labels".into())
-        } else {
-            Ok(pct(mo.certified, n))
-        }
-    };
+    let rate = |m: Mode, vra: bool| rate_of(outcome, m, vra);
     let drop = |vra: bool| -> (Result<f64, String>, Option<f64>) {
         let b = match baseline {
             Ok(b) => b,
@@ -215,10 +227,7 @@ fn figure(
         ),
         "min_certified_pct" => (rate(mode, false), None),
         "min_vra_pct" => (rate(mode, true), None),
-        "max_fp_cost_pp" => (
-            rate(Mode::Real, false).and_then(|r| Ok(r - rate(mode, false)?)),
-            None,
-        ),
+        "max_fp_cost_pp" => (fp_cost_pp(outcome, mode), None),
         "max_vra_drop_pp" => drop(true),
         "max_vra_drop_significance" => (
             match baseline {

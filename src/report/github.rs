@@ -70,13 +70,6 @@ pub(super) fn pct(x: Option<f64>) -> String {
     super::fmt_pct(x, "n/a")
 }
 
-/// Real certified rate minus the gated mode's, when both were computed.
-fn fp_cost_pp(g: &GateReport) -> Option<f64> {
-    let real = g.modes.get(Mode::Real.name())?;
-    let m = g.modes.get(g.mode.name())?;
-    Some(real.certified_pct - m.certified_pct)
-}
-
 /// The icon of a run's heading: ❌ when a gate failed or errored, ⚠️ when one warned, else ✅.
 pub(super) fn heading_icon(tally: &super::Tally) -> &'static str {
     if tally.failed + tally.errored > 0 {
@@ -166,7 +159,8 @@ fn row(g: &GateReport) -> String {
         .get(Mode::Real.name())
         .map(|r| format!("{:.2}% (unsound)", r.certified_pct))
         .unwrap_or_else(|| "n/a".into());
-    let cost = fp_cost_pp(g)
+    let cost = g
+        .fp_cost_pp
         .map(|c| format!("{c:.2} pp"))
         .unwrap_or_else(|| "n/a".into());
     let result = match &g.error {

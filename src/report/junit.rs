@@ -159,11 +159,10 @@ fn figures(g: &GateReport) -> String {
             fmt_pct(m.vra_pct, "n/a (no labels)")
         );
     }
-    if let (Some(real), Some(m)) = (g.modes.get(Mode::Real.name()), g.modes.get(gated)) {
+    if let Some(cost) = g.fp_cost_pp {
         let _ = writeln!(
             out,
-            "floating-point cost ({gated}): {:.2} pp (real certified minus {gated} certified)",
-            real.certified_pct - m.certified_pct
+            "floating-point cost ({gated}): {cost:.2} pp (real certified minus {gated} certified)"
         );
     }
     if let Some(line) = crate::report::attack::bracket_line(g) {

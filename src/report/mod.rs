@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::arith::format::Format;
 use crate::bounds::certify::Mode;
 use crate::engine::run::CertifyOutcome;
-use crate::gate::verdict::{pct, round4, GateVerdict, ThresholdCheck};
+use crate::gate::verdict::{fp_cost_pp, pct, round4, GateVerdict, ThresholdCheck};
 use crate::policy::Radius;
 
 /// Figures of one mode.
@@ -171,6 +171,9 @@ pub struct GateReport {
     pub baseline_curve: Option<crate::gate::curve::CurveReport>,
     /// The falsifier's figures, when asked for (`--attack`, `attack = true` in the gate).
     pub attack: Option<attack::AttackReport>,
+    /// The floating-point cost of `mode` (real certified minus its certified rate, percentage
+    /// points; null when either was not computed).
+    pub fp_cost_pp: Option<f64>,
     /// Mode `complete`'s decisions (verified, falsified, undecided), when it ran.
     pub complete: Option<complete::CompleteReport>,
     /// The per-point regression against a certificate baseline (`[baseline] certificates`).
@@ -348,6 +351,7 @@ impl GateReport {
             curve: None,
             baseline_curve: None,
             attack: None,
+            fp_cost_pp: fp_cost_pp(outcome, mode).ok().map(round4),
             complete: None,
             regression: None,
         }
@@ -391,6 +395,7 @@ impl GateReport {
             curve: None,
             baseline_curve: None,
             attack: None,
+            fp_cost_pp: None,
             complete: None,
             regression: None,
         }
