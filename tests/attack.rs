@@ -7,8 +7,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use common::on_actions::lipfp_in as lipfp;
 use common::runtime::write_npy;
 
 use lipfp::bounds::certify::{predicted_class, Mode};
@@ -234,23 +234,6 @@ fn the_attack_repeats_across_runs_and_thread_counts() {
     assert!(!one.is_empty());
     assert_eq!(one, run_with(1), "two runs differ");
     assert_eq!(one, run_with(3), "1 and 3 threads differ");
-}
-
-fn lipfp(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lipfp"))
-        .current_dir(dir)
-        .arg("-q")
-        .args(args)
-        .env("GITHUB_ACTIONS", "true")
-        .env("GITHUB_STEP_SUMMARY", dir.join("summary.md"))
-        .env("GITHUB_OUTPUT", dir.join("outputs.txt"))
-        .output()
-        .expect("run lipfp");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

@@ -19,8 +19,8 @@ mod common;
 
 use std::path::Path;
 
-use common::exact_margin::{q, Exact};
-use common::shape_family::{shapes, write_model, Kind, Shape};
+use common::exact_margin::{q, with_inputs, Exact};
+use common::shape_family::{write_model, Shape};
 use lipfp::commands::verify::{self as verify_cmd, VerifyRequest};
 use lipfp::engine::verify::{Verdict, VerifyOptions};
 use lipfp::progress::Progress;
@@ -73,29 +73,9 @@ fn request() -> VerifyRequest {
 }
 
 /// The family: every shape, and twelve with three random hidden layers of 8 to 19 units (where
-/// the bounds alone rarely decide), with the input width set to `1 + pinned` (an identity
-/// layer keeps its width equal to the layer below).
+/// the bounds alone rarely decide), with the input width set to `1 + pinned`.
 fn family(pinned: usize) -> Vec<Shape> {
-    let wide = (0..12).map(|k| Shape {
-        widths: vec![1, 8 + k, 8 + k, 8 + k, 3],
-        kinds: vec![Kind::Random, Kind::Random, Kind::Random],
-        huge_bias: false,
-        seed: 900 + k as u64,
-    });
-    (shapes(56).into_iter().chain(wide))
-        .map(|mut s| {
-            s.widths[0] = 1 + pinned;
-            if s.kinds.first() == Some(&Kind::Identity) {
-                s.widths[1] = 1 + pinned;
-            }
-            for l in 1..s.kinds.len() {
-                if s.kinds[l] == Kind::Identity {
-                    s.widths[l + 1] = s.widths[l];
-                }
-            }
-            s
-        })
-        .collect()
+    with_inputs(56, (12, 900), 1 + pinned)
 }
 
 fn check_family(pinned: usize) {

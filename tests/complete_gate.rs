@@ -10,9 +10,10 @@
 
 mod common;
 
-use common::exact_margin::{q, Exact};
+use common::exact_margin::{q, with_inputs, Exact};
+use common::on_actions::lipfp_in;
 use common::runtime::write_npy;
-use common::shape_family::{shapes, write_model, Kind, Shape};
+use common::shape_family::{write_model, Shape};
 use lipfp::bounds::ball::{BallSpec, Norm};
 use lipfp::bounds::certify::{Mode, Refusal};
 use lipfp::engine::complete::points::decide_points;
@@ -24,29 +25,38 @@ use rug::Rational;
 /// The radius, as written in a policy.
 const EPS: &str = "0.25";
 
-/// The family: every shape and six with three random hidden layers, with one input (an
-/// identity layer keeps its width equal to the layer below).
+/// The family: every shape and six with three random hidden layers, with one input.
 fn family() -> Vec<Shape> {
-    let wide = (0..6).map(|k| Shape {
-        widths: vec![1, 8 + k, 8 + k, 8 + k, 3],
-        kinds: vec![Kind::Random, Kind::Random, Kind::Random],
-        huge_bias: false,
-        seed: 700 + k as u64,
-    });
-    (shapes(40).into_iter().chain(wide))
-        .map(|mut s| {
-            s.widths[0] = 1;
-            if s.kinds.first() == Some(&Kind::Identity) {
-                s.widths[1] = 1;
-            }
-            for l in 1..s.kinds.len() {
-                if s.kinds[l] == Kind::Identity {
-                    s.widths[l + 1] = s.widths[l];
-                }
-            }
-            s
-        })
-        .collect()
+    with_inputs(40, (6, 700), 1)
+}
+
+/// The subject of mode `complete` at `radius` on `model` and its `inputs` (and `labels`) in
+/// the set `ball`, in the model's own format.
+fn complete_subject(
+    (model, inputs, labels): (
+        std::path::PathBuf,
+        std::path::PathBuf,
+        Option<std::path::PathBuf>,
+    ),
+    radius: &Radius,
+    ball: BallSpec,
+) -> lipfp::engine::run::Subject {
+    let spec = SubjectSpec {
+        model,
+        format: None,
+        accumulate: None,
+        ftz: false,
+        runtime: None,
+        inputs,
+        labels,
+        gram_iterations: 12,
+        reference: ReferencePlan::for_run(&[Mode::Complete], radius, None),
+        shard: None,
+        decision: Decision::Argmax,
+        label_column: None,
+        ball,
+    };
+    run::prepare(&spec, &Progress::silent()).expect("prepared")
 }
 
 /// Counts over the family.
@@ -67,23 +77,9 @@ fn check_shape(shape: &Shape, norm: Norm, tally: &mut Tally) {
     write_npy(&inputs, &[points.len() as u64, 1], &points);
     let radius = Radius::parse_decimal(EPS).expect("a radius");
     let modes = [Mode::Complete];
-    let spec = SubjectSpec {
-        model,
-        format: None,
-        accumulate: None,
-        ftz: false,
-        runtime: None,
-        inputs,
-        labels: None,
-        gram_iterations: 12,
-        reference: ReferencePlan::for_run(&modes, &radius, None),
-        shard: None,
-        decision: Decision::Argmax,
-        label_column: None,
-        ball: BallSpec { norm, range: None },
-    };
+    let ball = BallSpec { norm, range: None };
+    let subject = complete_subject((model, inputs, None), &radius, ball);
     let silent = Progress::silent();
-    let subject = run::prepare(&spec, &silent).expect("prepared");
     let options = CertifyOptions::default();
     let mut outcome =
         run::certify_with_options(&subject, &radius, &modes, &options, &silent).expect("certified");
@@ -188,26 +184,17 @@ fn check_under_onnxruntime(
     let dim = x.len() / rows;
     let radius = Radius::parse_decimal(&eps.to_string()).expect("a radius");
     let modes = [Mode::Complete];
-    let spec = SubjectSpec {
-        model: model.to_path_buf(),
-        format: None,
-        accumulate: None,
-        ftz: false,
-        runtime: None,
-        inputs: inputs.to_path_buf(),
-        labels: Some(labels.to_path_buf()),
-        gram_iterations: 12,
-        reference: ReferencePlan::for_run(&modes, &radius, None),
-        shard: None,
-        decision: Decision::Argmax,
-        label_column: None,
-        ball: BallSpec {
-            norm: Norm::Linf,
-            range: Some(lipfp::bounds::ball::InputRange::new(0.0, 1.0).expect("a range")),
-        },
+    let ball = BallSpec {
+        norm: Norm::Linf,
+        range: Some(lipfp::bounds::ball::InputRange::new(0.0, 1.0).expect("a range")),
     };
+    let files = (
+        model.to_path_buf(),
+        inputs.to_path_buf(),
+        Some(labels.to_path_buf()),
+    );
+    let subject = complete_subject(files, &radius, ball);
     let silent = Progress::silent();
-    let subject = run::prepare(&spec, &silent).expect("prepared");
     let options = CertifyOptions::default();
     let mut outcome =
         run::certify_with_options(&subject, &radius, &modes, &options, &silent).expect("certified");
@@ -336,25 +323,6 @@ fn complete_verdicts_on_a_natural_mnist_network_hold_under_onnxruntime() {
     };
     let (verified, _) = check_under_onnxruntime((&model, &xs, &ys), (&x, rows, 10), 0.03, budget);
     assert!(verified >= 5, "{verified}");
-}
-
-/// `lipfp` in `dir` as on GitHub Actions (step summary in `summary.md`): exit code, stdout,
-/// stderr.
-fn lipfp_in(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lipfp"))
-        .current_dir(dir)
-        .arg("-q")
-        .args(args)
-        .env("GITHUB_ACTIONS", "true")
-        .env("GITHUB_STEP_SUMMARY", dir.join("summary.md"))
-        .env("GITHUB_OUTPUT", dir.join("outputs.txt"))
-        .output()
-        .expect("run lipfp");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// A policy with one digits gate in `dir`, with `extra` keys.

@@ -6,7 +6,33 @@
 
 use rug::Rational;
 
-use super::shape_family::{parameters, Shape};
+use super::shape_family::{parameters, shapes, Kind, Shape};
+
+/// The shape family's `shapes(extra)` and `wide` shapes with three random hidden layers of
+/// `8 + k` units (seeds from `seed`: where the bounds alone rarely decide), with the input width
+/// set to `inputs` (an identity layer keeps its width equal to the layer below).
+pub fn with_inputs(extra: usize, (wide, seed): (usize, u64), inputs: usize) -> Vec<Shape> {
+    let wide = (0..wide).map(|k| Shape {
+        widths: vec![1, 8 + k, 8 + k, 8 + k, 3],
+        kinds: vec![Kind::Random, Kind::Random, Kind::Random],
+        huge_bias: false,
+        seed: seed + k as u64,
+    });
+    (shapes(extra).into_iter().chain(wide))
+        .map(|mut s| {
+            s.widths[0] = inputs;
+            if s.kinds.first() == Some(&Kind::Identity) {
+                s.widths[1] = inputs;
+            }
+            for l in 1..s.kinds.len() {
+                if s.kinds[l] == Kind::Identity {
+                    s.widths[l + 1] = s.widths[l];
+                }
+            }
+            s
+        })
+        .collect()
+}
 
 /// `x` as an exact rational.
 pub fn q(x: f64) -> Rational {

@@ -12,6 +12,7 @@ pub mod exact_margin;
 pub mod exact_points;
 pub mod local_nets;
 pub mod mermaid;
+pub mod on_actions;
 pub mod onnx_builder;
 pub mod runtime;
 pub mod shape_family;
