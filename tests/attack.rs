@@ -8,7 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::on_actions::lipfp_in as lipfp;
+use common::on_actions::{digits_policy as policy, lipfp_in as lipfp};
 use common::runtime::write_npy;
 
 use lipfp::bounds::certify::{predicted_class, Mode};
@@ -294,19 +294,6 @@ fn every_report_states_the_bracket() {
     );
     let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
     assert!(summary.contains("≤ robust accuracy ≤"), "{summary}");
-}
-
-fn policy(dir: &Path, gate_extra: &str) -> PathBuf {
-    let path = dir.join("lipfp.toml");
-    let text = format!(
-        "[model]\npath = \"{}\"\n[data]\ninputs = \"{}\"\nlabels = \"{}\"\n\
-         [[gate]]\nname = \"g\"\n{gate_extra}\n",
-        digits("model.onnx").display(),
-        digits("x_test.npy").display(),
-        digits("y_test.npy").display()
-    );
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 #[test]

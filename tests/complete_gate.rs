@@ -11,7 +11,7 @@
 mod common;
 
 use common::exact_margin::{q, with_inputs, Exact};
-use common::on_actions::lipfp_in;
+use common::on_actions::{digits_policy, lipfp_in};
 use common::runtime::write_npy;
 use common::shape_family::{write_model, Shape};
 use lipfp::bounds::ball::{BallSpec, Norm};
@@ -323,19 +323,6 @@ fn complete_verdicts_on_a_natural_mnist_network_hold_under_onnxruntime() {
     };
     let (verified, _) = check_under_onnxruntime((&model, &xs, &ys), (&x, rows, 10), 0.03, budget);
     assert!(verified >= 5, "{verified}");
-}
-
-/// A policy with one digits gate in `dir`, with `extra` keys.
-fn digits_policy(dir: &std::path::Path, extra: &str) {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/digits");
-    let text = format!(
-        "[model]\npath = \"{}\"\n[data]\ninputs = \"{}\"\nlabels = \"{}\"\n\
-         [[gate]]\nname = \"g\"\n{extra}\n",
-        root.join("model.onnx").display(),
-        root.join("x_test.npy").display(),
-        root.join("y_test.npy").display()
-    );
-    std::fs::write(dir.join("lipfp.toml"), text).expect("written");
 }
 
 /// A gate in mode `complete` states its decisions in the JSON report, on the console, in JUnit

@@ -23,3 +23,19 @@ pub fn lipfp_in(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Writes `dir/lipfp.toml`: a policy on the digits example with one gate `g` of keys `extra`;
+/// returns its path.
+pub fn digits_policy(dir: &Path, extra: &str) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/digits");
+    let path = dir.join("lipfp.toml");
+    let text = format!(
+        "[model]\npath = \"{}\"\n[data]\ninputs = \"{}\"\nlabels = \"{}\"\n\
+         [[gate]]\nname = \"g\"\n{extra}\n",
+        root.join("model.onnx").display(),
+        root.join("x_test.npy").display(),
+        root.join("y_test.npy").display()
+    );
+    std::fs::write(&path, text).expect("written");
+    path
+}

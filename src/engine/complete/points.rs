@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use ndarray::Array2;
 
-use super::{decide, Budget, Decision, Objective, SearchSet};
+use super::{decide, Budget, CompleteOutcome, Decision, Objective, SearchSet};
 use crate::bounds::ball::{clipped_box, conversion_hull, Norm};
 use crate::bounds::certify::{Mode, Refusal, Verdict};
 use crate::engine::attack::{attack_uncertified, AttackOutcome, SetCheck, Witness};
@@ -167,18 +167,13 @@ fn search_points(
     let dim = subject.inputs.dim;
     subject.visit_rows(open, |chosen, rows| {
         for (k, &i) in chosen.iter().enumerate() {
-            let x0 = &rows[k * dim..(k + 1) * dim];
-            let left = budget
-                .total_s
-                .map_or(f64::INFINITY, |t| t - start.elapsed().as_secs_f64());
-            let (Some(class), Ok((g, floor)), true) = (subject.predictions[i], &head, left > 0.0)
-            else {
-                figures.not_reached += usize::from(left <= 0.0);
-                figures.undecided += 1;
-                out.push((i, Decision::Unknown("not searched".into())));
-                continue;
+            let left =
+                (budget.total_s).map_or(f64::INFINITY, |t| t - start.elapsed().as_secs_f64());
+            let target = match (subject.predictions[i], &head) {
+                (Some(class), Ok((g, floor))) if *floor != Some(class) => Some((class, *g)),
+                _ => None,
             };
-            if *floor == Some(class) {
+            let (Some(target), true) = (target, left > 0.0) else {
                 figures.not_reached += usize::from(left <= 0.0);
                 figures.undecided += 1;
                 out.push((i, Decision::Unknown("not searched".into())));
@@ -189,30 +184,8 @@ fn search_points(
                 subdomains: budget.subdomains,
                 memory_bytes: budget.memory_bytes,
             };
-            let objective = margin_objective(subject.net.classes(), class, *g);
-            let confirm =
-                |v: &[f64]| (check.confirm(v, x0, class)).map(|w| Witness { index: i, ..w });
-            let within = clipped_box(x0, eps, subject.ball.range);
-            let o = match subject.ball.norm {
-                Norm::Linf => {
-                    let (lo, hi) = conversion_hull(subject.net.format, &within.0, &within.1);
-                    decide(
-                        subject,
-                        SearchSet::Box(&lo, &hi),
-                        &objective,
-                        limits,
-                        &confirm,
-                    )
-                }
-                Norm::L2 => {
-                    let set = SearchSet::Ball {
-                        x0,
-                        eps,
-                        within: (&within.0, &within.1),
-                    };
-                    decide(subject, set, &objective, limits, &confirm)
-                }
-            };
+            let x0 = &rows[k * dim..(k + 1) * dim];
+            let o = search_point(subject, (i, x0, eps), target, limits, &check);
             figures.searched += 1;
             figures.subdomains += o.bounded;
             match &o.decision {
@@ -227,6 +200,35 @@ fn search_points(
     })?;
     task.finish();
     Ok((out, figures))
+}
+
+/// Branch and bound at point `i` (input `x0`, radius `eps`) predicted `class`, over its set
+/// (B8): the l_inf box widened to hold every rounding of its points, or the l2 ball.
+fn search_point(
+    subject: &Subject,
+    (i, x0, eps): (usize, &[f64], f64),
+    (class, g): (usize, f64),
+    limits: Budget,
+    check: &SetCheck,
+) -> CompleteOutcome<Witness> {
+    let objective = margin_objective(subject.net.classes(), class, g);
+    let confirm = |v: &[f64]| (check.confirm(v, x0, class)).map(|w| Witness { index: i, ..w });
+    let within = clipped_box(x0, eps, subject.ball.range);
+    match subject.ball.norm {
+        Norm::Linf => {
+            let (lo, hi) = conversion_hull(subject.net.format, &within.0, &within.1);
+            let set = SearchSet::Box(&lo, &hi);
+            decide(subject, set, &objective, limits, &confirm)
+        }
+        Norm::L2 => {
+            let set = SearchSet::Ball {
+                x0,
+                eps,
+                within: (&within.0, &within.1),
+            };
+            decide(subject, set, &objective, limits, &confirm)
+        }
+    }
 }
 
 /// The unsafe region of a point predicted `class` as branch and bound's rows: one disjunct per
