@@ -93,12 +93,17 @@ pub fn decide_points(
     })
 }
 
+/// How many times a run's per-point seconds a re-check may take per point.
+const RECHECK_SLACK: f64 = 10.0;
+
 /// Whether each of the points `indices` is certified by mode `complete` under `budget`'s
 /// subdomains and memory: `best`'s certificate with local bounds ([`run::certify_points`]), then
-/// branch and bound where it leaves a point, without a time limit. A search's decision depends
-/// only on its subdomain budget (never on the thread count or the clock), so a point a run
-/// verified within the budget is verified again; the falsifier is not run (it only refutes).
-/// Used to re-check certificate files (`lipfp report --verify`).
+/// branch and bound where it leaves a point, within [`RECHECK_SLACK`] times the per-point
+/// seconds. Within time, a search's decision depends only on its subdomain budget (never on the
+/// thread count or the clock), so a point a run verified is verified again; one not confirmed in
+/// time counts as not certified (a policy or file cannot make the re-check run without end). The
+/// falsifier is not run (it only refutes). Used to re-check certificate files
+/// (`lipfp report --verify`).
 pub fn recheck_points(
     subject: &Subject,
     radius: &Radius,
@@ -112,12 +117,12 @@ pub fn recheck_points(
         .collect();
     open.sort_unstable();
     open.dedup();
-    let unlimited = CompleteBudget {
-        seconds: f64::INFINITY,
+    let slack = CompleteBudget {
+        seconds: budget.seconds * RECHECK_SLACK,
         total_s: None,
         ..budget
     };
-    let (settled, _) = search_points(subject, radius, &open, unlimited, &Progress::silent())?;
+    let (settled, _) = search_points(subject, radius, &open, slack, &Progress::silent())?;
     for (i, d) in settled {
         if matches!(d, Decision::Holds) {
             for (k, _) in indices.iter().enumerate().filter(|(_, &j)| j == i) {
