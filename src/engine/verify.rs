@@ -15,8 +15,9 @@
 //! * otherwise **unknown**, or **timeout** when the budget ran out first.
 //!
 //! The falsifier is a projected sign-gradient descent on the largest constraint value of each
-//! disjunct not excluded, from the box's centre and seeded random points of it; it runs before
-//! branch and bound.
+//! disjunct not excluded, from the box's centre and seeded random points of it (up to
+//! [`STARTS`] per disjunct, all but [`SURE_STARTS`] only within [`FALSIFIER_SHARE`] of the
+//! budget); it runs before branch and bound.
 
 use std::time::Instant;
 
@@ -36,7 +37,12 @@ use crate::policy::vnnlib::{InputBox, OutputConstraint, Property};
 /// Sign-gradient steps per start of the falsifier.
 const STEPS: usize = 60;
 /// Starts per disjunct: the centre, then random points of the box.
-const STARTS: usize = 6;
+const STARTS: usize = 50;
+/// Starts per disjunct that run whatever the time; the others only within [`FALSIFIER_SHARE`]
+/// of the budget.
+const SURE_STARTS: usize = 6;
+/// The share of the budget the falsifier's further starts may use.
+const FALSIFIER_SHARE: f64 = 0.05;
 
 /// What a property came to.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,6 +191,9 @@ pub fn verify(
             for s in 0..STARTS {
                 if over() {
                     return outcome(Verdict::Timeout, &searches);
+                }
+                if s >= SURE_STARTS && start.elapsed().as_secs_f64() > FALSIFIER_SHARE * budget_s {
+                    break;
                 }
                 if let Some(cx) = search.run(d, s as u64) {
                     return outcome(Verdict::Violated(cx), &searches);

@@ -8,7 +8,7 @@
 
 use ndarray::{Array1, Array2, ArrayView1};
 
-use super::interval::nonneg_sum_up;
+use super::interval::NonnegSum;
 use super::region::Region;
 use crate::arith::sound::{add_up, l2_norm_up, mul_up};
 
@@ -77,7 +77,8 @@ impl LayerErrorModel {
     pub(super) fn unit_errors(&self, mag: ArrayView1<f64>) -> Vec<f64> {
         let n = self.abs_w.ncols();
         let sums = self.abs_w.dot(&mag);
-        self.combine(sums.iter().map(|&s| nonneg_sum_up(s, n)))
+        let sum_n = NonnegSum::new(n);
+        self.combine(sums.iter().map(|&s| sum_n.up(s)))
     }
 
     /// `eps_1` over the ball `||x' - x0|| <= eps`: `(|W_1| |x'|)_k <= (|W_1| |x0|)_k +
@@ -85,9 +86,9 @@ impl LayerErrorModel {
     pub(super) fn input_errors(&self, x0: ArrayView1<f64>, eps: f64) -> Vec<f64> {
         let n = self.abs_w.ncols();
         let sums = self.abs_w.dot(&x0.mapv(f64::abs));
+        let sum_n = NonnegSum::new(n);
         self.combine(
-            (sums.iter().zip(&self.row_norms))
-                .map(|(&s, &r)| add_up(nonneg_sum_up(s, n), mul_up(eps, r))),
+            (sums.iter().zip(&self.row_norms)).map(|(&s, &r)| add_up(sum_n.up(s), mul_up(eps, r))),
         )
     }
 

@@ -148,10 +148,11 @@ pub fn layer_box(layer: &LocalLayer, input: &Bounds) -> Bounds {
         lo: Vec::with_capacity(layer.b.len()),
         hi: Vec::with_capacity(layer.b.len()),
     };
+    let (sum_n, sum_n1) = (NonnegSum::new(n), NonnegSum::new(n + 1));
     for (k, &b) in layer.b.iter().enumerate() {
         let c = centre[k] + b;
-        let rounding = mul_up(g, nonneg_sum_up(add_up(magnitude[k], b.abs()), n + 1));
-        let r = add_up(nonneg_sum_up(spread[k], n), rounding);
+        let rounding = mul_up(g, sum_n1.up(add_up(magnitude[k], b.abs())));
+        let r = add_up(sum_n.up(spread[k]), rounding);
         out.lo.push(nan_low(sub_down(c, r)));
         out.hi.push(nan_high(add_up(c, r)));
     }

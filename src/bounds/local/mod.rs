@@ -13,6 +13,7 @@
 
 mod backward;
 mod deployed;
+mod hidden;
 pub mod interval;
 mod region;
 pub mod relax;
@@ -22,6 +23,7 @@ mod split;
 
 pub use backward::Trace;
 pub use deployed::{Deployment, LayerRounding};
+pub use hidden::{HiddenBounds, Known};
 pub use region::InputSet;
 pub use slopes::Multipliers;
 pub use split::{Infeasible, Phase, Splits};
@@ -33,7 +35,7 @@ use crate::onnx::model::{Activation, DenseNet};
 use deployed::LayerErrorModel;
 use interval::{layer_box, point, Bounds};
 use region::Region;
-use relax::{relax_unit, UnitRelaxation};
+use relax::relax_unit;
 
 /// One dense layer as the local bounds read it.
 pub struct LocalLayer<'a> {
@@ -111,55 +113,6 @@ pub struct SplitBounds {
     /// The slopes and multipliers the search found for every row (a child's starting point),
     /// when it ran on every row.
     pub optimised: Option<Multipliers>,
-}
-
-/// Pre-activation bounds of every hidden layer over the ball, with their relaxations.
-#[derive(Clone, Debug)]
-pub struct HiddenBounds {
-    /// Per hidden layer, bounds on its pre-activations.
-    pub pre: Vec<Bounds>,
-    /// Per hidden layer, each unit's relaxation.
-    relax: Vec<Vec<UnitRelaxation>>,
-    /// Per hidden layer, the deployed execution's componentwise rounding bound (empty for the
-    /// real network).
-    errors: Vec<Vec<f64>>,
-}
-
-impl HiddenBounds {
-    /// Per hidden layer, each unit's relaxation.
-    pub fn relaxations(&self) -> &[Vec<UnitRelaxation>] {
-        &self.relax
-    }
-
-    /// Per hidden layer, an upper bound on `||a_l||`, `a_l = max(hi_l, 0)`: the norm of every
-    /// deployed activation the bounds allow (what the overflow checks read).
-    pub fn active_radii(&self) -> Vec<f64> {
-        (self.pre.iter())
-            .map(|b| l2_norm_up(b.hi.iter().map(|v| v.max(0.0))))
-            .collect()
-    }
-
-    /// These bounds (computed without splits over a set holding the subdomain's) with each
-    /// split unit's bounds clamped to its half-line and relaxed again ([`split`]): sound over the
-    /// subdomain, since bounds over a larger set hold over a smaller one and the clamping is B2's.
-    /// The rounding charges are kept (they were computed from wider bounds).
-    fn with_splits(&self, splits: &Splits) -> Result<HiddenBounds, Undecided> {
-        let mut out = self.clone();
-        for (l, pre) in out.pre.iter_mut().enumerate() {
-            split::constrain(pre, splits, l).map_err(Undecided::Infeasible)?;
-        }
-        for &(l, j, _) in splits.iter() {
-            let (Some(pre), Some(units)) = (out.pre.get(l), out.relax.get_mut(l)) else {
-                continue;
-            };
-            if let (Some(lo), Some(hi), Some(unit)) =
-                (pre.lo.get(j), pre.hi.get(j), units.get_mut(j))
-            {
-                *unit = relax_unit(*lo, *hi).ok_or(Undecided::NotFinite)?;
-            }
-        }
-        Ok(out)
-    }
 }
 
 impl<'a> LocalNet<'a> {
@@ -255,17 +208,21 @@ impl<'a> LocalNet<'a> {
     /// not given (the real network needs none). `None` when a bound is not finite.
     pub fn hidden_bounds(&self, x0: &[f64], eps: f64, lip_slack: &[f64]) -> Option<HiddenBounds> {
         let region = Region::new(InputSet::Ball { x0, eps }, self.input_dim())?;
-        self.hidden_over(&region, lip_slack, &Splits::none()).ok()
+        self.hidden_over(&region, lip_slack, &Splits::none(), None)
+            .ok()
     }
 
     /// [`LocalNet::hidden_bounds`] over `region`: around its centre within its covering radius,
     /// and for a box also the first layer's interval over the box itself; each layer's bounds
-    /// clamped to the phases `splits` fix before its units are relaxed ([`split`]).
+    /// intersected with `within`'s for the layer where given (bounds over a set holding the
+    /// region, [`Known::Within`]) and clamped to the phases `splits` fix before its units are
+    /// relaxed ([`split`]).
     fn hidden_over(
         &self,
         region: &Region,
         lip_slack: &[f64],
         splits: &Splits,
+        within: Option<&[Bounds]>,
     ) -> Result<HiddenBounds, Undecided> {
         let (x, eps) = (region.centre.view(), region.eps);
         let hidden = self.layers.len() - 1;
@@ -307,6 +264,9 @@ impl<'a> LocalNet<'a> {
             }
             if let Some(prev) = out.pre.last() {
                 bounds = bounds.intersect(&layer_box(layer, &prev.relu()).widen(&errors));
+            }
+            if let Some(known) = within.and_then(|w| w.get(l)) {
+                bounds = bounds.intersect(known);
             }
             out.errors.push(errors);
             if l > 0 {
@@ -456,7 +416,9 @@ impl<'a> LocalNet<'a> {
         lip_slack: &[f64],
         search: Option<SlopeSearch>,
     ) -> Option<(Vec<f64>, HiddenBounds)> {
-        let hidden = self.hidden_over(region, lip_slack, &Splits::none()).ok()?;
+        let hidden = self
+            .hidden_over(region, lip_slack, &Splits::none(), None)
+            .ok()?;
         let top = self.layers.len() - 1;
         let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
         let lines = (None, true, None);
@@ -472,16 +434,15 @@ impl<'a> LocalNet<'a> {
     /// fixes are in their phases (branch and bound's bounding step; `lip_slack` as in
     /// [`LocalNet::hidden_bounds`]), with the hidden bounds and the coefficients they rest on;
     /// `search` as in [`LocalNet::with_slope_search`] (it replaces the net's own), started from
-    /// `warm` (multipliers found for the same rows, a parent's) where given. With a `base`,
-    /// hidden bounds computed over a set holding `set` without splits, those are reused with
-    /// the splits applied ([`HiddenBounds::with_splits`]) instead of being recomputed.
+    /// `warm` (multipliers found for the same rows, a parent's) where given. The hidden bounds
+    /// start from what is `known` ([`Known`]).
     pub fn split_lower_bounds(
         &self,
         set: InputSet<'_>,
         (c, lip_slack): (&Array2<f64>, &[f64]),
         splits: &Splits,
         (search, warm): (Option<SlopeSearch>, Option<&Multipliers>),
-        base: Option<&HiddenBounds>,
+        known: Known<'_>,
     ) -> SplitOutcome {
         if c.ncols() != self.classes() {
             return SplitOutcome::NotFinite;
@@ -489,9 +450,10 @@ impl<'a> LocalNet<'a> {
         let Some(region) = Region::new(set, self.input_dim()) else {
             return SplitOutcome::NotFinite;
         };
-        let hidden = match base {
-            Some(b) => b.with_splits(splits),
-            None => self.hidden_over(&region, lip_slack, splits),
+        let hidden = match known {
+            Known::Reuse(b) => b.with_splits(splits),
+            Known::Within(w) => self.hidden_over(&region, lip_slack, splits, Some(w)),
+            Known::Nothing => self.hidden_over(&region, lip_slack, splits, None),
         };
         let hidden = match hidden {
             Ok(h) => h,

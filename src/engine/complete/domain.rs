@@ -6,7 +6,8 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use crate::bounds::local::{Multipliers, Phase, Splits};
+use crate::bounds::local::interval::Bounds;
+use crate::bounds::local::{HiddenBounds, Known, Multipliers, Phase, Splits};
 
 /// How a subdomain is to be split, chosen when it was bounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +44,9 @@ pub struct Subdomain {
     /// The slopes and split multipliers its bounds were found with, and the objective's rows
     /// they are for (its children's search starts there; shared between siblings).
     pub warm: Option<Arc<(Vec<usize>, Multipliers)>>,
+    /// Its parent's hidden pre-activation bounds, for an input split (its own are intersected
+    /// with them, [`Known::Within`]; shared between siblings).
+    pub inherited: Option<Arc<Vec<Bounds>>>,
 }
 
 impl Subdomain {
@@ -61,6 +65,7 @@ impl Subdomain {
                 branch: Branch::Exhausted,
                 id: *next_id,
                 warm: self.warm.clone(),
+                inherited: self.inherited.clone(),
             }
         };
         match self.branch {
@@ -89,6 +94,18 @@ impl Subdomain {
             + 8 * (self.lo.len() + self.hi.len() + self.open.len())
             + 3 * 8 * self.splits.len()
             + (self.warm.as_ref()).map_or(0, |w| 8 * w.0.len() + w.1.bytes())
+            + (self.inherited.as_ref())
+                .map_or(0, |b| b.iter().map(|l| 8 * (l.lo.len() + l.hi.len())).sum())
+    }
+
+    /// What its hidden bounds start from: its parent's bounds for an input split (none at the
+    /// root), or `base`, the root's, with its splits applied.
+    pub fn known<'a>(&'a self, base: Option<&'a HiddenBounds>) -> Known<'a> {
+        match (base, &self.inherited) {
+            (Some(b), _) => Known::Reuse(b),
+            (None, Some(w)) => Known::Within(w),
+            (None, None) => Known::Nothing,
+        }
     }
 }
 
@@ -178,6 +195,7 @@ mod tests {
             branch: Branch::Input(1),
             id,
             warm: None,
+            inherited: None,
         }
     }
 

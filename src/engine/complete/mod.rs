@@ -250,6 +250,7 @@ fn search<C: Send>(
         branch: Branch::Exhausted,
         id: 0,
         warm: None,
+        inherited: None,
     };
     let root_search = SlopeSearch {
         iterations: ROOT_SLOPE_STEPS,
@@ -386,7 +387,7 @@ fn bound<C>(
         (&c, &net.slack),
         &d.splits,
         (search, warm.as_ref()),
-        plan.base.as_ref(),
+        d.known(plan.base.as_ref()),
     ) {
         SplitOutcome::Infeasible(_) => return done(d, true),
         SplitOutcome::NotFinite => {
@@ -452,6 +453,9 @@ fn bound<C>(
         None => (branch::input_to_split(a, &d.lo, &d.hi, &plan.root_width))
             .map_or(Branch::Exhausted, Branch::Input),
     };
+    if plan.by_input {
+        d.inherited = Some(Arc::new(b.hidden.pre.clone()));
+    }
     let found = confirm(&candidate);
     Bounded {
         hidden: Some(b.hidden),

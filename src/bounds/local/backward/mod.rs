@@ -543,10 +543,11 @@ fn concretise(
     let (m, n) = layer.w.dim();
     let x0 = region.centre.view();
     let c = layer.w.dot(&x0);
+    let (g_n, sum_n, slack_n) = (gamma_up(n), NonnegSum::new(n), underflow_slack(n));
     let c_err: Array1<f64> = layer
         .abs_w
         .dot(&x0.mapv(f64::abs))
-        .mapv(|v| add_up(mul_up(gamma_up(n), nonneg_sum_up(v, n)), underflow_slack(n)));
+        .mapv(|v| add_up(mul_up(g_n, sum_n.up(v)), slack_n));
     let c_mag = c.mapv(f64::abs);
     let with_bias = RowSums::of(lam, (&layer.b, &layer.abs_b), &c_mag);
     let (bias, bias_mag, centre_mag, lam_sums) = (

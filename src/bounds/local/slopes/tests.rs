@@ -146,7 +146,7 @@ fn check_gradients(set: InputSet<'_>, splits: &Splits) -> (usize, usize) {
     let dense = net();
     let local = LocalNet::new(&dense, None, None).unwrap();
     let region = Region::new(set, 3).unwrap();
-    let Ok(hidden) = local.hidden_over(&region, &[], splits) else {
+    let Ok(hidden) = local.hidden_over(&region, &[], splits, None) else {
         panic!("the subdomain is feasible at this point")
     };
     let c = ndarray::array![[1.0, -1.0, 0.0], [0.0, 1.0, -1.0]];

@@ -1,0 +1,200 @@
+//! A subdomain's hidden-layer bounds: per hidden layer, sound bounds on the pre-activations, the
+//! units' relaxations and the deployed execution's rounding charges; and what a subdomain's
+//! bounds may start from ([`Known`]).
+
+use super::interval::Bounds;
+use super::relax::{relax_unit, UnitRelaxation};
+use super::{split, Splits, Undecided};
+use crate::arith::sound::l2_norm_up;
+
+/// What a subdomain's hidden bounds start from (branch and bound's reuse of earlier bounds).
+#[derive(Clone, Copy, Debug)]
+pub enum Known<'a> {
+    /// Nothing: computed over the subdomain's set.
+    Nothing,
+    /// Bounds computed without splits over a set holding the subdomain's (the root's): reused
+    /// with the subdomain's splits applied ([`HiddenBounds::with_splits`]) instead of computed.
+    Reuse(&'a HiddenBounds),
+    /// Per hidden layer, pre-activation bounds over a set holding the subdomain's (its parent's):
+    /// the bounds are computed over the subdomain's set and intersected with them, layer by
+    /// layer before the next is computed. Bounds over a larger set hold over a smaller one, and
+    /// the intersection of two sound bounds is sound (docs/soundness.md B9).
+    Within(&'a [Bounds]),
+}
+
+/// Pre-activation bounds of every hidden layer over the ball, with their relaxations.
+#[derive(Clone, Debug)]
+pub struct HiddenBounds {
+    /// Per hidden layer, bounds on its pre-activations.
+    pub pre: Vec<Bounds>,
+    /// Per hidden layer, each unit's relaxation.
+    pub(super) relax: Vec<Vec<UnitRelaxation>>,
+    /// Per hidden layer, the deployed execution's componentwise rounding bound (empty for the
+    /// real network).
+    pub(super) errors: Vec<Vec<f64>>,
+}
+
+impl HiddenBounds {
+    /// Per hidden layer, each unit's relaxation.
+    pub fn relaxations(&self) -> &[Vec<UnitRelaxation>] {
+        &self.relax
+    }
+
+    /// Per hidden layer, an upper bound on `||a_l||`, `a_l = max(hi_l, 0)`: the norm of every
+    /// deployed activation the bounds allow (what the overflow checks read).
+    pub fn active_radii(&self) -> Vec<f64> {
+        (self.pre.iter())
+            .map(|b| l2_norm_up(b.hi.iter().map(|v| v.max(0.0))))
+            .collect()
+    }
+
+    /// These bounds (computed without splits over a set holding the subdomain's) with each
+    /// split unit's bounds clamped to its half-line and relaxed again ([`split`]): sound over the
+    /// subdomain, since bounds over a larger set hold over a smaller one and the clamping is B2's.
+    /// The rounding charges are kept (they were computed from wider bounds).
+    pub(super) fn with_splits(&self, splits: &Splits) -> Result<HiddenBounds, Undecided> {
+        let mut out = self.clone();
+        for (l, pre) in out.pre.iter_mut().enumerate() {
+            split::constrain(pre, splits, l).map_err(Undecided::Infeasible)?;
+        }
+        for &(l, j, _) in splits.iter() {
+            let (Some(pre), Some(units)) = (out.pre.get(l), out.relax.get_mut(l)) else {
+                continue;
+            };
+            if let (Some(lo), Some(hi), Some(unit)) =
+                (pre.lo.get(j), pre.hi.get(j), units.get_mut(j))
+            {
+                *unit = relax_unit(*lo, *hi).ok_or(Undecided::NotFinite)?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::Array2;
+
+    use super::*;
+    use crate::arith::format::Format;
+    use crate::bounds::local::region::Region;
+    use crate::bounds::local::{InputSet, LocalNet};
+    use crate::onnx::model::{Activation, Dense, DenseNet};
+
+    /// 3 inputs, ReLU layers of 5 and 4 units, 2 outputs (fixed weights in [-1, 1]).
+    fn net() -> DenseNet {
+        let mut seed = 11u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        };
+        let mut layer = |m: usize, n: usize, act| Dense {
+            w: Array2::from_shape_fn((m, n), |_| next()),
+            b: (0..m).map(|_| 0.3 * next()).collect(),
+            act,
+            nodes: vec![],
+            ops: vec![],
+            casts: vec![],
+            affine: None,
+        };
+        let layers = vec![
+            layer(5, 3, Activation::Relu),
+            layer(4, 5, Activation::Relu),
+            layer(2, 4, Activation::Identity),
+        ];
+        DenseNet::of_layers(layers, Format::Float64)
+    }
+
+    fn over(local: &LocalNet, half: f64, within: Option<&[Bounds]>) -> HiddenBounds {
+        let (lo, hi) = (vec![-half; 3], vec![half; 3]);
+        let region = Region::new(InputSet::Box { lo: &lo, hi: &hi }, 3).unwrap();
+        let Ok(h) = local.hidden_over(&region, &[], &Splits::none(), within) else {
+            panic!("the box's bounds are finite")
+        };
+        h
+    }
+
+    fn inside(a: &Bounds, b: &Bounds) -> bool {
+        (a.lo.iter().zip(&b.lo)).all(|(x, y)| x >= y)
+            && (a.hi.iter().zip(&b.hi)).all(|(x, y)| x <= y)
+    }
+
+    /// A parent's bounds (over the box of half-width 2) bound the child's (half-width 1) from
+    /// outside, so intersecting with them changes nothing that was tighter, and every layer of
+    /// the inherited bounds lies inside the parent's.
+    #[test]
+    fn a_child_inherits_its_parents_bounds_layer_by_layer() {
+        let dense = net();
+        let local = LocalNet::new(&dense, None, None).unwrap();
+        let parent = over(&local, 2.0, None);
+        let child = over(&local, 1.0, None);
+        let inherited = over(&local, 1.0, Some(&parent.pre));
+        for (i, p) in inherited.pre.iter().zip(&parent.pre) {
+            assert!(inside(i, p));
+        }
+        // the first layer's own bounds do not depend on the layers below: exactly the
+        // intersection
+        assert_eq!(inherited.pre[0], child.pre[0].intersect(&parent.pre[0]));
+        assert!(parent.pre.iter().zip(&child.pre).any(|(p, c)| p != c));
+    }
+
+    /// Sound over the child's box: the pre-activations of every corner and of a grid of points
+    /// of each half of the root box (computed in float64, within 1e-9 of the exact values on
+    /// this small net) lie inside the bounds each half inherits from the root, layer by layer.
+    #[test]
+    fn inherited_bounds_hold_every_point_of_the_child() {
+        let dense = net();
+        let local = LocalNet::new(&dense, None, None).unwrap();
+        let root = over(&local, 1.0, None);
+        for (lo0, hi0) in [(-1.0, 0.0), (0.0, 1.0)] {
+            let (lo, hi) = (vec![lo0, -1.0, -1.0], vec![hi0, 1.0, 1.0]);
+            let region = Region::new(InputSet::Box { lo: &lo, hi: &hi }, 3).unwrap();
+            let Ok(child) = local.hidden_over(&region, &[], &Splits::none(), Some(&root.pre))
+            else {
+                panic!("the half's bounds are finite")
+            };
+            let steps = 6;
+            for k in 0..(steps + 1usize).pow(3) {
+                let t = [k % 7, (k / 7) % 7, k / 49].map(|i| i as f64 / steps as f64);
+                let mut h: Vec<f64> = (0..3).map(|i| lo[i] + t[i] * (hi[i] - lo[i])).collect();
+                for (l, layer) in dense.layers.iter().enumerate().take(child.pre.len()) {
+                    let z: Vec<f64> = (layer.w.rows().into_iter().zip(&layer.b))
+                        .map(|(row, b)| row.iter().zip(&h).map(|(w, v)| w * v).sum::<f64>() + b)
+                        .collect();
+                    for (j, v) in z.iter().enumerate() {
+                        let b = &child.pre[l];
+                        assert!(
+                            b.lo[j] - 1e-9 <= *v && *v <= b.hi[j] + 1e-9,
+                            "{l} {j} {v} {b:?}"
+                        );
+                    }
+                    h = z.iter().map(|v| v.max(0.0)).collect();
+                }
+            }
+        }
+    }
+
+    /// Bounds given for a layer are intersected before the layer's units are relaxed and before
+    /// the next layer is computed: a unit the given bounds show active is relaxed as active, and
+    /// the next layer's bounds are those of the narrowed inputs (so a unit's given interval,
+    /// however narrow, is what the result holds).
+    #[test]
+    fn the_given_bounds_narrow_the_layer_and_what_follows() {
+        let dense = net();
+        let local = LocalNet::new(&dense, None, None).unwrap();
+        let plain = over(&local, 1.0, None);
+        let j = (0..5)
+            .find(|&j| plain.pre[0].lo[j] < 0.0 && plain.pre[0].hi[j] > 0.0)
+            .expect("the first layer has an unstable unit over the box");
+        let mut given = plain.pre.clone();
+        given[0].lo[j] = plain.pre[0].hi[j] / 2.0;
+        given[1].hi = given[1].lo.iter().map(|l| l + 1e-3).collect();
+        let out = over(&local, 1.0, Some(&given));
+        assert_eq!(out.pre[0].lo[j], given[0].lo[j]);
+        assert_eq!(out.relax[0][j], UnitRelaxation::Active);
+        assert!(inside(&out.pre[1], &given[1]));
+        assert!(matches!(plain.relax[0][j], UnitRelaxation::Unstable { .. }));
+    }
+}
