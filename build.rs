@@ -7,7 +7,10 @@
 //!   numpy. With `LIPFP_REQUIRE_CONFORMANCE=1` (set by `.ci/run`) its absence is a build error;
 //! * `cfg(lipfp_mermaid)`: `$LIPFP_NODE` (else `node`) runs and `npm ci --prefix tests/mermaid`
 //!   has installed mermaid and jsdom, so `tests/mermaid/parse.mjs` can check the Mermaid charts.
-//!   With `LIPFP_REQUIRE_MERMAID=1` (set by `.ci/run`) their absence is a build error.
+//!   With `LIPFP_REQUIRE_MERMAID=1` (set by `.ci/run`) their absence is a build error;
+//! * `cfg(lipfp_wheel)`: `$LIPFP_WHEEL_DIR` holds a lipfp wheel (`tests/install_script.rs`).
+//!   With `LIPFP_REQUIRE_WHEEL=1` (set by `.ci/run`, which builds the wheel first) its absence
+//!   is a build error.
 
 use std::path::Path;
 use std::process::Command;
@@ -23,6 +26,8 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(lipfp_shared)");
     println!("cargo::rustc-check-cfg=cfg(lipfp_onnxruntime)");
     println!("cargo::rustc-check-cfg=cfg(lipfp_mermaid)");
+    println!("cargo::rustc-check-cfg=cfg(lipfp_wheel)");
+    wheel_cfg();
     let shared = Path::new("../shared/benchmarks/mnist");
     if shared.join("model.onnx").exists() {
         println!("cargo:rerun-if-changed=../shared/benchmarks/mnist");
@@ -75,6 +80,30 @@ fn main() {
             } else {
                 format!("`{node} --version` does not run")
             }
+        );
+    }
+}
+
+/// `cfg(lipfp_wheel)` when `$LIPFP_WHEEL_DIR` holds a wheel (see the file's doc).
+fn wheel_cfg() {
+    println!("cargo:rerun-if-env-changed=LIPFP_WHEEL_DIR");
+    println!("cargo:rerun-if-env-changed=LIPFP_REQUIRE_WHEEL");
+    let dir = std::env::var("LIPFP_WHEEL_DIR").unwrap_or_default();
+    let has_wheel = !dir.is_empty()
+        && std::fs::read_dir(&dir).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "whl"))
+        });
+    if !dir.is_empty() {
+        println!("cargo:rerun-if-changed={dir}");
+    }
+    if has_wheel {
+        println!("cargo:rustc-cfg=lipfp_wheel");
+    } else if std::env::var("LIPFP_REQUIRE_WHEEL").as_deref() == Ok("1") {
+        panic!(
+            "LIPFP_REQUIRE_WHEEL=1 but LIPFP_WHEEL_DIR ('{dir}') holds no wheel (`.ci/run` builds \
+             it with maturin before the tests)"
         );
     }
 }
