@@ -150,6 +150,93 @@ fn relu_splitting_returns_the_exact_verdict_on_every_shape() {
     check_family(PINNED);
 }
 
+/// Every deployment lipfp models (every format, accumulation, flush-to-zero and runtime preset
+/// of `shape_family::executions`), on every sixth shape of both families:
+/// * at `c = m + delta` the verdict is `sat` with a counterexample in the box whose exact
+///   margin is below `c + delta`, and at `c = m - delta` it is `unsat`, where `delta` is the
+///   deployment's rounding allowance (its format's or TF32's unit roundoff times 200, at least
+///   `1e-4`, times `1 + s`): complete on every deployment;
+/// * at `c = m`, where the exact network itself reaches the unsafe region (and every deployment
+///   covers the exact network), the verdict is never `unsat`: no deployment's rounding charges
+///   can turn a reachable region into a proof.
+#[test]
+fn every_deployment_keeps_the_exact_verdict() {
+    use common::shape_family::executions;
+    use lipfp::arith::runtime::Runtime;
+    let (a, b) = (-1.5f64, 2.0f64);
+    let mut checked = 0;
+    for pinned in [0, PINNED] {
+        let pins: Vec<f64> = (0..pinned)
+            .map(|k| f64::from(0.25f32 * (k as f32 - 7.0)))
+            .collect();
+        let pins_q: Vec<Rational> = pins.iter().map(|v| q(*v)).collect();
+        for shape in family(pinned).into_iter().step_by(6) {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let model = write_model(&shape, dir.path());
+            let exact = Exact::of(&shape);
+            let (m, scale) = exact.min_margin((&q(a), &q(b)), &pins_q);
+            let classes = *shape.widths.last().expect("classes");
+            for exec in executions() {
+                // TF32 operands (10 bits) and OpenVINO's bfloat16 inference precision (7 bits)
+                let u = match exec.runtime.map(|r| r.runtime) {
+                    Some(Runtime::OnnxruntimeCuda | Runtime::Tensorrt | Runtime::Tensorflow) => {
+                        2f64.powi(-11)
+                    }
+                    Some(Runtime::OpenvinoCpu) => 2f64.powi(-8),
+                    _ => exec.format.unit_roundoff(),
+                };
+                let delta = q((200.0 * u).max(1e-4)) * (Rational::from(1) + &scale);
+                let mut req = request();
+                req.format = Some(exec.format);
+                req.accumulate = exec.accumulate;
+                req.ftz = exec.ftz;
+                req.runtime = exec.runtime;
+                let what = |c: &str| {
+                    format!(
+                        "{} on {}, c = {c} (exact {})",
+                        shape.name(),
+                        exec.name,
+                        m.to_f64()
+                    )
+                };
+                for (sign, want) in [(-1, Some("unsat")), (0, None), (1, Some("sat"))] {
+                    let c = decimal(&(m.clone() + Rational::from(sign) * &delta));
+                    let prop = property(dir.path(), (a, b), &pins, classes, &c);
+                    // at c = m the region may be reached only at the exact network: no verdict
+                    // is owed, so a small budget
+                    req.options.subdomains = if sign == 0 { 2_000 } else { 200_000 };
+                    let r = verify_cmd::instance(&req, (&model, &prop), 120.0, &Progress::silent())
+                        .unwrap_or_else(|e| panic!("{}: {e}", what(&c)));
+                    let word = r.outcome.verdict.word();
+                    match want {
+                        Some(w) => assert_eq!(word, w, "{}: {:?}", what(&c), r.outcome.searches),
+                        None => assert_ne!(word, "unsat", "{}", what(&c)),
+                    }
+                    if let Verdict::Violated(cx) = &r.outcome.verdict {
+                        let xs: Vec<Rational> = cx.input.iter().map(|v| q(*v)).collect();
+                        assert!(
+                            q(a) <= xs[0] && xs[0] <= q(b),
+                            "{}: outside the box",
+                            what(&c)
+                        );
+                        let y = exact.pre(&xs, exact.layers.len() - 1);
+                        let g = Rational::from(&y[0] - &y[1]);
+                        let bound = m.clone() + Rational::from(sign.max(0) + 1) * &delta;
+                        assert!(
+                            g <= bound,
+                            "{}: exact margin {} at the counterexample",
+                            what(&c),
+                            g.to_f64()
+                        );
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 12 * 20, "{checked} shape-deployment pairs");
+}
+
 /// For a budget of subdomains, the verdict and the search itself (subdomains bounded, the
 /// deepest, the queue's peak) are the same with one thread and with two, on properties that
 /// need splits on both paths, one stopped by the budget.

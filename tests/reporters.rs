@@ -1167,7 +1167,7 @@ fn an_errored_gate_is_annotated_summarised_output_and_printed() {
     );
     assert!(out.contains("\nconv_gate_vra_pct=\n"), "{out}");
 
-    let text = console::render(&report);
+    let text = console::render(&report, false);
     assert!(
         text.contains(&format!(
             "ERROR  conv-gate  [format n/a, eps 0.1, mode standard]\n       error: {CONV_ERROR}\n"
@@ -1216,7 +1216,7 @@ fn huge_or_missing_conservatism_ratios_print_no_infinity() {
     let mut report = two_gates();
     let modes = &mut report.gates[0].modes;
     modes.get_mut("standard").unwrap().conservatism_ratio = Some(1e300);
-    let text = console::render(&report);
+    let text = console::render(&report, false);
     assert!(text.contains("fp degradation 1.000e300 x L eps"), "{text}");
     assert!(junit::render(&report, "s").contains("fp degradation 1.000e300 x L eps"));
     report.gates[0]
@@ -1224,9 +1224,54 @@ fn huge_or_missing_conservatism_ratios_print_no_infinity() {
         .get_mut("standard")
         .unwrap()
         .conservatism_ratio = None;
-    let text = console::render(&report);
+    let text = console::render(&report, false);
     assert!(text.contains("fp degradation n/a"), "{text}");
     assert!(!text.contains("inf"), "{text}");
+}
+
+/// A note several gates carry is printed once, after the gates, naming them (every gate, or
+/// which); a gate's own notes stay under it; `--verbose` prints every note under every gate.
+/// JUnit keeps every note in every testcase.
+#[test]
+fn the_console_says_a_shared_note_once() {
+    let mut report = two_gates();
+    let shared = "runtime: IEEE execution only";
+    report.gates[0].notes = vec![shared.into(), "own note of the first".into()];
+    report.gates[1].notes = vec!["own note of the second".into(), shared.into()];
+    let text = console::render(&report, false);
+    assert_eq!(text.matches(shared).count(), 1, "{text}");
+    let tail = format!("notes for every gate (2):\n       note: {shared}\n");
+    assert!(text.contains(&tail), "{text}");
+    let (gates, after) = text.split_once(&tail).unwrap();
+    assert!(
+        gates.contains("       note: own note of the first\n"),
+        "{text}"
+    );
+    assert!(
+        gates.contains("       note: own note of the second\n"),
+        "{text}"
+    );
+    assert!(after.starts_with("1 passed"), "{text}");
+    let verbose = console::render(&report, true);
+    assert_eq!(verbose.matches(shared).count(), 2, "{verbose}");
+    assert!(!verbose.contains("notes for every gate"), "{verbose}");
+    assert!(verbose.len() > text.len());
+    assert_eq!(junit::render(&report, "s").matches(shared).count(), 2);
+    // shared by some gates only: named
+    let mut three = report.clone();
+    let mut third = three.gates[1].clone();
+    third.name = "third".into();
+    third.notes.clear();
+    three.gates.push(third);
+    let text = console::render(&three, false);
+    let names: Vec<String> = three.gates.iter().map(|g| g.name.clone()).collect();
+    assert!(
+        text.contains(&format!(
+            "notes for gates {}, {}:\n       note: {shared}\n",
+            names[0], names[1]
+        )),
+        "{text}"
+    );
 }
 
 /// Prints the rendered reports (`cargo test --test reporters -- --ignored --nocapture`).
@@ -1304,7 +1349,7 @@ fn a_per_point_regression_is_shown_where_reviewers_look() {
         summary.contains("Lost (test-set indices): 10, 11,") && summary.contains("and 5 more"),
         "{summary}"
     );
-    let console = lipfp::report::console::render(&report);
+    let console = lipfp::report::console::render(&report, false);
     assert!(console.contains("baseline: VRA 100.00%"), "{console}");
     let json: serde_json::Value =
         serde_json::from_str(&lipfp::report::json::render(&report)).unwrap();

@@ -599,11 +599,13 @@ fn render(merged: &[certificates::MergedGate]) {
     );
     let _ = report::github::step_summary(&r);
     let _ = report::github::outputs(&r);
-    for line in report::console::render(&r).lines() {
-        assert!(
-            !line.trim_start().starts_with("::"),
-            "console line {line:?}"
-        );
+    for verbose in [false, true] {
+        for line in report::console::render(&r, verbose).lines() {
+            assert!(
+                !line.trim_start().starts_with("::"),
+                "console line {line:?}"
+            );
+        }
     }
     for a in report::github::annotations(&r, "lipfp.toml") {
         assert!(!a.contains(['\n', '\r']), "annotation {a:?}");

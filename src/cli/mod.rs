@@ -119,6 +119,10 @@ pub struct ReportOutputs {
     /// updating one comment in place).
     #[arg(long, value_name = "PATH")]
     pub pr_comment: Option<PathBuf>,
+    /// Print every note under every gate (by default a note several gates share is printed
+    /// once, after the gates; the JSON, JUnit and step summary always carry every note).
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 /// `lipfp check`.
@@ -261,6 +265,7 @@ pub fn run(cli: Cli) -> Exit {
                     pr_comment: out.pr_comment.as_deref(),
                     suite: &suite,
                     policy_file: config.as_deref(),
+                    verbose: out.verbose,
                 };
                 if let Err(w) = report::publish::publish_error(&message, &to) {
                     // the same failure (e.g. `--junit` names a directory) is reported once
@@ -337,6 +342,7 @@ fn emit_with(
         pr_comment: out.pr_comment.as_deref(),
         suite,
         policy_file,
+        verbose: out.verbose,
     };
     report::publish::publish(report, &to, artifacts)
 }

@@ -48,7 +48,9 @@ fn gate_facts(g: &GateReport) -> String {
     )
 }
 
-fn gate_block(out: &mut String, g: &GateReport) {
+/// `gate_block` prints `g`'s notes except those in `shared` (said once, at the end).
+fn gate_block(out: &mut String, g: &GateReport, shared: &[SharedNote]) {
+    let own = || (g.notes.iter()).filter(|n| !shared.iter().any(|s| s.text == **n));
     let verdict = match g.status {
         GateStatus::Pass => "PASS",
         GateStatus::Warn => "WARN",
@@ -66,7 +68,7 @@ fn gate_block(out: &mut String, g: &GateReport) {
         let _ = writeln!(out, "       error: {}", printable(e));
     }
     if g.modes.is_empty() {
-        for n in &g.notes {
+        for n in own() {
             let _ = writeln!(out, "       note: {}", printable(n));
         }
         return;
@@ -114,7 +116,7 @@ fn gate_block(out: &mut String, g: &GateReport) {
     for w in &g.warnings {
         let _ = writeln!(out, "       warning: {}", printable(w));
     }
-    for n in &g.notes {
+    for n in own() {
         let _ = writeln!(out, "       note: {}", printable(n));
     }
     let _ = writeln!(
@@ -172,11 +174,65 @@ fn curve_table(out: &mut String, c: &CurveReport) {
     let _ = writeln!(out, "{median}");
 }
 
-/// The console summary of a report.
-pub fn render(report: &Report) -> String {
-    let mut out = String::new();
+/// A note that several gates carry, and which.
+struct SharedNote<'a> {
+    text: &'a str,
+    gates: Vec<&'a str>,
+}
+
+/// The notes more than one gate carries, in the order they first appear.
+fn shared_notes(report: &Report) -> Vec<SharedNote<'_>> {
+    let mut notes: Vec<SharedNote> = Vec::new();
     for g in &report.gates {
-        gate_block(&mut out, g);
+        for n in &g.notes {
+            match notes.iter_mut().find(|s| s.text == n.as_str()) {
+                Some(s) if s.gates.last() != Some(&g.name.as_str()) => s.gates.push(&g.name),
+                Some(_) => {}
+                None => notes.push(SharedNote {
+                    text: n,
+                    gates: vec![&g.name],
+                }),
+            }
+        }
+    }
+    notes.retain(|s| s.gates.len() > 1);
+    notes
+}
+
+/// The console summary of a report: a block per gate, then the notes several gates share
+/// (once each, under a line naming the gates that share them; with `verbose`, every note under
+/// every gate instead), then the tally.
+pub fn render(report: &Report, verbose: bool) -> String {
+    let mut out = String::new();
+    let shared = if verbose {
+        Vec::new()
+    } else {
+        shared_notes(report)
+    };
+    for g in &report.gates {
+        gate_block(&mut out, g, &shared);
+    }
+    let mut groups: Vec<(&[&str], Vec<&str>)> = Vec::new();
+    for s in &shared {
+        match groups
+            .iter_mut()
+            .find(|(gates, _)| *gates == s.gates.as_slice())
+        {
+            Some((_, texts)) => texts.push(s.text),
+            None => groups.push((&s.gates, vec![s.text])),
+        }
+    }
+    for (gates, texts) in groups {
+        let which = if gates.len() == report.gates.len() {
+            format!("every gate ({})", gates.len())
+        } else {
+            let names: Vec<String> = gates.iter().map(|n| printable(n)).collect();
+            format!("gates {}", names.join(", "))
+        };
+        let _ = writeln!(out, "notes for {which}:");
+        for t in texts {
+            let _ = writeln!(out, "       note: {}", printable(t));
+        }
     }
     if report.policy.is_some() {
         let _ = writeln!(out, "{}", report.tally().line());

@@ -21,6 +21,9 @@ pub struct Destinations<'a> {
     pub suite: &'a str,
     /// The policy file named by GitHub annotations (none for `certify`).
     pub policy_file: Option<&'a str>,
+    /// `--verbose`: every note under every gate on the console (else notes several gates share
+    /// are printed once, after the gates).
+    pub verbose: bool,
 }
 
 /// Render every requested report (and the `artifacts` already rendered, e.g. certificates) to
@@ -45,7 +48,7 @@ pub fn publish(
         let body = report::pr_comment::render(report);
         artifacts.push(Artifact::new(p, body, "pull-request comment"));
     }
-    let mut stdout = report::console::render(report);
+    let mut stdout = report::console::render(report, to.verbose);
     let mut appends = Vec::new();
     if std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true") {
         for line in report::github::annotations(report, to.policy_file.unwrap_or("")) {
