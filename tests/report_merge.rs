@@ -211,6 +211,47 @@ fn complete_shards_are_rechecked_by_branch_and_bound() {
         text.contains("\"falsified (a confirmed counterexample)\""),
         "{text}"
     );
+    // the merged report's `complete` block is the whole run's (less the seconds): the shards'
+    // branch-and-bound figures add up, the decisions are the points' own
+    let whole = s.s("whole.json");
+    let out = lipfp(&["check", "--config", &cfg, "--json", &whole]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let block = |path: &str| {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut c = v["gates"][0]["complete"].clone();
+        c["branch_and_bound"]["seconds"] = serde_json::Value::Null;
+        c
+    };
+    let (merged, run) = (block(&json), block(&whole));
+    assert!(
+        merged["branch_and_bound"]["searched"].as_u64() > Some(0),
+        "{merged}"
+    );
+    assert_eq!(merged, run);
+    assert_eq!(merged["budget"]["subdomains"], 300);
+    // shards run under different budgets are not one run; files under another budget than the
+    // policy's are refused by name
+    let other = s.forge(2, "budget.pb", |f| {
+        f.gates[0].complete.as_mut().unwrap().budget_subdomains = 301;
+    });
+    let out = s.report(&[&a, &other], &[]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("complete budget"), "{}", stderr(&out));
+    std::fs::write(
+        s.p("301.toml"),
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("complete_subdomains = 300", "complete_subdomains = 301"),
+    )
+    .unwrap();
+    let out = s.report(&[&a, &b], &["--config", &s.s("301.toml")]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("mode complete's budget"),
+        "{}",
+        stderr(&out)
+    );
     let mut refused = 0;
     let forged = s.forge(2, "forged.pb", |f| {
         let g = &mut f.gates[0];

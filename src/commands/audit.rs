@@ -18,6 +18,7 @@ use crate::error::LipfpError;
 use crate::policy::{Gate, Policy, Target};
 use crate::progress::Progress;
 use crate::report::certificates::MergedGate;
+use crate::report::complete::BudgetReport;
 
 /// Check `merged` against `policy` and re-certify `verify` points of every certificate file;
 /// on success the gates carry the policy's thresholds and recomputed accuracy and VRA.
@@ -161,6 +162,13 @@ fn check_run(
             format!("{:?}", m.radius),
             format!("{:?}", g.radius),
         );
+    }
+    if let (Some(budget), Some(c)) = (&g.complete, &m.complete) {
+        let policy_budget = BudgetReport::from(budget);
+        if c.budget != policy_budget {
+            let (a, b) = (format!("{:?}", c.budget), format!("{policy_budget:?}"));
+            return mismatch("mode complete's budget", a, b);
+        }
     }
     if let Some(mode) = g.modes.iter().find(|&&x| m.outcome.mode(x).is_none()) {
         return mismatch(&format!("mode {mode}"), "missing".into(), "required".into());

@@ -100,7 +100,7 @@ pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, Lipf
     attach_curve(req, &subject, &mut gate, &mut artifacts, progress)?;
     if let Some(d) = &decisions {
         let settled = outcome.mode(Mode::Complete);
-        gate.complete = settled.map(|m| CompleteReport::new(m, d, &req.complete));
+        gate.complete = settled.map(|m| CompleteReport::new(m, d.into(), (&req.complete).into()));
         if mode == Mode::Complete {
             gate.attack = Some(AttackReport::of_subject(&d.attack, &subject));
             if let Some(p) = req.attack_witnesses.as_ref().filter(|_| req.attack) {
@@ -124,6 +124,7 @@ pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, Lipf
             gram_iterations: req.spec.gram_iterations,
             policy_line: 0,
             model_name: &model_name,
+            complete: gate.complete.as_ref(),
         };
         let file = CertificateFile {
             tool_version: env!("CARGO_PKG_VERSION").into(),

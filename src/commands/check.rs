@@ -128,6 +128,7 @@ pub fn run(
                         gram_iterations: g.target.gram_iterations,
                         policy_line: g.line,
                         model_name: &g.model_name,
+                        complete: gate.complete.as_ref(),
                     };
                     certs.push(certificates::gate_certificates(&meta, subject, &outcome));
                 }
@@ -269,7 +270,7 @@ fn evaluate_gate(
         let mode = outcome
             .mode(Mode::Complete)
             .ok_or("internal: mode complete missing")?;
-        gate.complete = Some(CompleteReport::new(mode, d, budget));
+        gate.complete = Some(CompleteReport::new(mode, d.into(), budget.into()));
         if g.mode() == Mode::Complete {
             // the falsifier ran before branch and bound
             gate.attack = Some(AttackReport::of_subject(&d.attack, subject));

@@ -97,6 +97,7 @@ fn gate_report(m: &MergedGate, baseline: Option<&Baseline>, progress: &Progress)
     let mut gate = GateReport::new(&m.name, &m.facts, &m.radius, m.mode, &m.outcome, &verdict);
     gate.policy_line = (m.policy_line > 0).then_some(m.policy_line);
     gate.model_name = m.model_name.clone();
+    gate.complete = m.complete.clone();
     for note in m.thresholds.fraction_notes() {
         progress.warn(&format!("gate `{}`: {note}", m.name));
         gate.notes.push(note);

@@ -54,29 +54,41 @@ pub struct BudgetReport {
     pub memory_mib: usize,
 }
 
+impl From<&PointDecisions> for SearchFigures {
+    fn from(d: &PointDecisions) -> Self {
+        SearchFigures {
+            searched: d.searched,
+            verified: d.verified,
+            falsified: d.falsified,
+            not_reached: d.not_reached,
+            subdomains: d.subdomains,
+            seconds: d.seconds,
+        }
+    }
+}
+
+impl From<&CompleteBudget> for BudgetReport {
+    fn from(budget: &CompleteBudget) -> Self {
+        BudgetReport {
+            seconds: budget.seconds,
+            total_s: budget.total_s,
+            subdomains: budget.subdomains,
+            memory_mib: budget.memory_bytes >> 20,
+        }
+    }
+}
+
 impl CompleteReport {
-    /// The report of `mode` (mode `complete`'s settled outcome) and the `decisions` that
-    /// settled it under `budget`.
-    pub fn new(mode: &ModeOutcome, d: &PointDecisions, budget: &CompleteBudget) -> Self {
+    /// The report of `mode` (mode `complete`'s settled outcome) and of branch and bound's
+    /// `search` that settled it under `budget`.
+    pub fn new(mode: &ModeOutcome, search: SearchFigures, budget: BudgetReport) -> Self {
         let count = |r: Refusal| mode.refusal_of.iter().filter(|w| **w == Some(r)).count();
         CompleteReport {
             verified: mode.certified,
             falsified: count(Refusal::Falsified),
             undecided: count(Refusal::Undecided),
-            branch_and_bound: SearchFigures {
-                searched: d.searched,
-                verified: d.verified,
-                falsified: d.falsified,
-                not_reached: d.not_reached,
-                subdomains: d.subdomains,
-                seconds: d.seconds,
-            },
-            budget: BudgetReport {
-                seconds: budget.seconds,
-                total_s: budget.total_s,
-                subdomains: budget.subdomains,
-                memory_mib: budget.memory_bytes >> 20,
-            },
+            branch_and_bound: search,
+            budget,
         }
     }
 

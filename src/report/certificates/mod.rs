@@ -15,7 +15,10 @@ use crate::error::LipfpError;
 use crate::policy::{Radius, Thresholds};
 use crate::progress::printable;
 use crate::proto_gen::{self, CertificateFile, GateCertificates, Instance};
+use crate::report::complete::CompleteReport;
 use crate::report::SubjectFacts;
+
+mod complete;
 
 /// What a gate was about, beyond its outcome.
 pub struct GateMeta<'a> {
@@ -33,6 +36,8 @@ pub struct GateMeta<'a> {
     pub policy_line: usize,
     /// The model as the policy names it, or as given on the command line.
     pub model_name: &'a str,
+    /// Mode `complete`'s figures, when it ran.
+    pub complete: Option<&'a CompleteReport>,
 }
 
 fn to_proto_thresholds(t: &Thresholds) -> proto_gen::Thresholds {
@@ -103,6 +108,7 @@ pub fn gate_certificates(
         epsilon,
         epsilons,
         ball: subject.ball.describe(),
+        complete: meta.complete.map(complete::to_proto),
         gram_iterations: meta.gram_iterations,
         modes: outcome
             .modes
@@ -218,6 +224,9 @@ pub struct MergedGate {
     pub model_name: Option<String>,
     /// Each certificate file of the gate and the test-set indices it holds.
     pub shards: Vec<(PathBuf, Vec<usize>)>,
+    /// Mode `complete`'s budget and branch and bound's figures, summed over the shards (the
+    /// files' claims), when every shard has them.
+    pub complete: Option<CompleteReport>,
     /// Per point (index order), its true class and whether it was classified correctly, when
     /// the files have labels.
     pub labelled: Option<Vec<(usize, bool)>>,
@@ -289,6 +298,7 @@ fn same_run(a: &GateCertificates, b: &GateCertificates) -> bool {
         && a.total == b.total
         && a.has_labels == b.has_labels
         && a.policy_line == b.policy_line
+        && complete::same_budget(a, b)
 }
 
 /// The shards of one gate: each certificate file holding part of it, with that part.
@@ -323,7 +333,8 @@ fn check_one_run(name: &str, parts: &[(&Path, &GateCertificates)]) -> Result<(),
                 p,
                 format!(
                     "gate `{name}` was certified differently than in {} (model, format, execution, \
-                     radius, input set, modes, thresholds, test-set size or labels differ); refusing to merge",
+                     radius, input set, modes, thresholds, complete budget, test-set size or labels differ); \
+                     refusing to merge",
                     path0.display()
                 ),
             ));
@@ -540,11 +551,15 @@ fn merge_gate(
     check_results(&name, path0, &instances, modes.len())?;
     let labels_ok = g0.has_labels;
     let correct = labels_ok.then(|| instances.iter().filter(|i| is_correct(i)).count());
-    let mode_outcomes = modes
+    let mode_outcomes: Vec<ModeOutcome> = modes
         .iter()
         .enumerate()
         .map(|(m, &mode)| mode_outcome(m, mode, &instances, parts, labels_ok))
         .collect();
+    let complete = complete::merged(
+        parts,
+        mode_outcomes.iter().find(|m| m.mode == Mode::Complete),
+    );
     let mode = Mode::parse(&g0.threshold_mode)
         .ok_or_else(|| LipfpError::data(path0, format!("unknown mode `{}`", g0.threshold_mode)))?;
     let radius = shard_radius(path0, g0)?;
@@ -579,6 +594,7 @@ fn merge_gate(
         claimed_test_set_hash: (parts.len() == 1 && g0.count == g0.total)
             .then(|| g0.test_set_sha256.clone())
             .filter(|h| !h.is_empty()),
+        complete,
         shards: parts
             .iter()
             .map(|(p, g)| {
