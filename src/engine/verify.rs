@@ -15,8 +15,8 @@
 //! * otherwise **unknown**, or **timeout** when the budget ran out first.
 //!
 //! The falsifier is a projected sign-gradient descent on the largest constraint value of each
-//! disjunct not excluded, from the box's centre and seeded random points of it (up to
-//! [`STARTS`] per disjunct, all but [`SURE_STARTS`] only within [`FALSIFIER_SHARE`] of the
+//! disjunct not excluded, from the box's centre and seeded random points of it ([`SURE_STARTS`]
+//! per disjunct, up to [`STARTS`] for low-dimensional inputs within [`FALSIFIER_SHARE`] of the
 //! budget); it runs before branch and bound.
 
 use std::time::Instant;
@@ -36,10 +36,12 @@ use crate::policy::vnnlib::{InputBox, OutputConstraint, Property};
 
 /// Sign-gradient steps per start of the falsifier.
 const STEPS: usize = 60;
-/// Starts per disjunct: the centre, then random points of the box.
+/// Starts per disjunct for inputs of at most [`complete::INPUT_SPLIT_MAX_DIM`] coordinates
+/// (cheap, and where random starts find what a descent from the centre misses): the centre,
+/// then random points of the box.
 const STARTS: usize = 50;
-/// Starts per disjunct that run whatever the time; the others only within [`FALSIFIER_SHARE`]
-/// of the budget.
+/// Starts per disjunct that run whatever the time and the input's size; the others only within
+/// [`FALSIFIER_SHARE`] of the budget.
 const SURE_STARTS: usize = 6;
 /// The share of the budget the falsifier's further starts may use.
 const FALSIFIER_SHARE: f64 = 0.05;
@@ -188,7 +190,12 @@ pub fn verify(
     for (b, excluded) in property.boxes.iter().zip(&per_box) {
         let search = Falsifier::new(subject, property, b);
         for (d, _) in excluded.iter().enumerate().filter(|(_, e)| !**e) {
-            for s in 0..STARTS {
+            let starts = if subject.net.input_dim() <= complete::INPUT_SPLIT_MAX_DIM {
+                STARTS
+            } else {
+                SURE_STARTS
+            };
+            for s in 0..starts {
                 if over() {
                     return outcome(Verdict::Timeout, &searches);
                 }

@@ -35,7 +35,7 @@ use domain::{Branch, Queue, Subdomain};
 /// the thread count).
 const BATCH: usize = 16;
 /// Inputs up to this many are split by coordinate; more, by ReLU.
-const INPUT_SPLIT_MAX_DIM: usize = 16;
+pub const INPUT_SPLIT_MAX_DIM: usize = 16;
 /// Steps of the search for lower slopes and split multipliers at the root.
 const ROOT_SLOPE_STEPS: usize = 20;
 /// The same in every other subdomain (where the split multipliers first appear).
