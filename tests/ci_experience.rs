@@ -488,9 +488,36 @@ fn baselines_are_compared_like_with_like() {
     assert_eq!(g["thresholds"][0]["margin_pp"], 1.0, "{g:#}");
     assert!(!g["notes"].to_string().contains("refused"), "{g:#}");
 
-    // anything else is refused, naming what differs: a note, or an error of the gate when
-    // the baseline is required
-    let cases: [(&str, &str, &str); 5] = [
+    // a report whose mode figures were renamed (another version's), and one of another schema
+    let base_text = read(d, "base.json");
+    assert!(
+        base_text.starts_with("{\n  \"schema\": 1,\n"),
+        "{base_text}"
+    );
+    std::fs::write(
+        d.join("renamed.json"),
+        base_text.replace("\"certified_pct\"", "\"certified_percent\""),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("schema2.json"),
+        base_text.replacen("\"schema\": 1", "\"schema\": 2", 1),
+    )
+    .unwrap();
+
+    // anything else is refused, naming what differs: a warning (the drop threshold is not
+    // evaluated: WARN, never a quiet pass), or an error of the gate when the baseline is required
+    let cases: [(&str, &str, &str); 7] = [
+        (
+            "epsilon = \"0.3\"\n",
+            "renamed.json",
+            "has no readable figures",
+        ),
+        (
+            "epsilon = \"0.3\"\n",
+            "schema2.json",
+            "the report has schema 2; this lipfp reads schema 1",
+        ),
         ("epsilon = \"0.25\"\n", "base.json", "the radius differs"),
         (
             "epsilon = \"0.3\"\nformat = \"float64\"\n",
@@ -517,11 +544,18 @@ fn baselines_are_compared_like_with_like() {
         let (out, r) = run(baseline_policy(keys, Some((base, false))), "r.json");
         assert_eq!(out.code, Some(0), "{keys}: {}", out.stderr);
         let g = &r.unwrap()["gates"][0];
-        let notes = g["notes"].to_string();
+        let warnings = g["warnings"].to_string();
         assert!(
-            notes.contains("baseline comparison refused") && notes.contains(why),
-            "{keys}: {notes}"
+            warnings.contains("baseline comparison refused")
+                && warnings.contains(why)
+                && warnings.contains("the drop thresholds are not evaluated"),
+            "{keys}: {warnings}"
         );
+        assert_eq!(g["status"], "warn", "{g:#}");
+        assert!(out.stdout.contains("WARN   g  ["), "{}", out.stdout);
+        assert!(out
+            .stdout
+            .contains("       warning: baseline comparison refused"));
         assert_eq!(g["thresholds"][0]["passed"], Value::Null, "{g:#}");
         assert!(g["thresholds"][0]["skipped"]
             .as_str()

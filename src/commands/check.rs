@@ -10,7 +10,7 @@ use crate::bounds::certify::Mode;
 use crate::engine::complete::points::decide_points;
 use crate::engine::run::{self, ReferencePlan, Shard, Subject, SubjectSpec};
 use crate::error::LipfpError;
-use crate::gate::baseline::{Baseline, Identity};
+use crate::gate::baseline::{Baseline, Identity, Unusable};
 use crate::gate::curve::CurveReport;
 use crate::gate::verdict::evaluate;
 use crate::policy::{Gate, Policy, Target};
@@ -235,20 +235,8 @@ fn evaluate_gate(
     gate.model_name = Some(g.model_name.clone());
     gate.notes.extend(g.thresholds.fraction_notes());
     if let (Some(_), Err(why)) = (baseline, &base) {
-        let uses_baseline = g
-            .thresholds
-            .by_key()
-            .iter()
-            .any(|(k, v)| v.is_some() && k.contains("_drop_"));
         let required = policy.baseline.as_ref().is_some_and(|b| b.required);
-        if uses_baseline && required {
-            gate.set_error(format!("{why} ([baseline] required = true)"));
-        } else if uses_baseline {
-            gate.notes
-                .push(format!("{why}; the drop thresholds are not evaluated"));
-        } else {
-            gate.notes.push(why.clone());
-        }
+        gate.baseline_unusable(Unusable::of(why.clone(), &g.thresholds, required));
     }
     if let Some(grid) = &g.curve {
         progress.stage(&format!("gate `{}`: robustness curve", g.name));

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::commands::audit::audit;
 use crate::error::LipfpError;
-use crate::gate::baseline::{Baseline, Identity};
+use crate::gate::baseline::{Baseline, Identity, Unusable};
 use crate::gate::verdict::evaluate;
 use crate::policy::Policy;
 use crate::progress::Progress;
@@ -47,20 +47,22 @@ pub fn run(req: &ReportRequest<'_>, progress: &Progress) -> Result<Report, Lipfp
     let policy = policy_name(&files);
     progress.stage(&format!("merging {} certificate files", files.len()));
     let mut merged = certificates::merge(&files)?;
-    match req.config {
+    let required = match req.config {
         Some(config) => {
             let policy = Policy::load(config)?;
             audit(&policy, &mut merged, req.verify, progress)?;
+            policy.baseline.as_ref().is_some_and(|b| b.required)
         }
         None => {
             for m in &mut merged {
                 m.facts.notes.push(UNVERIFIED.into());
             }
+            false
         }
-    }
+    };
     let gates = merged
         .iter()
-        .map(|m| gate_report(m, baseline.as_ref(), progress))
+        .map(|m| gate_report(m, (baseline.as_ref(), required), progress))
         .collect();
     Ok(Report {
         lipfp_version: env!("CARGO_PKG_VERSION").into(),
@@ -78,9 +80,13 @@ fn policy_name(files: &[(PathBuf, CertificateFile)]) -> Option<String> {
 }
 
 /// One merged gate judged: its thresholds evaluated (the drop thresholds against `baseline`),
-/// with the notes on fractional thresholds (also warned) and on a baseline that does not
-/// compare.
-fn gate_report(m: &MergedGate, baseline: Option<&Baseline>, progress: &Progress) -> GateReport {
+/// with the notes on fractional thresholds (also warned), and a baseline that does not compare
+/// as the policy's `[baseline] required` says ([`Unusable`]).
+fn gate_report(
+    m: &MergedGate,
+    (baseline, required): (Option<&Baseline>, bool),
+    progress: &Progress,
+) -> GateReport {
     let identity = Identity {
         epsilon: m.radius.fields().0,
         epsilons_sha256: m.outcome.radii_hash.clone(),
@@ -103,7 +109,7 @@ fn gate_report(m: &MergedGate, baseline: Option<&Baseline>, progress: &Progress)
         gate.notes.push(note);
     }
     if let (Some(_), Err(why)) = (baseline, base) {
-        gate.notes.push(why);
+        gate.baseline_unusable(Unusable::of(why, &m.thresholds, required));
     }
     gate
 }

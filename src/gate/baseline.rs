@@ -9,7 +9,12 @@ use std::path::{Path, PathBuf};
 
 use crate::error::LipfpError;
 use crate::gate::curve::CurveReport;
-use crate::policy::parse_decimal_exact;
+use crate::policy::{parse_decimal_exact, Thresholds};
+
+/// The JSON report's schema version: `report::json` writes it as `schema`, and a baseline of
+/// another schema does not compare. Raise it when a field the baseline reads changes name or
+/// meaning.
+pub const REPORT_SCHEMA: u64 = 1;
 
 /// A gate's figures in the baseline report, for the gate's threshold mode.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,6 +73,8 @@ struct BaselineGate {
     curve: Option<CurveReport>,
     /// Per mode each point's verified robustness, and the true classes (certificate baselines).
     points: Option<PointFlags>,
+    /// Modes the report lists whose figures cannot be read (no numeric `certified_pct`).
+    unreadable: Vec<String>,
 }
 
 /// A previous JSON report, indexed by gate name.
@@ -75,6 +82,9 @@ struct BaselineGate {
 pub struct Baseline {
     path: PathBuf,
     gates: BTreeMap<String, BaselineGate>,
+    /// The report's `schema` (absent in reports written before it was versioned, which have the
+    /// fields of schema 1).
+    schema: Option<u64>,
 }
 
 /// A JSON string field, `None` when absent or null.
@@ -98,6 +108,31 @@ fn differs(what: &str, before: &Option<String>, now: &Option<String>) -> String 
     )
 }
 
+/// What a baseline that does not compare with a gate (`why`: [`Baseline::compare`]'s reason)
+/// does to the gate.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Unusable {
+    /// The gate errors: its drop thresholds need the baseline and `required = true`.
+    Error(String),
+    /// The gate warns: its drop thresholds are not evaluated (never a quiet pass).
+    Warning(String),
+    /// A note: no threshold of the gate needs the baseline.
+    Note(String),
+}
+
+impl Unusable {
+    /// The consequence for a gate with `thresholds` under `[baseline] required`.
+    pub fn of(why: String, thresholds: &Thresholds, required: bool) -> Unusable {
+        match (thresholds.uses_baseline(), required) {
+            (true, true) => Unusable::Error(format!("{why} ([baseline] required = true)")),
+            (true, false) => {
+                Unusable::Warning(format!("{why}; the drop thresholds are not evaluated"))
+            }
+            (false, _) => Unusable::Note(why),
+        }
+    }
+}
+
 impl Baseline {
     /// Read a JSON report written by `--json`.
     pub fn load(path: &Path) -> Result<Baseline, LipfpError> {
@@ -113,29 +148,29 @@ impl Baseline {
         let mut out = Baseline {
             path: path.to_path_buf(),
             gates: BTreeMap::new(),
+            schema: v["schema"].as_u64(),
         };
         for g in gates {
             let Some(name) = g["name"].as_str() else {
                 continue;
             };
-            let modes = g["modes"]
-                .as_object()
-                .map(|modes| {
-                    modes
-                        .iter()
-                        .filter_map(|(mode, m)| {
-                            Some((
-                                mode.clone(),
-                                BaselineFigures {
-                                    certified_pct: m["certified_pct"].as_f64()?,
-                                    vra_pct: m["vra_pct"].as_f64(),
-                                    vra_drop_p: None,
-                                },
-                            ))
-                        })
-                        .collect()
+            let listed = g["modes"].as_object();
+            let modes: BTreeMap<String, BaselineFigures> = (listed.into_iter().flatten())
+                .filter_map(|(mode, m)| {
+                    Some((
+                        mode.clone(),
+                        BaselineFigures {
+                            certified_pct: m["certified_pct"].as_f64()?,
+                            vra_pct: m["vra_pct"].as_f64(),
+                            vra_drop_p: None,
+                        },
+                    ))
                 })
-                .unwrap_or_default();
+                .collect();
+            let unreadable = (listed.into_iter().flatten())
+                .map(|(mode, _)| mode.clone())
+                .filter(|mode| !modes.contains_key(mode))
+                .collect();
             let identity = Identity {
                 epsilon: text(g, "epsilon"),
                 epsilons_sha256: text(g, "epsilons_sha256"),
@@ -153,6 +188,7 @@ impl Baseline {
                     modes,
                     curve,
                     points: None,
+                    unreadable,
                 },
             );
         }
@@ -169,6 +205,7 @@ impl Baseline {
                     modes: g.modes,
                     curve: None,
                     points: Some((g.vra, g.labels)),
+                    unreadable: Vec::new(),
                 };
                 (g.name, gate)
             })
@@ -176,6 +213,7 @@ impl Baseline {
         Baseline {
             path: path.to_path_buf(),
             gates,
+            schema: None,
         }
     }
 
@@ -219,6 +257,11 @@ impl Baseline {
                 self.path.display()
             )
         };
+        if let Some(schema) = self.schema.filter(|s| *s != REPORT_SCHEMA) {
+            return Err(refuse(format!(
+                "the report has schema {schema}; this lipfp reads schema {REPORT_SCHEMA}"
+            )));
+        }
         let g = self
             .gates
             .get(name)
@@ -258,6 +301,12 @@ impl Baseline {
             if b.is_none() || b != n {
                 return Err(refuse(differs(what, b, n)));
             }
+        }
+        if g.unreadable.iter().any(|m| m == mode) {
+            return Err(refuse(format!(
+                "mode {mode} has no readable figures (no numeric `certified_pct`: a report of \
+                 another lipfp version or schema?)"
+            )));
         }
         g.modes.get(mode).ok_or_else(|| {
             let have: Vec<&str> = g.modes.keys().map(String::as_str).collect();

@@ -291,6 +291,11 @@ impl Thresholds {
         out
     }
 
+    /// Whether a threshold of either level compares with a baseline (the `max_*_drop_*` keys).
+    pub fn uses_baseline(&self) -> bool {
+        (self.by_key().iter()).any(|(k, v)| v.is_some() && k.contains("_drop_"))
+    }
+
     /// One note per `*_pct` threshold that looks like a fraction (`0 < x <= 1`): thresholds
     /// are percentages, so `min_vra_pct = 0.95` asks for 0.95%, not 95%.
     pub fn fraction_notes(&self) -> Vec<String> {

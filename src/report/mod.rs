@@ -27,6 +27,7 @@ use serde::Serialize;
 use crate::arith::format::Format;
 use crate::bounds::certify::Mode;
 use crate::engine::run::CertifyOutcome;
+use crate::gate::baseline::Unusable;
 use crate::gate::verdict::{fp_cost_pp, pct, round4, GateVerdict, ThresholdCheck};
 use crate::policy::Radius;
 
@@ -430,6 +431,23 @@ impl GateReport {
         self.warnings.clear();
         self.status = GateStatus::Report;
         self.notes.push(why.to_string());
+    }
+
+    /// Add a warning: a passing gate warns (a failing one still fails).
+    pub fn warn(&mut self, warning: String) {
+        if self.status == GateStatus::Pass {
+            self.status = GateStatus::Warn;
+        }
+        self.warnings.push(warning);
+    }
+
+    /// What a baseline that does not compare does to the gate ([`Unusable`]).
+    pub fn baseline_unusable(&mut self, u: Unusable) {
+        match u {
+            Unusable::Error(e) => self.set_error(e),
+            Unusable::Warning(w) => self.warn(w),
+            Unusable::Note(n) => self.notes.push(n),
+        }
     }
 
     /// Turn an evaluated gate into an errored one (e.g. a required baseline that does not
