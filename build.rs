@@ -8,7 +8,7 @@
 //! * `cfg(lipfp_mermaid)`: `$LIPFP_NODE` (else `node`) runs and `npm ci --prefix tests/mermaid`
 //!   has installed mermaid and jsdom, so `tests/mermaid/parse.mjs` can check the Mermaid charts.
 //!   With `LIPFP_REQUIRE_MERMAID=1` (set by `.ci/run`) their absence is a build error;
-//! * `cfg(lipfp_wheel)`: `$LIPFP_WHEEL_DIR` holds a lipfp wheel (`tests/install_script.rs`).
+//! * `cfg(lipfp_wheel)`: `$LIPFP_WHEEL_DIR` holds a lipfp wheel (`tests/cli/install_script.rs`).
 //!   With `LIPFP_REQUIRE_WHEEL=1` (set by `.ci/run`, which builds the wheel first) its absence
 //!   is a build error.
 

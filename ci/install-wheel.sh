@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs a released lipfp wheel, checked against the release's SHA256SUMS (ci/action.yml's
-# `install: auto|wheel`; tests/install_script.rs runs it offline against a local release).
+# `install: auto|wheel`; tests/cli/install_script.rs runs it offline against a local release).
 #
 #   ci/install-wheel.sh --version TAG --base URL --bin-dir DIR [--work DIR] [--platform OS-ARCH]
 #                       [--require-wheel]

@@ -1,4 +1,4 @@
-//! Shared by `tests/affine_steps.rs` (exact rationals) and `tests/affine_steps_runtime.rs`
+//! Shared by `tests/oracles/affine_steps.rs` (exact rationals) and `tests/oracles/affine_steps_runtime.rs`
 //! (onnxruntime): exact enclosures of elementwise affine steps, emulated executions of a step,
 //! the small step models the loader reads and adversarial inputs for them. Networks with steps
 //! are in `affine_nets.rs`.

@@ -1,8 +1,8 @@
 //! Small float32 classifiers with elementwise affine steps as exporters write them (a
 //! normalisation, BatchNorm after a layer, Scaler, Keras' Sub/Mul, a scalar Mul or Div before a
 //! bias-free MatMul), their exact logits, and the check that a runtime's margins stay within
-//! `ModelBounds::margin_deviation` of the exact network's (`tests/affine_steps.rs`,
-//! `tests/affine_steps_runtime.rs`).
+//! `ModelBounds::margin_deviation` of the exact network's (`tests/oracles/affine_steps.rs`,
+//! `tests/oracles/affine_steps_runtime.rs`).
 
 #![allow(dead_code)]
 

@@ -1,7 +1,7 @@
 //! Bundles: a network and rows as `.npy` files for the Python emulators
 //! (`tests/conformance/emulate_bundle.py`) and, with classes, exact margins and lipfp's bounds,
 //! for the GPU script (`tests/gpu/gpu_conformance.py`, format in tests/gpu/README.md). Shared by
-//! `tests/runtime_conformance.rs` and `tests/shapes.rs`.
+//! `tests/oracles/runtime_conformance.rs` and `tests/oracles/shapes.rs`.
 
 #![allow(dead_code)]
 

@@ -1,4 +1,4 @@
-//! Small classifiers with and without heads, shared by `tests/refusals.rs` and `tests/heads.rs`:
+//! Small classifiers with and without heads, shared by `tests/onnx/refusals.rs` and `tests/onnx/heads.rs`:
 //! `x[N, 12] -> /fc0/Gemm (12 -> 8) -> /act0/Relu -> /fc1/Gemm (8 -> classes)` with logits
 //! `logits`, then whatever head a test puts after them.
 

@@ -1,6 +1,6 @@
 //! The emulated executions of each runtime (`tests/conformance/emulate_bundle.py`, the
 //! `tensor_core.py` emulators), as the lists of keyword arguments the script takes: shared by
-//! `tests/runtime_conformance.rs` and `tests/shapes.rs`.
+//! `tests/oracles/runtime_conformance.rs` and `tests/oracles/shapes.rs`.
 
 #![allow(dead_code)]
 

@@ -1,5 +1,5 @@
-//! The exact-rational reference of lipfp's model-level bounds, shared by `tests/bounds_exact.rs`
-//! (model-level constants, chains and the Standard/real slack) and `tests/pointwise_exact.rs`
+//! The exact-rational reference of lipfp's model-level bounds, shared by `tests/bounds/bounds_exact.rs`
+//! (model-level constants, chains and the Standard/real slack) and `tests/bounds/pointwise_exact.rs`
 //! (the per-point bounds of every sound mode).
 //!
 //! Everything here is an independent recomputation of the formulas of docs/soundness.md and the

@@ -1,4 +1,4 @@
-//! Small networks, test points and the test's own executions for `tests/pointwise_exact.rs`:
+//! Small networks, test points and the test's own executions for `tests/bounds/pointwise_exact.rs`:
 //! the deployed execution (float32 products and sums, bias last, one rounding to the storage
 //! format), the float64 reference execution (native `f64`, bias last), and from them the values the
 //! production passes measure at a point (`||x||`, `||z_hi_l||`, the penultimate gap,

@@ -1,5 +1,5 @@
 //! Small random ReLU networks and points of their l2 balls, shared by the tests of the local
-//! bounds (`tests/local_exact.rs`, `tests/local_deployed.rs`): exact and float64 forward passes,
+//! bounds (`tests/bounds/local_exact.rs`, `tests/bounds/local_deployed.rs`): exact and float64 forward passes,
 //! margin gradients, and ball points (random directions, the axes, a projected-gradient attack on
 //! every margin) checked to lie in the ball in exact rationals.
 

@@ -1,4 +1,4 @@
-//! The shape family of `tests/shapes.rs` (issue 29): a seeded generator of dense ReLU networks
+//! The shape family of `tests/oracles/shapes.rs` (issue 29): a seeded generator of dense ReLU networks
 //! (layer counts from 0 hidden layers, widths from 1, hidden layers random, dead, always on or
 //! identity, ordinary or huge output biases; corners always included), written as float32 ONNX
 //! Gemm chains, and every declared execution (formats, accumulation, flush-to-zero, runtime

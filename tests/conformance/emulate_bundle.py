@@ -4,7 +4,7 @@
 Usage:
     python emulate_bundle.py BUNDLE EXECUTIONS.json OUT.npy
 
-BUNDLE is a directory written by lipfp's tests (tests/runtime_conformance.rs): `meta.json`
+BUNDLE is a directory written by lipfp's tests (tests/oracles/runtime_conformance.rs): `meta.json`
 ({"layers": L, "storage": ...}), `W{l}.npy` float64 [m_l, n_l] and `b{l}.npy` float64 [m_l]
 (storage values; ReLU after every layer but the last) and `x.npy` float64 [N, n_0].
 

@@ -14,7 +14,7 @@ Softmax / LogSoftmax and the int64 labels of ArgMax alike (labels are small
 integers). An output that is not a tensor (ZipMap's sequence of maps) is written as
 an empty [N, 0] array. OUTDIR must exist.
 
-Classifier-head conformance (tests/heads.rs) uses it to read how onnxruntime ranks
+Classifier-head conformance (tests/onnx/heads.rs) uses it to read how onnxruntime ranks
 the classes of crafted logits. One Python process runs every model given, so the
 tests pay the interpreter start once. The session options are those of
 ort_logits.py (CPUExecutionProvider, one thread, ORT_ENABLE_ALL).

@@ -1,6 +1,6 @@
 """Scale one class's output row of a dense ONNX classifier: `python scale_class.py IN OUT K F`.
 
-For tests/ci_integration.rs: a "retrained" model whose class K lost most of its margin (the last
+For tests/cli/ci_integration.rs: a "retrained" model whose class K lost most of its margin (the last
 Gemm's weight row and bias of class K multiplied by F), so that the mean VRA stays up while class
 K's VRA falls.
 """

@@ -7,7 +7,7 @@ Usage (on the GPU machine, from the repository root):
     python3 tests/gpu/gpu_conformance.py --allow-cpu DIR ...      # dry run on torch's CPU backend
 
 Part 1a  TF32 operand conversion probes (matmul, F.linear, addmm, both operands, two shapes).
-Part 2   certified-point conformance of lipfp bundles (bundle format: `gpu_bundle` in tests/runtime_conformance.rs):
+Part 2   certified-point conformance of lipfp bundles (bundle format: `gpu_bundle` in tests/oracles/runtime_conformance.rs):
          every row's argmax must be the certified class, and every margin's deviation from the
          exact margin must lie within lipfp's bound, under each torch setting of the bundle.
 Part 1b  crafted and random GEMMs on the device compared bit for bit with the numpy emulator

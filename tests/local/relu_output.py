@@ -1,6 +1,6 @@
 """Append a Relu to an ONNX classifier's output: `python relu_output.py IN.onnx OUT.onnx`.
 
-For tests/conformance.rs: a dense network whose output layer has a ReLU, which lipfp reads with
+For tests/oracles/conformance.rs: a dense network whose output layer has a ReLU, which lipfp reads with
 the zero floor as one more class (docs/soundness.md "Classifier heads").
 """
 

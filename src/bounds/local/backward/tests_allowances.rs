@@ -1,6 +1,6 @@
 //! The allowance terms of the backward substitution pinned in exact rationals: the underflow
 //! slacks, the gamma indices and the magnitude sums they multiply. Each is far below the
-//! tolerance of the bound-level tests (`tests/local_exact.rs`), so each test picks a scale at
+//! tolerance of the bound-level tests (`tests/bounds/local_exact.rs`), so each test picks a scale at
 //! which the pinned term is the recorded error (or a fixed share of it), recomputes the
 //! documented charge with `rug::Rational`, and requires the recorded value to be at least it and
 //! within `1e-12` relative of it. An underflow slack `k eta` is a subnormal that `underflow_slack`
