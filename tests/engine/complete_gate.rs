@@ -14,6 +14,7 @@ use crate::common::exact_margin::{q, with_inputs, Exact};
 use crate::common::on_actions::{digits_policy, lipfp_in};
 use crate::common::runtime::write_npy;
 use crate::common::shape_family::{write_model, Shape};
+use lipfp::arith::runtime::RuntimeChoice;
 use lipfp::bounds::ball::{BallSpec, Norm};
 use lipfp::bounds::certify::{Mode, Refusal};
 use lipfp::engine::complete::points::decide_points;
@@ -31,7 +32,7 @@ fn family() -> Vec<Shape> {
 }
 
 /// The subject of mode `complete` at `radius` on `model` and its `inputs` (and `labels`) in
-/// the set `ball`, in the model's own format.
+/// the set `ball`, in the model's own format, served on `runtime` (`None`: IEEE execution).
 fn complete_subject(
     (model, inputs, labels): (
         std::path::PathBuf,
@@ -39,14 +40,14 @@ fn complete_subject(
         Option<std::path::PathBuf>,
     ),
     radius: &Radius,
-    ball: BallSpec,
+    (ball, runtime): (BallSpec, Option<RuntimeChoice>),
 ) -> lipfp::engine::run::Subject {
     let spec = SubjectSpec {
         model,
         format: None,
         accumulate: None,
         ftz: false,
-        runtime: None,
+        runtime,
         inputs,
         labels,
         gram_iterations: 12,
@@ -78,7 +79,7 @@ fn check_shape(shape: &Shape, norm: Norm, tally: &mut Tally) {
     let radius = Radius::parse_decimal(EPS).expect("a radius");
     let modes = [Mode::Complete];
     let ball = BallSpec { norm, range: None };
-    let subject = complete_subject((model, inputs, None), &radius, ball);
+    let subject = complete_subject((model, inputs, None), &radius, (ball, None));
     let silent = Progress::silent();
     let options = CertifyOptions::default();
     let mut outcome =
@@ -166,22 +167,17 @@ fn complete_decides_every_point_as_the_exact_network_does() {
 }
 
 /// Mode `complete` at l_inf `eps` in `[0, 1]` on `model` and the `rows` inputs of `inputs`
-/// (`classes` outputs; labels in `labels`): every point branch and bound verified survives,
-/// under onnxruntime CPU, a projected-gradient attack on its box (the iterates of 20 sign steps
-/// of length `eps / 4` on the margin to the runner-up, rounded to float32 inside the box, and the
-/// box's corner farthest along the final gradient), and every counterexample changes
-/// onnxruntime's class. Returns the points branch and bound verified and the counterexamples.
-fn check_under_onnxruntime(
+/// (labels in `labels`), served on `runtime`: the subject, the points branch and bound verified
+/// and its counterexamples.
+fn complete_run(
     (model, inputs, labels): (&std::path::Path, &std::path::Path, &std::path::Path),
-    (x, rows, classes): (&[f64], usize, usize),
-    eps: f64,
+    (rows, eps, runtime): (usize, f64, Option<RuntimeChoice>),
     budget: CompleteBudget,
-) -> (usize, usize) {
-    use crate::common::runtime::{argmax, ort_logits, python};
-    use lipfp::engine::attack::GradNet;
-    use ndarray::Array2;
-    let py = python();
-    let dim = x.len() / rows;
+) -> (
+    lipfp::engine::run::Subject,
+    Vec<usize>,
+    Vec<lipfp::engine::attack::Witness>,
+) {
     let radius = Radius::parse_decimal(&eps.to_string()).expect("a radius");
     let modes = [Mode::Complete];
     let ball = BallSpec {
@@ -193,7 +189,7 @@ fn check_under_onnxruntime(
         inputs.to_path_buf(),
         Some(labels.to_path_buf()),
     );
-    let subject = complete_subject(files, &radius, ball);
+    let subject = complete_subject(files, &radius, (ball, runtime));
     let silent = Progress::silent();
     let options = CertifyOptions::default();
     let mut outcome =
@@ -206,23 +202,24 @@ fn check_under_onnxruntime(
     let d = decide_points(&subject, &radius, &mut outcome, budget, &silent).expect("decided");
     let after = &outcome.mode(Mode::Complete).expect("computed").verdicts;
     let searched: Vec<usize> = (0..rows).filter(|&i| after[i] && !before[i]).collect();
-    // counterexamples change onnxruntime's class
-    let w = &d.attack.witnesses;
-    let inputs: Vec<f64> = w.iter().flat_map(|w| w.input.clone()).collect();
-    let y = ort_logits(&py, model, w.len(), dim, &inputs, &[]);
-    for (k, w) in w.iter().enumerate() {
-        let class = argmax(&y[k * classes..(k + 1) * classes]);
-        let before = subject.predictions[w.index].expect("finite");
-        assert_ne!(
-            class, before,
-            "point {}: onnxruntime keeps the class",
-            w.index
-        );
-    }
-    // the verified points survive an attack under onnxruntime
+    (subject, searched, d.attack.witnesses)
+}
+
+/// Points of the l_inf box of radius `eps` in `[0, 1]` around each point of `searched` (the
+/// rows of `x`), rounded to float32 inside the box: the iterates of 20 sign steps of length
+/// `eps / 4` on the margin to the runner-up, and the box's corner farthest along the final
+/// gradient.
+fn attacked_points(
+    subject: &lipfp::engine::run::Subject,
+    (x, dim): (&[f64], usize),
+    searched: &[usize],
+    eps: f64,
+) -> Vec<(usize, Vec<f64>)> {
+    use lipfp::engine::attack::GradNet;
+    use ndarray::Array2;
     let net = GradNet::new(&subject.net);
     let mut candidates = Vec::new();
-    for &i in &searched {
+    for &i in searched {
         let x0 = &x[i * dim..(i + 1) * dim];
         let c = subject.predictions[i].expect("finite");
         let (lo, hi): (Vec<f64>, Vec<f64>) = (x0.iter())
@@ -253,6 +250,38 @@ fn check_under_onnxruntime(
             .collect();
         candidates.push((i, corner));
     }
+    candidates
+}
+
+/// Mode `complete` at l_inf `eps` in `[0, 1]` ([`complete_run`], IEEE execution): every point
+/// branch and bound verified survives, under onnxruntime CPU, the [`attacked_points`] of its
+/// box, and every counterexample changes onnxruntime's class. Returns the points branch and
+/// bound verified and the counterexamples.
+fn check_under_onnxruntime(
+    files: (&std::path::Path, &std::path::Path, &std::path::Path),
+    (x, rows, classes): (&[f64], usize, usize),
+    eps: f64,
+    budget: CompleteBudget,
+) -> (usize, usize) {
+    use crate::common::runtime::{argmax, ort_logits, python};
+    let py = python();
+    let model = files.0;
+    let dim = x.len() / rows;
+    let (subject, searched, w) = complete_run(files, (rows, eps, None), budget);
+    // counterexamples change onnxruntime's class
+    let inputs: Vec<f64> = w.iter().flat_map(|w| w.input.clone()).collect();
+    let y = ort_logits(&py, model, w.len(), dim, &inputs, &[]);
+    for (k, w) in w.iter().enumerate() {
+        let class = argmax(&y[k * classes..(k + 1) * classes]);
+        let before = subject.predictions[w.index].expect("finite");
+        assert_ne!(
+            class, before,
+            "point {}: onnxruntime keeps the class",
+            w.index
+        );
+    }
+    // the verified points survive an attack under onnxruntime
+    let candidates = attacked_points(&subject, (x, dim), &searched, eps);
     let inputs: Vec<f64> = candidates.iter().flat_map(|(_, p)| p.clone()).collect();
     let y = ort_logits(&py, model, candidates.len(), dim, &inputs, &[]);
     for (k, (i, _)) in candidates.iter().enumerate() {
@@ -271,6 +300,86 @@ fn check_under_onnxruntime(
         w.len()
     );
     (searched.len(), w.len())
+}
+
+/// Mode `complete` for the digits example served on onnxruntime-cuda on an H100 (TF32 GEMMs),
+/// l_inf 0.1: at every point branch and bound verified for that runtime, the
+/// [`attacked_points`] of its box keep the class under every emulated TF32 execution
+/// (`tests/conformance/emulate_bundle.py`: both operand roundings, bias first or in the
+/// epilogue, split-K, the IEEE GEMM of converted operands; `common::emulated`).
+#[test]
+#[cfg_attr(
+    not(lipfp_onnxruntime),
+    ignore = "needs a Python with numpy for the emulators (set LIPFP_PYTHON)"
+)]
+fn complete_verdicts_hold_under_emulated_tf32() {
+    use crate::common::bundles::write_bundle;
+    use crate::common::emulated::tf32_executions;
+    use crate::common::runtime::{argmax, python, read_f64_npy, script};
+    use lipfp::arith::execution::Gpu;
+    use lipfp::arith::runtime::Runtime;
+    let (model, x, rows) = common::runtime::example("digits");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/digits");
+    let budget = CompleteBudget {
+        seconds: 5.0,
+        subdomains: 2_000,
+        ..CompleteBudget::default()
+    };
+    let runtime = Some(RuntimeChoice {
+        gpu: Some(Gpu::H100),
+        ..RuntimeChoice::new(Runtime::OnnxruntimeCuda)
+    });
+    let files = (
+        model.as_path(),
+        &*root.join("x_test.npy"),
+        &*root.join("y_test.npy"),
+    );
+    let eps = 0.1;
+    let (subject, searched, _) = complete_run(files, (rows, eps, runtime), budget);
+    assert!(
+        searched.len() >= 20,
+        "{} points verified by branch and bound",
+        searched.len()
+    );
+    let dim = x.len() / rows;
+    let candidates = attacked_points(&subject, (&x, dim), &searched, eps);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let flat: Vec<f64> = candidates.iter().flat_map(|(_, p)| p.clone()).collect();
+    write_bundle(&dir.path().join("bundle"), &subject.net, &flat);
+    let executions = tf32_executions(&[Gpu::H100], false);
+    let spec = dir.path().join("executions.json");
+    std::fs::write(
+        &spec,
+        serde_json::Value::Array(executions.clone()).to_string(),
+    )
+    .unwrap();
+    let logits = dir.path().join("logits.npy");
+    let status = std::process::Command::new(python())
+        .arg(script("emulate_bundle.py"))
+        .args([&dir.path().join("bundle"), &spec, &logits])
+        .status()
+        .expect("python runs");
+    assert!(status.success(), "emulate_bundle.py failed");
+    let y = read_f64_npy(&logits);
+    let per = y.len() / executions.len();
+    assert_eq!(per, candidates.len() * 10);
+    for (e, run) in executions.iter().zip(y.chunks(per)) {
+        for (k, (i, _)) in candidates.iter().enumerate() {
+            let c = subject.predictions[*i].expect("finite");
+            assert_eq!(
+                argmax(&run[k * 10..(k + 1) * 10]),
+                c,
+                "point {i}, verified for onnxruntime-cuda: {} changes its class in the box",
+                e["name"]
+            );
+        }
+    }
+    eprintln!(
+        "{} points verified by branch and bound for TF32, {} candidates x {} emulated executions",
+        searched.len(),
+        candidates.len(),
+        executions.len()
+    );
 }
 
 /// [`check_under_onnxruntime`] on the digits example (64-32-32-10, float32) at l_inf 0.1.
