@@ -14,11 +14,12 @@ use crate::engine::run::{CertifyOutcome, ModeOutcome, Subject};
 use crate::error::LipfpError;
 use crate::policy::{Radius, Thresholds};
 use crate::progress::printable;
-use crate::proto_gen::{self, CertificateFile, GateCertificates, Instance};
+use crate::proto_gen::{CertificateFile, GateCertificates, Instance};
 use crate::report::complete::CompleteReport;
 use crate::report::SubjectFacts;
 
 mod complete;
+mod thresholds;
 
 /// What a gate was about, beyond its outcome.
 pub struct GateMeta<'a> {
@@ -38,42 +39,6 @@ pub struct GateMeta<'a> {
     pub model_name: &'a str,
     /// Mode `complete`'s figures, when it ran.
     pub complete: Option<&'a CompleteReport>,
-}
-
-fn to_proto_thresholds(t: &Thresholds) -> proto_gen::Thresholds {
-    proto_gen::Thresholds {
-        min_accuracy_pct: t.min_accuracy_pct,
-        min_certified_pct: t.min_certified_pct,
-        min_vra_pct: t.min_vra_pct,
-        max_fp_cost_pp: t.max_fp_cost_pp,
-        max_vra_drop_pp: t.max_vra_drop_pp,
-        max_certified_drop_pp: t.max_certified_drop_pp,
-        min_class_vra_pct: t.min_class_vra_pct,
-        min_class_certified_pct: t.min_class_certified_pct,
-        min_class_points: t.min_class_points,
-        max_vra_drop_significance: t.max_vra_drop_significance,
-        warn: t.warn.as_deref().map(|w| Box::new(to_proto_thresholds(w))),
-    }
-}
-
-fn from_proto_thresholds(t: Option<&proto_gen::Thresholds>) -> Thresholds {
-    t.map(|t| Thresholds {
-        min_accuracy_pct: t.min_accuracy_pct,
-        min_certified_pct: t.min_certified_pct,
-        min_vra_pct: t.min_vra_pct,
-        max_fp_cost_pp: t.max_fp_cost_pp,
-        max_vra_drop_pp: t.max_vra_drop_pp,
-        max_certified_drop_pp: t.max_certified_drop_pp,
-        min_class_vra_pct: t.min_class_vra_pct,
-        min_class_certified_pct: t.min_class_certified_pct,
-        min_class_points: t.min_class_points,
-        max_vra_drop_significance: t.max_vra_drop_significance,
-        warn: t
-            .warn
-            .as_deref()
-            .map(|w| Box::new(from_proto_thresholds(Some(w)))),
-    })
-    .unwrap_or_default()
 }
 
 /// The certificates of one gate run.
@@ -116,7 +81,7 @@ pub fn gate_certificates(
             .map(|m| m.mode.name().to_string())
             .collect(),
         threshold_mode: meta.mode.name().to_string(),
-        thresholds: Some(to_proto_thresholds(meta.thresholds)),
+        thresholds: Some(thresholds::to_proto(meta.thresholds)),
         total: subject.total as u64,
         first: subject.first as u64,
         count: outcome.n as u64,
@@ -582,7 +547,7 @@ fn merge_gate(
         },
         radius,
         mode,
-        thresholds: from_proto_thresholds(g0.thresholds.as_ref()),
+        thresholds: thresholds::from_proto(g0.thresholds.as_ref()),
         facts: shard_facts(path0, g0, notes)?,
         policy_line: g0.policy_line as usize,
         model_name: (!g0.model_name.is_empty()).then(|| g0.model_name.clone()),

@@ -18,9 +18,9 @@ fn thresholds_round_trip_through_the_file_format() {
         })),
         ..Thresholds::default()
     };
-    let back = from_proto_thresholds(Some(&to_proto_thresholds(&t)));
+    let back = thresholds::from_proto(Some(&thresholds::to_proto(&t)));
     assert_eq!(back, t);
-    assert_eq!(from_proto_thresholds(None), Thresholds::default());
+    assert_eq!(thresholds::from_proto(None), Thresholds::default());
 }
 
 /// A file's input set is a claim shown in every report: only a description lipfp writes is
