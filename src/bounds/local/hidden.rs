@@ -73,38 +73,15 @@ impl HiddenBounds {
 
 #[cfg(test)]
 mod tests {
-    use ndarray::Array2;
-
     use super::*;
-    use crate::arith::format::Format;
     use crate::bounds::local::region::Region;
+    use crate::bounds::local::seeded_net::seeded_net;
     use crate::bounds::local::{InputSet, LocalNet};
-    use crate::onnx::model::{Activation, Dense, DenseNet};
+    use crate::onnx::model::DenseNet;
 
     /// 3 inputs, ReLU layers of 5 and 4 units, 2 outputs (fixed weights in [-1, 1]).
     fn net() -> DenseNet {
-        let mut seed = 11u64;
-        let mut next = move || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-        };
-        let mut layer = |m: usize, n: usize, act| Dense {
-            w: Array2::from_shape_fn((m, n), |_| next()),
-            b: (0..m).map(|_| 0.3 * next()).collect(),
-            act,
-            nodes: vec![],
-            ops: vec![],
-            casts: vec![],
-            affine: None,
-        };
-        let layers = vec![
-            layer(5, 3, Activation::Relu),
-            layer(4, 5, Activation::Relu),
-            layer(2, 4, Activation::Identity),
-        ];
-        DenseNet::of_layers(layers, Format::Float64)
+        seeded_net(11, &[3, 5, 4, 2])
     }
 
     fn over(local: &LocalNet, half: f64, within: Option<&[Bounds]>) -> HiddenBounds {

@@ -18,6 +18,8 @@ pub mod interval;
 mod region;
 pub mod relax;
 mod rows;
+#[cfg(test)]
+mod seeded_net;
 mod slopes;
 mod split;
 

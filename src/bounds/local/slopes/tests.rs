@@ -2,10 +2,10 @@
 //! gradients against finite differences.
 
 use super::*;
-use crate::arith::format::Format;
 use crate::bounds::local::region::Region;
+use crate::bounds::local::seeded_net::seeded_net;
 use crate::bounds::local::InputSet;
-use crate::onnx::model::{Activation, Dense, DenseNet};
+use crate::onnx::model::DenseNet;
 
 /// The search's stopping rules, pinned at values where each operand matters: the excess over
 /// the sound bound, the prediction, the "safely above" margin of a tenth of the excess, and
@@ -94,28 +94,7 @@ fn the_search_starts_from_crowns_slopes() {
 
 /// A 3-5-4-3 ReLU network with fixed pseudo-random weights.
 fn net() -> DenseNet {
-    let mut seed = 7u64;
-    let mut next = move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-    };
-    let mut layer = |m: usize, n: usize, act| Dense {
-        w: Array2::from_shape_fn((m, n), |_| next()),
-        b: (0..m).map(|_| 0.3 * next()).collect(),
-        act,
-        nodes: vec![],
-        ops: vec![],
-        casts: vec![],
-        affine: None,
-    };
-    let layers = vec![
-        layer(5, 3, Activation::Relu),
-        layer(4, 5, Activation::Relu),
-        layer(3, 4, Activation::Identity),
-    ];
-    DenseNet::of_layers(layers, Format::Float64)
+    seeded_net(7, &[3, 5, 4, 3])
 }
 
 /// Every entry of `grads` against central differences of `bound(k, r, j, delta)` (row `r`'s
