@@ -20,6 +20,7 @@ fn main() {
     let fds =
         protox::compile(["proto/lipfp.proto"], ["proto"]).expect("proto/lipfp.proto compiles");
     prost_build::Config::new()
+        .btree_map([".lipfp.v1.Thresholds.limits"])
         .compile_fds(fds)
         .expect("prost code generation");
 

@@ -27,7 +27,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // Sound norms and per-instance certificates over the network.
     ("bounds", &["onnx", "arith", "error"]),
     // The lipfp.toml schema (it names modes, formats, runtimes and the Gram iterations).
-    ("policy", &["bounds", "arith", "error", "files"]),
+    (
+        "policy",
+        &["bounds", "arith", "error", "files", "proto_gen"],
+    ),
     // Data, the centre execution, runs and the falsifier: outcomes, never reports.
     (
         "engine",

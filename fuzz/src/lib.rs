@@ -546,19 +546,13 @@ pub fn policy(bytes: &[u8]) -> Result<(), String> {
                 assert!((1..=lines).contains(&g.line), "gate line {}", g.line);
                 assert!(!g.modes.is_empty());
                 assert!((1..=64).contains(&g.target.gram_iterations));
-                let t = &g.thresholds;
-                for v in [
-                    t.min_accuracy_pct,
-                    t.min_certified_pct,
-                    t.min_vra_pct,
-                    t.max_fp_cost_pp,
-                    t.max_vra_drop_pp,
-                    t.max_certified_drop_pp,
-                ]
-                .into_iter()
-                .flatten()
-                {
-                    assert!((0.0..=100.0).contains(&v), "threshold {v} accepted");
+                for (key, _, v) in g.thresholds.by_key() {
+                    let range = if key.ends_with("_significance") {
+                        0.0..=1.0
+                    } else {
+                        0.0..=100.0
+                    };
+                    assert!(range.contains(&v), "threshold {key} = {v} accepted");
                 }
                 if let Radius::Uniform { up, .. } = g.radius {
                     assert!(up >= 0.0 && !up.is_nan(), "radius {up}");

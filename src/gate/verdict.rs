@@ -6,7 +6,8 @@ use serde::Serialize;
 use crate::bounds::certify::Mode;
 use crate::engine::run::CertifyOutcome;
 use crate::gate::baseline::BaselineFigures;
-use crate::policy::{Thresholds, MIN_CLASS_POINTS, THRESHOLD_KEYS};
+use crate::policy::thresholds::{Direction, Figure, ThresholdDef, Unit};
+use crate::policy::{Thresholds, MIN_CLASS_POINTS};
 
 /// Percentage `100 * k / n`.
 pub fn pct(k: usize, n: usize) -> f64 {
@@ -35,8 +36,11 @@ pub fn round4(x: f64) -> f64 {
 /// One threshold of a gate and how the run stands against it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ThresholdCheck {
-    /// The policy key, e.g. `min_vra_pct`.
+    /// The policy key, e.g. `min_certified_pct` or `warn_min_certified_pct`.
     pub key: &'static str,
+    /// The threshold's registry row: figure, direction and unit.
+    #[serde(skip)]
+    pub def: &'static ThresholdDef,
     /// The limit as set in the policy.
     pub limit: f64,
     /// What is measured, e.g. `standard VRA` or `standard VRA drop`.
@@ -54,21 +58,20 @@ pub struct ThresholdCheck {
 }
 
 impl ThresholdCheck {
-    /// The threshold `key` with limit `limit` judged against `value` (a minimum when the key
-    /// starts with `min_` or `warn_min_`, else a maximum).
-    fn judge(key: &'static str, limit: f64, what: String, value: Result<f64, String>) -> Self {
-        // a significance level is met by a p-value at or above it
-        let at_least = base_key(key).starts_with("min_") || key.ends_with("_significance");
+    /// The threshold `def` at key `key` with limit `limit` judged against `value`.
+    fn judge(
+        (key, def): (&'static str, &'static ThresholdDef),
+        limit: f64,
+        what: String,
+        value: Result<f64, String>,
+    ) -> Self {
         let (value, margin_pp, skipped) = match value {
-            Ok(v) => (
-                Some(v),
-                Some(if at_least { v - limit } else { limit - v }),
-                None,
-            ),
+            Ok(v) => (Some(v), Some(def.margin(v, limit)), None),
             Err(why) => (None, None, Some(why)),
         };
         ThresholdCheck {
             key,
+            def,
             limit,
             what,
             value,
@@ -78,14 +81,14 @@ impl ThresholdCheck {
         }
     }
 
-    /// The one-line failure text, e.g. `standard VRA 94.10% < min_vra_pct 95`; a drop names
+    /// The one-line failure text, e.g. `standard certified 94.10% < min_certified_pct 95`; a drop names
     /// the baseline figure `before`.
     fn failure(&self, before: Option<f64>) -> Option<String> {
         if self.passed != Some(false) {
             return None;
         }
         let (v, key, limit) = (self.value?, self.key, self.limit);
-        if key.ends_with("_significance") {
+        if self.def.unit == Unit::Significance {
             return Some(format!(
                 "{} is significant: McNemar p = {} < {key} {limit}",
                 self.what,
@@ -93,7 +96,7 @@ impl ThresholdCheck {
             ));
         }
         Some(match before {
-            _ if base_key(key).starts_with("min_") => {
+            _ if self.def.direction == Direction::AtLeast => {
                 format!("{} {v:.2}% < {key} {limit}", self.what)
             }
             Some(b) => format!(
@@ -111,61 +114,38 @@ impl ThresholdCheck {
 pub struct GateVerdict {
     /// `None` when the gate has no threshold.
     pub passed: Option<bool>,
-    /// One line per failed threshold, e.g. `VRA 94.10% < min_vra_pct 95`.
+    /// One line per failed threshold, e.g. `standard certified 94.10% < min_certified_pct 95`.
     pub failures: Vec<String>,
-    /// One line per warn-level threshold not met, e.g. `VRA 94.10% < warn_min_vra_pct 95`:
+    /// One line per warn-level threshold not met, e.g. `standard certified 94.10% < warn_min_certified_pct 95`:
     /// reported, never failing the gate.
     pub warnings: Vec<String>,
     /// Every threshold with its figure and margin, in policy-key order, the warn level after.
     pub checks: Vec<ThresholdCheck>,
 }
 
-/// The threshold key a warn-level key stands for (`warn_min_vra_pct` -> `min_vra_pct`).
-pub fn base_key(key: &str) -> &str {
-    key.strip_prefix("warn_").unwrap_or(key)
-}
-
-/// What the threshold `key` measures in `mode`.
-fn measured(key: &str, mode: Mode) -> String {
-    match key {
-        "min_accuracy_pct" => "accuracy".into(),
-        "min_certified_pct" => format!("{mode} certified"),
-        "min_vra_pct" => format!("{mode} VRA"),
-        "max_fp_cost_pp" => "floating-point cost".into(),
-        "max_vra_drop_pp" => format!("{mode} VRA drop"),
-        "max_certified_drop_pp" => format!("{mode} certified drop"),
-        "min_class_vra_pct" => format!("{mode} VRA of the weakest class"),
-        "max_vra_drop_significance" => format!("{mode} VRA drop"),
-        _ => format!("{mode} certified rate of the weakest class"),
-    }
-}
-
-/// One threshold to judge: key, limit, what is measured, the figure (or why it is missing)
-/// and, for a drop, the baseline figure.
+/// One threshold to judge: key and row, limit, what is measured, the figure (or why it is
+/// missing) and, for a drop, the baseline figure.
 type Spec = (
-    &'static str,
-    Option<f64>,
+    (&'static str, &'static ThresholdDef),
+    f64,
     String,
     Result<f64, String>,
     Option<f64>,
 );
 
 /// The thresholds of one level of a gate (`warn`: the `warn_*` keys) in mode `mode`, with the
-/// figures `fig` gives for each key.
+/// figures `fig` gives for each.
 fn specs(
     t: &Thresholds,
     warn: bool,
     mode: Mode,
-    fig: impl Fn(&str) -> (Result<f64, String>, Option<f64>),
+    fig: impl Fn(Figure) -> (Result<f64, String>, Option<f64>),
 ) -> Vec<Spec> {
-    THRESHOLD_KEYS
-        .iter()
-        .zip(t.values())
-        .filter(|(_, limit)| limit.is_some())
-        .map(|(&(key, warn_key), limit)| {
-            let (value, before) = fig(key);
-            let name = if warn { warn_key } else { key };
-            (name, limit, measured(key, mode), value, before)
+    t.limits()
+        .map(|(def, limit)| {
+            let (value, before) = fig(def.figure);
+            let what = def.figure.measured(mode);
+            ((def.key_at(warn), def), limit, what, value, before)
         })
         .collect()
 }
@@ -191,10 +171,10 @@ pub fn fp_cost_pp(outcome: &CertifyOutcome, mode: Mode) -> Result<f64, String> {
     Ok(rate_of(outcome, Mode::Real, false)? - rate_of(outcome, mode, false)?)
 }
 
-/// The figure behind `key` (a percentage or percentage points) and, for a drop, the
+/// The value of `figure` (a percentage or percentage points) and, for a drop, the
 /// baseline's figure; `Err` says why it is unavailable.
 fn figure(
-    key: &str,
+    figure: Figure,
     (mode, min_points): (Mode, u64),
     outcome: &CertifyOutcome,
     baseline: &Result<&BaselineFigures, String>,
@@ -217,19 +197,20 @@ fn figure(
             (_, Err(e)) => (Err(e), None),
         }
     };
-    match key {
-        "min_accuracy_pct" => (
+    match figure {
+        Figure::Accuracy => (
             outcome
                 .correct
                 .map(|c| pct(c, n))
                 .ok_or_else(|| "no labels".into()),
             None,
         ),
-        "min_certified_pct" => (rate(mode, false), None),
-        "min_vra_pct" => (rate(mode, true), None),
-        "max_fp_cost_pp" => (fp_cost_pp(outcome, mode), None),
-        "max_vra_drop_pp" => drop(true),
-        "max_vra_drop_significance" => (
+        Figure::Certified => (rate(mode, false), None),
+        Figure::Vra => (rate(mode, true), None),
+        Figure::FpCost => (fp_cost_pp(outcome, mode), None),
+        Figure::VraDrop => drop(true),
+        Figure::CertifiedDrop => drop(false),
+        Figure::VraDropSignificance => (
             match baseline {
                 Ok(b) => b.vra_drop_p.ok_or_else(|| {
                     "needs per-point data: a certificate baseline ([baseline] certificates) \
@@ -240,9 +221,8 @@ fn figure(
             },
             None,
         ),
-        "min_class_vra_pct" => (worst_class(outcome, mode, true, min_points), None),
-        "min_class_certified_pct" => (worst_class(outcome, mode, false, min_points), None),
-        _ => drop(false),
+        Figure::ClassVra => (worst_class(outcome, mode, true, min_points), None),
+        Figure::ClassCertified => (worst_class(outcome, mode, false, min_points), None),
     }
 }
 
@@ -294,7 +274,7 @@ fn class_failure(
     mode: Mode,
     min_points: u64,
 ) -> String {
-    let vra = base_key(c.key) == "min_class_vra_pct";
+    let vra = c.def.figure == Figure::ClassVra;
     let rates = class_rates(outcome, mode, vra, min_points).unwrap_or_default();
     let below: Vec<String> = rates
         .iter()
@@ -353,11 +333,11 @@ pub fn evaluate(
     let level = |t: &Thresholds, warn: bool| {
         let mut lines = Vec::new();
         let mut checks = Vec::new();
-        for (key, limit, what, value, before) in specs(t, warn, mode, |k| {
-            figure(k, (mode, min_points), outcome, &baseline)
+        for (key, limit, what, value, before) in specs(t, warn, mode, |f| {
+            figure(f, (mode, min_points), outcome, &baseline)
         }) {
-            let c = ThresholdCheck::judge(key, limit.unwrap_or_default(), what, value);
-            if base_key(key).starts_with("min_class_") && c.passed == Some(false) {
+            let c = ThresholdCheck::judge(key, limit, what, value);
+            if c.def.figure.per_class() && c.passed == Some(false) {
                 lines.push(class_failure(&c, outcome, mode, min_points));
             } else {
                 lines.extend(c.failure(before));
@@ -386,9 +366,7 @@ pub fn unevaluated(thresholds: &Thresholds, mode: Mode) -> Vec<ThresholdCheck> {
         std::iter::once((thresholds, false)).chain(thresholds.warn.as_deref().map(|w| (w, true)));
     levels
         .flat_map(|(t, warn)| specs(t, warn, mode, |_| (Err("the gate errored".into()), None)))
-        .map(|(key, limit, what, value, _)| {
-            ThresholdCheck::judge(key, limit.unwrap_or_default(), what, value)
-        })
+        .map(|(key, limit, what, value, _)| ThresholdCheck::judge(key, limit, what, value))
         .collect()
 }
 
@@ -428,14 +406,21 @@ mod tests {
         }
     }
 
+    /// The key of the (first) threshold judging `figure`.
+    fn key_of(figure: Figure) -> &'static str {
+        let row = crate::policy::thresholds::THRESHOLDS.iter();
+        row.clone()
+            .find(|d| d.figure == figure)
+            .map_or("", |d| d.key)
+    }
+
     #[test]
     fn every_threshold_gets_its_figure_and_margin() {
-        let t = Thresholds {
-            min_vra_pct: Some(80.0),
-            max_fp_cost_pp: Some(4.0),
-            max_vra_drop_pp: Some(1.0),
-            ..Thresholds::default()
-        };
+        let (vra, drop) = (key_of(Figure::Vra), key_of(Figure::VraDrop));
+        let t = (Thresholds::default().with(vra, 80.0))
+            .and_then(|t| t.with("max_fp_cost_pp", 4.0))
+            .and_then(|t| t.with(drop, 1.0))
+            .unwrap();
         let base = BaselineFigures {
             certified_pct: 90.0,
             vra_pct: Some(85.0),
@@ -444,7 +429,7 @@ mod tests {
         let v = evaluate(&t, Mode::Standard, &outcome(), Ok(&base));
         assert_eq!(v.passed, Some(false));
         let keys: Vec<_> = v.checks.iter().map(|c| c.key).collect();
-        assert_eq!(keys, ["min_vra_pct", "max_fp_cost_pp", "max_vra_drop_pp"]);
+        assert_eq!(keys, [vra, "max_fp_cost_pp", drop]);
         // VRA 83% against a minimum of 80: 3 pp inside
         assert_eq!(v.checks[0].value, Some(83.0));
         assert_eq!(v.checks[0].margin_pp, Some(3.0));
@@ -455,8 +440,8 @@ mod tests {
         assert_eq!(
             v.failures,
             [
-                "floating-point cost 5.00 pp > max_fp_cost_pp 4",
-                "standard VRA dropped 2.00 pp (baseline 85.00% -> now 83.00%) > max_vra_drop_pp 1"
+                "floating-point cost 5.00 pp > max_fp_cost_pp 4".to_string(),
+                format!("standard VRA dropped 2.00 pp (baseline 85.00% -> now 83.00%) > {drop} 1")
             ]
         );
         // no comparable baseline: the drop is not evaluated, with the reason
@@ -471,31 +456,26 @@ mod tests {
 
     #[test]
     fn the_warn_level_warns_and_never_fails() {
-        let t = Thresholds {
-            min_vra_pct: Some(80.0),
-            warn: Some(Box::new(Thresholds {
-                min_vra_pct: Some(85.0),
-                max_fp_cost_pp: Some(10.0),
-                ..Thresholds::default()
-            })),
-            ..Thresholds::default()
-        };
+        let vra = ThresholdDef::named(key_of(Figure::Vra)).unwrap();
+        let mut t = Thresholds::default().with(vra.key, 80.0).unwrap();
+        let warn = (Thresholds::default().with(vra.key, 85.0))
+            .and_then(|t| t.with("max_fp_cost_pp", 10.0))
+            .unwrap();
+        t.warn = Some(Box::new(warn));
         let v = evaluate(&t, Mode::Standard, &outcome(), Err("none".into()));
         assert_eq!(v.passed, Some(true));
         assert!(v.failures.is_empty());
-        assert_eq!(v.warnings, ["standard VRA 83.00% < warn_min_vra_pct 85"]);
-        let keys: Vec<_> = v.checks.iter().map(|c| c.key).collect();
         assert_eq!(
-            keys,
-            ["min_vra_pct", "warn_min_vra_pct", "warn_max_fp_cost_pp"]
+            v.warnings,
+            [format!("standard VRA 83.00% < {} 85", vra.warn_key)]
         );
+        let keys: Vec<_> = v.checks.iter().map(|c| c.key).collect();
+        assert_eq!(keys, [vra.key, vra.warn_key, "warn_max_fp_cost_pp"]);
         assert_eq!(v.checks[1].margin_pp, Some(-2.0));
         assert_eq!(v.checks[2].passed, Some(true));
         // only a warn level: the gate is judged (passed) rather than report-only
-        let only = Thresholds {
-            warn: t.warn.clone(),
-            ..Thresholds::default()
-        };
+        let mut only = Thresholds::default();
+        only.warn = t.warn.clone();
         let v = evaluate(&only, Mode::Standard, &outcome(), Err("none".into()));
         assert_eq!((v.passed, v.warnings.len()), (Some(true), 1));
         // an errored gate lists both levels as not evaluated
@@ -503,9 +483,6 @@ mod tests {
             .iter()
             .map(|c| c.key)
             .collect();
-        assert_eq!(
-            keys,
-            ["min_vra_pct", "warn_min_vra_pct", "warn_max_fp_cost_pp"]
-        );
+        assert_eq!(keys, [vra.key, vra.warn_key, "warn_max_fp_cost_pp"]);
     }
 }

@@ -177,51 +177,15 @@ impl Defaults<'_> {
         }
     }
 
-    /// The thresholds of gate `at`, each between 0 and 100.
+    /// The thresholds of gate `at`, each limit within its unit's range.
     fn thresholds(&self, g: &RawGate, at: &str) -> Result<Thresholds, LipfpError> {
-        let thresholds = Thresholds {
-            min_accuracy_pct: g.min_accuracy_pct,
-            min_certified_pct: g.min_certified_pct,
-            min_vra_pct: g.min_vra_pct,
-            max_fp_cost_pp: g.max_fp_cost_pp,
-            max_vra_drop_pp: g.max_vra_drop_pp,
-            max_certified_drop_pp: g.max_certified_drop_pp,
-            min_class_vra_pct: g.min_class_vra_pct,
-            min_class_certified_pct: g.min_class_certified_pct,
-            min_class_points: g.min_class_points,
-            max_vra_drop_significance: g.max_vra_drop_significance,
-            warn: None,
-        };
-        let warn = Thresholds {
-            min_accuracy_pct: g.warn_min_accuracy_pct,
-            min_certified_pct: g.warn_min_certified_pct,
-            min_vra_pct: g.warn_min_vra_pct,
-            max_fp_cost_pp: g.warn_max_fp_cost_pp,
-            max_vra_drop_pp: g.warn_max_vra_drop_pp,
-            max_certified_drop_pp: g.warn_max_certified_drop_pp,
-            min_class_vra_pct: g.warn_min_class_vra_pct,
-            min_class_certified_pct: g.warn_min_class_certified_pct,
-            max_vra_drop_significance: g.warn_max_vra_drop_significance,
-            ..Thresholds::default()
-        };
-        let thresholds = Thresholds {
-            warn: (!warn.is_empty()).then(|| Box::new(warn)),
-            ..thresholds
-        };
+        let thresholds = g.thresholds();
         if thresholds.min_class_points == Some(0) {
             return Err(self.err(format!("{at} min_class_points = 0: must be at least 1")));
         }
-        for (key, v) in thresholds.by_key() {
-            let Some(v) = v else { continue };
-            if key.ends_with("_significance") {
-                if !(v > 0.0 && v <= 1.0) {
-                    return Err(self.err(format!(
-                        "{at} {key} = {v}: a significance level, must be in (0, 1] (e.g. 0.05)"
-                    )));
-                }
-            } else if !(0.0..=100.0).contains(&v) {
-                return Err(self.err(format!("{at} {key} = {v}: must be between 0 and 100")));
-            }
+        for (key, def, v) in thresholds.by_key() {
+            def.check_limit(v)
+                .map_err(|m| self.err(format!("{at} {key} = {v}: {m}")))?;
         }
         Ok(thresholds)
     }
@@ -307,13 +271,8 @@ impl Defaults<'_> {
         if target.labels.is_some() {
             return Ok(());
         }
-        let needs_labels = |key: &str| {
-            let key = key.trim_start_matches("warn_");
-            ["min_accuracy_pct", "min_vra_pct", "max_vra_drop_pp"].contains(&key)
-                || key.starts_with("min_class_")
-        };
-        for (key, v) in thresholds.by_key() {
-            if v.is_some() && needs_labels(key) {
+        for (key, def, _) in thresholds.by_key() {
+            if def.needs_labels {
                 return Err(self.err(format!(
                     "{at} {key}: needs labels, but [data] has no labels"
                 )));

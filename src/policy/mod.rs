@@ -1,5 +1,10 @@
 //! The `lipfp.toml` policy: a typed schema deserialised once (unknown keys rejected with their
-//! name and position) and validated with errors that point at the field.
+//! name and position) and validated with errors that point at the field. Every threshold is a
+//! row of the registry in [`thresholds`].
+//!
+//! Imports: [`crate::bounds`] (modes, balls, norms' defaults), [`crate::arith`] (formats,
+//! runtimes), [`crate::error`], [`crate::files`], [`crate::proto_gen`] (the thresholds' fields in
+//! certificate files).
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +23,9 @@ use gate::Defaults;
 
 mod complete;
 mod decision;
+pub mod thresholds;
 pub use complete::CompleteBudget;
+pub use thresholds::{Thresholds, MIN_CLASS_POINTS};
 pub mod vnnlib;
 pub use decision::Decision;
 pub use radius::{parse_decimal_exact, CurveGrid, Radius};
@@ -112,209 +119,91 @@ struct RawData {
     input_range: Option<toml::Value>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawGate {
-    name: toml::Spanned<String>,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    inputs: Option<String>,
-    #[serde(default)]
-    labels: Option<String>,
-    #[serde(default)]
-    label_column: Option<String>,
-    #[serde(default)]
-    format: Option<String>,
-    #[serde(default)]
-    accumulate: Option<String>,
-    #[serde(default)]
-    ftz: Option<bool>,
-    #[serde(default)]
-    runtime: Option<String>,
-    #[serde(default)]
-    gpu: Option<String>,
-    #[serde(default)]
-    tf32: Option<bool>,
-    #[serde(default)]
-    reduced_precision_reduction: Option<bool>,
-    #[serde(default)]
-    operand_rounding: Option<String>,
-    #[serde(default)]
-    decision: Option<String>,
-    #[serde(default)]
-    epsilon: Option<toml::Value>,
-    #[serde(default)]
-    epsilons: Option<String>,
-    #[serde(default)]
-    norm: Option<String>,
-    #[serde(default)]
-    input_range: Option<toml::Value>,
-    #[serde(default)]
-    mode: Option<String>,
-    #[serde(default)]
-    min_accuracy_pct: Option<f64>,
-    #[serde(default)]
-    min_certified_pct: Option<f64>,
-    #[serde(default)]
-    min_vra_pct: Option<f64>,
-    #[serde(default)]
-    max_fp_cost_pp: Option<f64>,
-    #[serde(default)]
-    max_vra_drop_pp: Option<f64>,
-    #[serde(default)]
-    max_certified_drop_pp: Option<f64>,
-    #[serde(default)]
-    min_class_vra_pct: Option<f64>,
-    #[serde(default)]
-    min_class_certified_pct: Option<f64>,
-    #[serde(default)]
-    min_class_points: Option<u64>,
-    #[serde(default)]
-    warn_min_accuracy_pct: Option<f64>,
-    #[serde(default)]
-    warn_min_certified_pct: Option<f64>,
-    #[serde(default)]
-    warn_min_vra_pct: Option<f64>,
-    #[serde(default)]
-    warn_max_fp_cost_pp: Option<f64>,
-    #[serde(default)]
-    warn_max_vra_drop_pp: Option<f64>,
-    #[serde(default)]
-    warn_max_certified_drop_pp: Option<f64>,
-    #[serde(default)]
-    warn_min_class_vra_pct: Option<f64>,
-    #[serde(default)]
-    warn_min_class_certified_pct: Option<f64>,
-    #[serde(default)]
-    max_vra_drop_significance: Option<f64>,
-    #[serde(default)]
-    warn_max_vra_drop_significance: Option<f64>,
-    #[serde(default)]
-    curve: Option<toml::Value>,
-    #[serde(default)]
-    attack: Option<bool>,
-    #[serde(default)]
-    local_budget_s: Option<f64>,
-    #[serde(default)]
-    best_local: Option<bool>,
-    #[serde(default)]
-    complete_budget_s: Option<f64>,
-    #[serde(default)]
-    complete_total_s: Option<f64>,
-    #[serde(default)]
-    complete_subdomains: Option<u64>,
-    #[serde(default)]
-    complete_memory_mib: Option<u64>,
-}
-
-/// Thresholds of a gate (percentages, percentage points).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Thresholds {
-    /// Minimum clean accuracy.
-    pub min_accuracy_pct: Option<f64>,
-    /// Minimum certified rate of the gate's mode.
-    pub min_certified_pct: Option<f64>,
-    /// Minimum verified robust accuracy of the gate's mode.
-    pub min_vra_pct: Option<f64>,
-    /// Maximum floating-point cost: real certified rate minus the mode's, in points.
-    pub max_fp_cost_pp: Option<f64>,
-    /// Maximum drop of the mode's VRA against the baseline report's gate of the same name.
-    pub max_vra_drop_pp: Option<f64>,
-    /// Maximum drop of the mode's certified rate against the baseline.
-    pub max_certified_drop_pp: Option<f64>,
-    /// Minimum VRA of every true class (with at least `min_class_points` points).
-    pub min_class_vra_pct: Option<f64>,
-    /// Minimum certified rate of every true class (with at least `min_class_points` points).
-    pub min_class_certified_pct: Option<f64>,
-    /// Classes with fewer points are reported, not judged (default [`MIN_CLASS_POINTS`]).
-    pub min_class_points: Option<u64>,
-    /// Significance level: a VRA drop against a certificate baseline fails only when McNemar's
-    /// exact p-value on the points lost and gained is below it.
-    pub max_vra_drop_significance: Option<f64>,
-    /// The warn level (`warn_*` keys): the same thresholds, reported as warnings when not met,
-    /// never failing the gate (their own `min_class_points` and `warn` are unused).
-    pub warn: Option<Box<Thresholds>>,
-}
-
-/// Classes with fewer points than this are not judged by the per-class thresholds unless the
-/// policy sets `min_class_points`.
-pub const MIN_CLASS_POINTS: u64 = 20;
-
-/// Every threshold key in the policy's order, with its warn-level key.
-pub const THRESHOLD_KEYS: [(&str, &str); 9] = [
-    ("min_accuracy_pct", "warn_min_accuracy_pct"),
-    ("min_certified_pct", "warn_min_certified_pct"),
-    ("min_vra_pct", "warn_min_vra_pct"),
-    ("max_fp_cost_pp", "warn_max_fp_cost_pp"),
-    ("max_vra_drop_pp", "warn_max_vra_drop_pp"),
-    ("max_certified_drop_pp", "warn_max_certified_drop_pp"),
-    ("min_class_vra_pct", "warn_min_class_vra_pct"),
-    ("min_class_certified_pct", "warn_min_class_certified_pct"),
-    (
-        "max_vra_drop_significance",
-        "warn_max_vra_drop_significance",
-    ),
-];
-
-impl Thresholds {
-    /// True when the gate has no threshold (it reports but never fails).
-    pub fn is_empty(&self) -> bool {
-        *self == Thresholds::default()
-    }
-
-    /// The thresholds of this level, in [`THRESHOLD_KEYS`] order.
-    pub fn values(&self) -> [Option<f64>; 9] {
-        [
-            self.min_accuracy_pct,
-            self.min_certified_pct,
-            self.min_vra_pct,
-            self.max_fp_cost_pp,
-            self.max_vra_drop_pp,
-            self.max_certified_drop_pp,
-            self.min_class_vra_pct,
-            self.min_class_certified_pct,
-            self.max_vra_drop_significance,
-        ]
-    }
-
-    /// Every threshold with its policy key, the warn level's as `warn_*`, in the policy's order.
-    pub fn by_key(&self) -> Vec<(&'static str, Option<f64>)> {
-        let mut out: Vec<_> = THRESHOLD_KEYS
-            .iter()
-            .map(|k| k.0)
-            .zip(self.values())
-            .collect();
-        if let Some(w) = &self.warn {
-            out.extend(THRESHOLD_KEYS.iter().map(|k| k.1).zip(w.values()));
+/// One `[[gate]]` as written: the gate's own keys, then one key per threshold of each level,
+/// generated from [`thresholds::threshold_rows!`] so that serde rejects unknown keys with their
+/// position.
+macro_rules! raw_gate {
+    ($($(#[doc = $doc:literal])* $key:ident / $warn:ident => $figure:ident, $direction:ident,
+       $unit:ident, labels: $labels:literal, legacy: $legacy:ident;)*) => {
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct RawGate {
+            name: toml::Spanned<String>,
+            #[serde(default)]
+            model: Option<String>,
+            #[serde(default)]
+            inputs: Option<String>,
+            #[serde(default)]
+            labels: Option<String>,
+            #[serde(default)]
+            label_column: Option<String>,
+            #[serde(default)]
+            format: Option<String>,
+            #[serde(default)]
+            accumulate: Option<String>,
+            #[serde(default)]
+            ftz: Option<bool>,
+            #[serde(default)]
+            runtime: Option<String>,
+            #[serde(default)]
+            gpu: Option<String>,
+            #[serde(default)]
+            tf32: Option<bool>,
+            #[serde(default)]
+            reduced_precision_reduction: Option<bool>,
+            #[serde(default)]
+            operand_rounding: Option<String>,
+            #[serde(default)]
+            decision: Option<String>,
+            #[serde(default)]
+            epsilon: Option<toml::Value>,
+            #[serde(default)]
+            epsilons: Option<String>,
+            #[serde(default)]
+            norm: Option<String>,
+            #[serde(default)]
+            input_range: Option<toml::Value>,
+            #[serde(default)]
+            mode: Option<String>,
+            #[serde(default)]
+            min_class_points: Option<u64>,
+            #[serde(default)]
+            curve: Option<toml::Value>,
+            #[serde(default)]
+            attack: Option<bool>,
+            #[serde(default)]
+            local_budget_s: Option<f64>,
+            #[serde(default)]
+            best_local: Option<bool>,
+            #[serde(default)]
+            complete_budget_s: Option<f64>,
+            #[serde(default)]
+            complete_total_s: Option<f64>,
+            #[serde(default)]
+            complete_subdomains: Option<u64>,
+            #[serde(default)]
+            complete_memory_mib: Option<u64>,
+            $(
+                #[serde(default)]
+                $key: Option<f64>,
+                #[serde(default)]
+                $warn: Option<f64>,
+            )*
         }
-        out
-    }
 
-    /// Whether a threshold of either level compares with a baseline (the `max_*_drop_*` keys).
-    pub fn uses_baseline(&self) -> bool {
-        (self.by_key().iter()).any(|(k, v)| v.is_some() && k.contains("_drop_"))
-    }
-
-    /// One note per `*_pct` threshold that looks like a fraction (`0 < x <= 1`): thresholds
-    /// are percentages, so `min_vra_pct = 0.95` asks for 0.95%, not 95%.
-    pub fn fraction_notes(&self) -> Vec<String> {
-        self.by_key()
-            .into_iter()
-            .filter(|(key, _)| key.ends_with("_pct"))
-            .filter_map(|(key, v)| {
-                let v = v?;
-                (v > 0.0 && v <= 1.0).then(|| {
-                    let percent = (v * 1e11).round() / 1e9;
-                    format!(
-                        "{key} = {v} looks like a fraction: thresholds are percentages (0..100), \
-                         so this asks for {v}%; write {percent} for {percent}%"
-                    )
-                })
-            })
-            .collect()
-    }
+        impl RawGate {
+            /// The thresholds as written, in registry order, the warn level nested.
+            fn thresholds(&self) -> Thresholds {
+                let warn = Thresholds::from_limits([$(self.$warn),*]);
+                let mut t = Thresholds::from_limits([$(self.$key),*]);
+                t.min_class_points = self.min_class_points;
+                t.warn = (!warn.is_empty()).then(|| Box::new(warn));
+                t
+            }
+        }
+    };
 }
+thresholds::threshold_rows!(raw_gate);
 
 impl Gate {
     /// The mode the thresholds apply to.

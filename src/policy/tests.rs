@@ -13,7 +13,7 @@ labels = "y.npy"
 [[gate]]
 name = "g"
 epsilon = "0.3"
-min_vra_pct = 90
+min_accuracy_pct = 90
 "#;
 
 #[test]
@@ -56,11 +56,11 @@ fn gates_override_model_data_and_format() {
 
 #[test]
 fn rejects_unknown_keys_naming_them() {
-    let bad = GOOD.replace("min_vra_pct = 90", "min_vra = 90");
+    let bad = GOOD.replace("min_accuracy_pct = 90", "min_accuracy = 90");
     let e = Policy::parse(Path::new("p.toml"), &bad)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("min_vra"), "{e}");
+    assert!(e.contains("min_accuracy"), "{e}");
     let bad = GOOD.replace("format = \"float32\"", "format = \"float8\"");
     let e = Policy::parse(Path::new("p.toml"), &bad)
         .unwrap_err()
@@ -158,7 +158,7 @@ fn per_class_thresholds_are_read_and_checked() {
     let text = GOOD.to_string() + "min_class_vra_pct = 50\nmin_class_points = 10\n";
     let p = Policy::parse(Path::new("/p/lipfp.toml"), &text).unwrap();
     let t = &p.gates[0].thresholds;
-    assert_eq!(t.min_class_vra_pct, Some(50.0));
+    assert_eq!(t.limit("min_class_vra_pct"), Some(50.0));
     assert_eq!(t.min_class_points, Some(10));
     let bad = GOOD.to_string() + "min_class_certified_pct = 150\n";
     let e = Policy::parse(Path::new("/p/lipfp.toml"), &bad)
@@ -168,7 +168,7 @@ fn per_class_thresholds_are_read_and_checked() {
     // per-class figures need the true classes
     let unlabelled = GOOD
         .replace("labels = \"y.npy\"\n", "")
-        .replace("min_vra_pct = 90\n", "")
+        .replace("min_accuracy_pct = 90\n", "")
         + "min_class_certified_pct = 50\n";
     let e = Policy::parse(Path::new("/p/lipfp.toml"), &unlabelled)
         .unwrap_err()
@@ -186,12 +186,15 @@ fn per_class_thresholds_are_read_and_checked() {
 
 #[test]
 fn warn_level_thresholds_are_read_and_checked_like_the_others() {
-    let text = GOOD.to_string() + "warn_min_vra_pct = 95\nwarn_max_fp_cost_pp = 2\n";
+    let text = GOOD.to_string() + "warn_min_accuracy_pct = 95\nwarn_max_fp_cost_pp = 2\n";
     let p = Policy::parse(Path::new("/p/lipfp.toml"), &text).unwrap();
     let t = &p.gates[0].thresholds;
-    assert_eq!(t.min_vra_pct, Some(90.0));
+    assert_eq!(t.limit("min_accuracy_pct"), Some(90.0));
     let w = t.warn.as_deref().expect("a warn level");
-    assert_eq!((w.min_vra_pct, w.max_fp_cost_pp), (Some(95.0), Some(2.0)));
+    assert_eq!(
+        (w.limit("min_accuracy_pct"), w.limit("max_fp_cost_pp")),
+        (Some(95.0), Some(2.0))
+    );
     assert_eq!(w.warn, None);
     // no warn key, no warn level
     let p = Policy::parse(Path::new("/p/lipfp.toml"), GOOD).unwrap();
@@ -204,23 +207,23 @@ fn warn_level_thresholds_are_read_and_checked_like_the_others() {
     assert!(e.contains("warn_min_certified_pct = 101"), "{e}");
     let unlabelled = GOOD
         .replace("labels = \"y.npy\"\n", "")
-        .replace("min_vra_pct = 90\n", "")
-        + "warn_min_vra_pct = 50\n";
+        .replace("min_accuracy_pct = 90\n", "")
+        + "warn_min_accuracy_pct = 50\n";
     let e = Policy::parse(Path::new("/p/lipfp.toml"), &unlabelled)
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("warn_min_vra_pct") && e.contains("labels"),
+        e.contains("warn_min_accuracy_pct") && e.contains("labels"),
         "{e}"
     );
     // a warn threshold written as a fraction is flagged under its own key
-    let text = GOOD.to_string() + "warn_min_vra_pct = 0.95\n";
+    let text = GOOD.to_string() + "warn_min_accuracy_pct = 0.95\n";
     let p = Policy::parse(Path::new("/p/lipfp.toml"), &text).unwrap();
     let notes = p.gates[0].thresholds.fraction_notes();
     assert!(
         notes
             .iter()
-            .any(|n| n.starts_with("warn_min_vra_pct = 0.95")),
+            .any(|n| n.starts_with("warn_min_accuracy_pct = 0.95")),
         "{notes:?}"
     );
 }

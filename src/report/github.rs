@@ -11,7 +11,8 @@ use std::io::Write as _;
 use std::path::Path;
 
 use crate::bounds::certify::Mode;
-use crate::gate::verdict::{base_key, ThresholdCheck};
+use crate::gate::verdict::ThresholdCheck;
+use crate::policy::thresholds::Unit;
 use crate::report::{GateReport, GateStatus, Report};
 
 /// GitHub rejects a job summary above 1 MiB; stay clearly below it.
@@ -91,22 +92,17 @@ pub(super) fn result_cell(status: GateStatus) -> &'static str {
     }
 }
 
-/// One threshold in a table cell: `min_vra_pct ≥ 50: 80.67% (+30.67 pp) ✅` (⚠️ for a
+/// One threshold in a table cell: `min_certified_pct ≥ 50: 80.67% (+30.67 pp) ✅` (⚠️ for a
 /// warn-level threshold not met), or "not evaluated" with the reason.
 fn threshold_cell(c: &ThresholdCheck) -> String {
-    let op = if base_key(c.key).starts_with("min_") {
-        "≥"
-    } else {
-        "≤"
-    };
-    let unit = if c.key.ends_with("_pct") { "%" } else { " pp" };
+    let (op, unit) = (c.def.symbol(), c.def.unit_suffix());
     let limit = format!("{} {op} {}", md(c.key), c.limit);
     let icon = |ok: bool| match (ok, c.key.starts_with("warn_")) {
         (true, _) => "✅",
         (false, true) => "⚠️",
         (false, false) => "❌",
     };
-    if let (true, Some(v), Some(ok)) = (c.key.ends_with("_significance"), c.value, c.passed) {
+    if let (true, Some(v), Some(ok)) = (c.def.unit == Unit::Significance, c.value, c.passed) {
         let p = crate::gate::verdict::p_text(v);
         return format!("{} ≥ {}: McNemar p = {p} {}", md(c.key), c.limit, icon(ok));
     }

@@ -24,6 +24,7 @@ use junit_report::{Duration, ReportBuilder, TestCase, TestCaseBuilder, TestSuite
 
 use crate::bounds::certify::Mode;
 use crate::error::LipfpError;
+use crate::policy::thresholds::Direction;
 use crate::report::{fmt_pct, fmt_ratio, GateReport, GateStatus, ModeReport, Report};
 
 /// Classname and name of the single testcase of [`render_error`].
@@ -192,12 +193,11 @@ fn figures(g: &GateReport) -> String {
 /// One line per threshold: the limit, the figure and the margin to it.
 fn thresholds(out: &mut String, g: &GateReport) {
     for c in &g.thresholds {
-        let op = if c.key.starts_with("min_") {
-            ">="
-        } else {
-            "<="
+        let op = match c.def.direction {
+            Direction::AtLeast => ">=",
+            Direction::AtMost => "<=",
         };
-        let unit = if c.key.ends_with("_pct") { "%" } else { " pp" };
+        let unit = c.def.unit_suffix();
         match (c.value, c.margin_pp) {
             (Some(v), Some(m)) => {
                 let _ = writeln!(

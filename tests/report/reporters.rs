@@ -10,6 +10,7 @@ use lipfp::arith::format::Format;
 use lipfp::bounds::certify::Mode;
 use lipfp::error::LipfpError;
 use lipfp::gate::verdict::ThresholdCheck;
+use lipfp::policy::thresholds::ThresholdDef;
 use lipfp::policy::{Radius, Thresholds};
 use lipfp::report::{
     console, github, junit, ErroredGate, GateReport, GateStatus, ModeReport, Report, Timing,
@@ -36,13 +37,11 @@ fn mode(certified: usize, n: usize, vra: Option<usize>, sound: bool) -> ModeRepo
 
 /// A threshold `key` with `limit`, judged against `value` (the margin as the engine computes it).
 fn check(key: &'static str, limit: f64, what: &str, value: f64) -> ThresholdCheck {
-    let margin = if key.starts_with("min_") {
-        value - limit
-    } else {
-        limit - value
-    };
+    let (def, _) = ThresholdDef::of_policy_key(key).expect("a threshold");
+    let margin = def.margin(value, limit);
     ThresholdCheck {
         key,
+        def,
         limit,
         what: what.to_string(),
         value: Some(value),
@@ -135,10 +134,7 @@ const CONV_ERROR: &str =
 /// A gate that could not be evaluated, as `lipfp check` builds it.
 fn errored(name: &str) -> GateReport {
     let radius = Radius::parse_decimal("0.1").unwrap();
-    let thresholds = Thresholds {
-        min_vra_pct: Some(90.0),
-        ..Thresholds::default()
-    };
+    let thresholds = Thresholds::default().with("min_vra_pct", 90.0).unwrap();
     GateReport::errored(
         &ErroredGate {
             name,

@@ -19,7 +19,6 @@ use crate::report::complete::CompleteReport;
 use crate::report::SubjectFacts;
 
 mod complete;
-mod thresholds;
 
 /// What a gate was about, beyond its outcome.
 pub struct GateMeta<'a> {
@@ -81,7 +80,7 @@ pub fn gate_certificates(
             .map(|m| m.mode.name().to_string())
             .collect(),
         threshold_mode: meta.mode.name().to_string(),
-        thresholds: Some(thresholds::to_proto(meta.thresholds)),
+        thresholds: Some(meta.thresholds.to_proto()),
         total: subject.total as u64,
         first: subject.first as u64,
         count: outcome.n as u64,
@@ -547,7 +546,13 @@ fn merge_gate(
         },
         radius,
         mode,
-        thresholds: thresholds::from_proto(g0.thresholds.as_ref()),
+        thresholds: (g0
+            .thresholds
+            .as_ref()
+            .map(Thresholds::from_proto)
+            .transpose())
+        .map_err(|m| LipfpError::data(path0, format!("thresholds: {m}")))?
+        .unwrap_or_default(),
         facts: shard_facts(path0, g0, notes)?,
         policy_line: g0.policy_line as usize,
         model_name: (!g0.model_name.is_empty()).then(|| g0.model_name.clone()),
