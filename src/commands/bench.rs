@@ -134,7 +134,7 @@ pub fn higgs_scale_net(seed: u64) -> DenseNet {
                     Activation::Identity
                 },
                 nodes: vec![format!("dense{k}")],
-                ops: vec!["Gemm".into()],
+                ops: vec![],
                 casts: Vec::new(),
             }
         })

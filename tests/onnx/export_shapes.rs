@@ -11,7 +11,7 @@ use crate::common::runtime::argmax;
 use lipfp::arith::execution::ExecutionModel;
 use lipfp::arith::format::Format;
 use lipfp::engine::exec::Executor;
-use lipfp::onnx::model::{self, Activation, DenseNet, ElementOp, HeadOp, SUPPORTED_OPS};
+use lipfp::onnx::model::{self, supported_ops, Activation, DenseNet, ElementOp, HeadOp};
 use lipfp::onnx::reader::proto::tensor_proto::DataType;
 use lipfp::onnx::reader::proto::FunctionProto;
 use lipfp::onnx::reader::run_with_tract;
@@ -1147,7 +1147,7 @@ fn assert_names_node(msg: &str, node: &str, op: &str) {
 fn assert_unsupported(msg: &str, node: &str, op: &str) {
     assert_names_node(msg, node, op);
     assert!(
-        msg.contains(SUPPORTED_OPS),
+        msg.contains(supported_ops()),
         "message does not list the supported ops: {msg}"
     );
 }

@@ -67,7 +67,7 @@ fn rounded_terms(layer: &Dense, previous: Option<&Dense>) -> u64 {
     let t = previous
         .and_then(|p| p.affine.as_ref())
         .map_or(0, |s| s.trailing_scalar_scalings()) as u64;
-    if t > 0 && layer.ops.first().is_some_and(|op| op == "MatMul") {
+    if t > 0 && layer.product_is_matmul() {
         2 * n + 2 * t + 2
     } else {
         n
@@ -91,7 +91,7 @@ pub(super) fn layer_terms(
     };
     let mut variants = Vec::new();
     let mut vacuous = None;
-    let separate_bias = layer.ops.iter().any(|op| op == "Add");
+    let separate_bias = layer.bias_is_separate();
     for acc in exec.accumulations() {
         let u = acc.unit_roundoff();
         if (n as f64) * u >= 1.0 && vacuous.is_none() {

@@ -488,7 +488,7 @@ mod tests {
                 crate::onnx::model::Activation::Identity
             },
             nodes: vec![format!("gemm{l}")],
-            ops: vec!["Gemm".into()],
+            ops: vec![],
             casts: Vec::new(),
             affine: None,
         };

@@ -64,93 +64,15 @@ pub fn default_opset(path: &Path, model: &proto::ModelProto) -> Result<i64, Lipf
     }
 }
 
-/// The schema of a supported operator at one opset: input and output counts and attributes.
-struct Schema {
-    inputs: (usize, usize),
-    outputs: (usize, usize),
-    attrs: &'static [(&'static str, AttributeType)],
-}
-
-/// The schema of `op` at `opset` (the ops of [`crate::onnx::model::SUPPORTED_OPS`]; `None` for others).
-fn schema(op: &str, opset: i64) -> Option<Schema> {
-    use AttributeType::{Float, Floats, Int, Ints, SparseTensor, String, Strings, Tensor};
-    const CONSTANT: [(&str, AttributeType); 8] = [
-        ("value", Tensor),
-        ("sparse_value", SparseTensor),
-        ("value_float", Float),
-        ("value_floats", Floats),
-        ("value_int", Int),
-        ("value_ints", Ints),
-        ("value_string", String),
-        ("value_strings", Strings),
-    ];
-    let s = |inputs, outputs, attrs| {
-        Some(Schema {
-            inputs,
-            outputs,
-            attrs,
-        })
-    };
-    const GEMM: [(&str, AttributeType); 4] = [
-        ("alpha", Float),
-        ("beta", Float),
-        ("transA", Int),
-        ("transB", Int),
-    ];
-    match op {
-        "Gemm" if opset >= 11 => s((2, 3), (1, 1), &GEMM),
-        "Gemm" => s((3, 3), (1, 1), &GEMM),
-        "MatMul" | "Add" | "Sub" | "Mul" | "Div" => s((2, 2), (1, 1), &[]),
-        "BatchNormalization" if opset >= 14 => s(
-            (5, 5),
-            (1, 3),
-            &[
-                ("epsilon", Float),
-                ("momentum", Float),
-                ("training_mode", Int),
-            ],
-        ),
-        "BatchNormalization" if opset >= 9 => {
-            s((5, 5), (1, 5), &[("epsilon", Float), ("momentum", Float)])
-        }
-        "BatchNormalization" => s(
-            (5, 5),
-            (1, 5),
-            &[
-                ("epsilon", Float),
-                ("momentum", Float),
-                ("spatial", Int),
-                ("is_test", Int),
-                ("consumed_inputs", Ints),
-            ],
-        ),
-        "Relu" | "Identity" => s((1, 1), (1, 1), &[]),
-        "Flatten" => s((1, 1), (1, 1), &[("axis", Int)]),
-        "Reshape" if opset >= 14 => s((2, 2), (1, 1), &[("allowzero", Int)]),
-        "Reshape" => s((2, 2), (1, 1), &[]),
-        "Shape" if opset >= 15 => s((1, 1), (1, 1), &[("start", Int), ("end", Int)]),
-        "Shape" => s((1, 1), (1, 1), &[]),
-        "Gather" => s((2, 2), (1, 1), &[("axis", Int)]),
-        "Unsqueeze" if opset >= 13 => s((2, 2), (1, 1), &[]),
-        "Squeeze" if opset >= 13 => s((1, 2), (1, 1), &[]),
-        "Unsqueeze" | "Squeeze" => s((1, 1), (1, 1), &[("axes", Ints)]),
-        "Concat" => s((1, usize::MAX), (1, 1), &[("axis", Int)]),
-        "Constant" if opset >= 12 => s((0, 0), (1, 1), &CONSTANT),
-        "Constant" if opset >= 11 => s((0, 0), (1, 1), &CONSTANT[..2]),
-        "Constant" => s((0, 0), (1, 1), &CONSTANT[..1]),
-        "Cast" if opset >= 19 => s((1, 1), (1, 1), &[("to", Int), ("saturate", Int)]),
-        "Cast" => s((1, 1), (1, 1), &[("to", Int)]),
-        "Dropout" if opset >= 12 => s((1, 3), (1, 2), &[("seed", Int)]),
-        "Dropout" => s((1, 1), (1, 2), &[("ratio", Float)]),
-        "Softmax" | "LogSoftmax" => s((1, 1), (1, 1), &[("axis", Int)]),
-        "ArgMax" if opset >= 12 => s(
-            (1, 1),
-            (1, 1),
-            &[("axis", Int), ("keepdims", Int), ("select_last_index", Int)],
-        ),
-        "ArgMax" => s((1, 1), (1, 1), &[("axis", Int), ("keepdims", Int)]),
-        _ => None,
-    }
+/// The schema of an operator at one opset: input and output counts (inclusive ranges) and
+/// attributes with their types (the op registry, `crate::onnx::model`, holds one per op).
+pub struct Schema {
+    /// Fewest and most inputs.
+    pub inputs: (usize, usize),
+    /// Fewest and most outputs.
+    pub outputs: (usize, usize),
+    /// Every attribute the op has, with its type.
+    pub attrs: &'static [(&'static str, AttributeType)],
 }
 
 /// The name of an `AttributeProto.type` code.
@@ -160,18 +82,14 @@ fn attr_type_name(code: i32) -> String {
         .unwrap_or_else(|_| format!("unknown({code})"))
 }
 
-/// A supported node's attributes and input/output counts against its schema at `opset`
-/// (nodes of other op types are left to the loader, which refuses them).
+/// A node's attributes and input/output counts against its op's schema `s` at `opset`.
 pub fn check_node(
     path: &Path,
     label: &str,
     node: &proto::NodeProto,
-    opset: i64,
+    (s, opset): (&Schema, i64),
 ) -> Result<(), LipfpError> {
     let op = node.op_type.as_str();
-    let Some(s) = schema(op, opset) else {
-        return Ok(());
-    };
     let fail = |m: String| LipfpError::at_node(path, label, op, m);
     let mut seen = HashSet::new();
     for a in &node.attribute {

@@ -20,7 +20,7 @@ impl<'a> Builder<'a> {
         label: &str,
         inputs: &[&str],
     ) -> Result<(), LipfpError> {
-        let op = "Gemm";
+        let op = node.op_type.as_str();
         let float = |name, default| {
             checks::attr_float(node, name)
                 .map(|v| v.unwrap_or(default))
@@ -73,7 +73,7 @@ impl<'a> Builder<'a> {
         label: &str,
         inputs: &[&str],
     ) -> Result<(), LipfpError> {
-        let op = "MatMul";
+        let op = node.op_type.as_str();
         let a = self.act(inputs[0], label, op)?;
         let w = self.weight_2d(inputs[1], label, op)?;
         let w = Part::new(w, inputs[1], label, op);
@@ -103,7 +103,7 @@ impl<'a> Builder<'a> {
         label: &str,
         inputs: &[&str],
     ) -> Result<(), LipfpError> {
-        let op = "Add";
+        let op = node.op_type.as_str();
         let x = self.get(inputs[0], label, op)?.clone();
         let y = self.get(inputs[1], label, op)?.clone();
         let (a, c, c_name) = match (x, y) {

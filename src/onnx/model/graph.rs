@@ -7,10 +7,11 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use super::builder::{Act, Builder, Stage, Value};
+use super::ops::{op_def, OpDef};
 use super::pass_through::float_format;
 use super::shapes::Dim;
 use super::weights::DraftKind;
-use super::{DenseNet, SUPPORTED_OP_TYPES};
+use super::DenseNet;
 use crate::arith::format::Format;
 use crate::error::LipfpError;
 use crate::onnx::checks::{self, node_label};
@@ -154,63 +155,36 @@ impl<'a> Builder<'a> {
             if function_names.contains(&(node.domain.as_str(), node.op_type.as_str())) {
                 return Err(self.refuse_function_call(node, &label));
             }
-            if node.domain == super::heads::ML_DOMAIN && super::heads::is_ml_head(&node.op_type) {
-                self.ml_head(node, &label)?;
-                continue;
-            }
-            if node.domain == super::heads::ML_DOMAIN && node.op_type == "Scaler" {
-                self.scaler(node, &label)?;
-                continue;
-            }
-            if !node.domain.is_empty() && node.domain != "ai.onnx" {
+            let Some(def) = op_def(&node.domain, &node.op_type) else {
                 return Err(self.refuse(node, &label));
-            }
-            checks::check_node(self.path, &label, node, self.opset)?;
-            self.node(node, &label)?;
+            };
+            self.node(def, node, &label)?;
         }
         Ok(())
     }
 
-    /// Hand `node` to its op family; an op lipfp does not read is refused with its reason.
-    fn node(&mut self, node: &'a proto::NodeProto, label: &str) -> Result<(), LipfpError> {
-        let op = node.op_type.as_str();
+    /// Check `node` against its op's schema and hand it to the op's reader (a head's input
+    /// passes through the ops that may follow a head).
+    fn node(
+        &mut self,
+        def: &OpDef,
+        node: &'a proto::NodeProto,
+        label: &str,
+    ) -> Result<(), LipfpError> {
         let inputs: Vec<&str> = node.input.iter().map(|s| s.as_str()).collect();
-        // every op family reads its leading inputs by position: check they are there
-        let required = match op {
-            "Constant" => 0,
-            "Identity" | "Cast" | "Dropout" | "Flatten" | "Shape" | "Unsqueeze" | "Squeeze"
-            | "Relu" | "Concat" | "Softmax" | "LogSoftmax" | "ArgMax" => 1,
-            _ => 2,
+        let Some(schema) = def.schema else {
+            return (def.read)(self, node, label, &inputs);
         };
-        if let Some(k) = (0..required).find(|&k| inputs.get(k).is_none_or(|s| s.is_empty())) {
-            if SUPPORTED_OP_TYPES.contains(&op) {
-                return Err(self.fail(label, op, format!("input {k} is missing")));
-            }
+        checks::check_node(self.path, label, node, (&schema(self.opset), self.opset))?;
+        // every reader takes its leading inputs by position: check they are there
+        if let Some(k) = (0..def.inputs_read).find(|&k| inputs.get(k).is_none_or(|s| s.is_empty()))
+        {
+            return Err(self.fail(label, def.name, format!("input {k} is missing")));
         }
         if self.reads_head(&inputs) {
             return self.head_pass_through(node, label, &inputs);
         }
-        match op {
-            "Constant" => self.constant(node, label),
-            "Identity" => self.identity(node, label, &inputs),
-            "Cast" => self.cast(node, label, &inputs),
-            "Dropout" => self.dropout(node, label, &inputs),
-            "Flatten" => self.flatten(node, label, &inputs),
-            "Reshape" => self.reshape(node, label, &inputs),
-            "Shape" => self.shape(node, label, &inputs),
-            "Gather" => self.gather(node, label, &inputs),
-            "Unsqueeze" | "Squeeze" => self.squeeze(node, label, &inputs),
-            "Concat" => self.concat(node, label, &inputs),
-            "Gemm" => self.gemm(node, label, &inputs),
-            "MatMul" => self.matmul(node, label, &inputs),
-            "Add" => self.add(node, label, &inputs),
-            "Relu" => self.relu(node, label, &inputs),
-            "Softmax" | "LogSoftmax" => self.softmax(node, label, &inputs),
-            "Sub" | "Mul" | "Div" => self.binary_step(node, label, &inputs),
-            "BatchNormalization" => self.batch_norm(node, label, &inputs),
-            "ArgMax" => self.argmax(node, label, &inputs),
-            _ => Err(self.refuse(node, label)),
-        }
+        (def.read)(self, node, label, &inputs)
     }
 
     /// Every graph output is the end of the chain of layers — logits of at least two classes

@@ -15,11 +15,6 @@ use crate::onnx::reader::{proto, ConstData, ConstTensor};
 /// The domain of the classical machine-learning ops (skl2onnx, onnxmltools).
 pub(super) const ML_DOMAIN: &str = "ai.onnx.ml";
 
-/// Whether `op` of the `ai.onnx.ml` domain is a classifier output lipfp reads.
-pub(super) fn is_ml_head(op: &str) -> bool {
-    matches!(op, "ArrayFeatureExtractor" | "ZipMap")
-}
-
 /// The ops a head value may pass through unchanged.
 const HEAD_PASS_THROUGH: [&str; 7] = [
     "Identity",

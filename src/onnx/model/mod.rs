@@ -35,6 +35,7 @@ use crate::arith::format::Format;
 use crate::error::LipfpError;
 
 pub use affine::{batch_norm_scale, AffineStep, ElementOp};
+pub use ops::supported_ops;
 
 mod activation;
 mod affine;
@@ -43,45 +44,12 @@ mod constants;
 mod dense;
 mod graph;
 mod heads;
+mod ops;
 mod pass_through;
 mod refusals;
 mod reshape;
 mod shapes;
 mod weights;
-
-/// The op types the loader understands.
-pub const SUPPORTED_OPS: &str = "Gemm, MatMul, Add (bias), Relu, Flatten, Reshape, Shape, Gather, \
-Unsqueeze, Squeeze, Concat, Constant, Identity, Cast (to a float type), Dropout (inference); \
-elementwise affine steps: Sub, Add, Mul, Div by a constant, BatchNormalization (inference), \
-ai.onnx.ml Scaler; heads \
-after the logits: Softmax, LogSoftmax, ArgMax, ai.onnx.ml ArrayFeatureExtractor (class labels \
-0..K-1) and ZipMap";
-
-/// The op types of [`SUPPORTED_OPS`].
-const SUPPORTED_OP_TYPES: [&str; 22] = [
-    "Gemm",
-    "MatMul",
-    "Add",
-    "Relu",
-    "Flatten",
-    "Reshape",
-    "Shape",
-    "Gather",
-    "Unsqueeze",
-    "Squeeze",
-    "Concat",
-    "Constant",
-    "Identity",
-    "Cast",
-    "Dropout",
-    "Softmax",
-    "LogSoftmax",
-    "ArgMax",
-    "Sub",
-    "Mul",
-    "Div",
-    "BatchNormalization",
-];
 
 /// An arg-max-preserving op of the classifier head after the logits (docs/soundness.md
 /// "Classifier heads"): the certified class is the one it ranks first.
@@ -141,6 +109,18 @@ pub struct Dense {
 }
 
 impl Dense {
+    /// Whether the layer's product was read from a `MatMul` node (onnxruntime may fold a
+    /// scalar scaling before it into the product; `Gemm` it does not).
+    pub fn product_is_matmul(&self) -> bool {
+        self.ops.first().is_some_and(|op| op == "MatMul")
+    }
+
+    /// Whether the layer's bias was read from a separate `Add` node (added after the product
+    /// is rounded, not fused into its accumulation).
+    pub fn bias_is_separate(&self) -> bool {
+        self.ops.iter().any(|op| op == "Add")
+    }
+
     /// Input dimension `n_l`.
     pub fn n(&self) -> usize {
         self.affine.as_ref().map_or(self.w.ncols(), |s| s.width)

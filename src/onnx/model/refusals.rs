@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use super::builder::{Builder, Stage, Value};
 use super::heads::ML_DOMAIN;
-use super::SUPPORTED_OPS;
+use super::ops::supported_ops;
 use crate::error::LipfpError;
 use crate::onnx::reader::proto;
 
@@ -59,7 +59,7 @@ impl Builder<'_> {
                 .to_string(),
             _ => "only the default ONNX domain is supported".to_string(),
         };
-        LipfpError::unsupported(self.path, label, &qualified_op(node), &why, SUPPORTED_OPS)
+        LipfpError::unsupported(self.path, label, &qualified_op(node), &why, supported_ops())
     }
 
     /// Why a default-domain op lipfp does not read is refused.
@@ -181,7 +181,7 @@ impl Builder<'_> {
                  them: {}",
                 python_command(&code)
             ),
-            SUPPORTED_OPS,
+            supported_ops(),
         )
     }
 
@@ -193,7 +193,7 @@ impl Builder<'_> {
             "Add",
             "adds two activations (residual connections are not supported: lipfp certifies a \
              single chain of dense layers)",
-            SUPPORTED_OPS,
+            supported_ops(),
         )
     }
 
