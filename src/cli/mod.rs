@@ -119,8 +119,9 @@ pub struct ReportOutputs {
     /// updating one comment in place).
     #[arg(long, value_name = "PATH")]
     pub pr_comment: Option<PathBuf>,
-    /// Print every note under every gate (by default a note several gates share is printed
-    /// once, after the gates; the JSON, JUnit and step summary always carry every note).
+    /// Print every note in full under every gate, and each gate's time split (by default each
+    /// distinct note is printed once, shortened, after the gates; the JSON, JUnit and step
+    /// summary always carry every note).
     #[arg(long, short)]
     pub verbose: bool,
 }

@@ -48,56 +48,40 @@ fn gate_facts(g: &GateReport) -> String {
     )
 }
 
-/// `gate_block` prints `g`'s notes except those in `shared` (said once, at the end).
-fn gate_block(out: &mut String, g: &GateReport, shared: &[SharedNote]) {
-    let own = || (g.notes.iter()).filter(|n| !shared.iter().any(|s| s.text == **n));
-    let verdict = match g.status {
+/// The verdict word of a gate's first line.
+fn verdict_word(status: GateStatus) -> &'static str {
+    match status {
         GateStatus::Pass => "PASS",
         GateStatus::Warn => "WARN",
         GateStatus::Fail => "FAIL",
         GateStatus::Report => "REPORT",
         GateStatus::Error => "ERROR",
-    };
-    let _ = writeln!(
-        out,
-        "{verdict:<6} {}  {}",
+    }
+}
+
+/// A gate's block: its first line (verdict, name, facts, accuracy and time), the error, one
+/// line per mode, the curve, the bracket, branch and bound's decisions, the baseline
+/// comparison, failures and warnings; with `verbose`, every note and the time split.
+fn gate_block(out: &mut String, g: &GateReport, verbose: bool) {
+    let mut first = format!(
+        "{:<6} {}  {}",
+        verdict_word(g.status),
         printable(&g.name),
         gate_facts(g)
     );
+    if !g.modes.is_empty() {
+        let total = g.timing.norms_s + g.timing.certify_s;
+        let _ = write!(
+            first,
+            "  accuracy {}  {total:.3}s",
+            fmt_pct(g.accuracy_pct, "n/a")
+        );
+    }
+    let _ = writeln!(out, "{first}");
     if let Some(e) = &g.error {
         let _ = writeln!(out, "       error: {}", printable(e));
     }
-    if g.modes.is_empty() {
-        for n in own() {
-            let _ = writeln!(out, "       note: {}", printable(n));
-        }
-        return;
-    }
-    let _ = writeln!(out, "       accuracy {}", fmt_pct(g.accuracy_pct, "n/a"));
-    let ordered = Mode::ALL.iter().filter_map(|mode| {
-        g.modes
-            .get(mode.name())
-            .map(|m| (mode.name().to_string(), m))
-    });
-    for (name, m) in ordered {
-        let label = if m.sound {
-            name.clone()
-        } else {
-            format!("{name} (UNSOUND for fp execution)")
-        };
-        let ratio = match (m.conservatism_ratio, m.sound) {
-            (Some(r), _) => format!("  fp degradation {} x L eps", fmt_ratio(r)),
-            (None, true) => "  fp degradation n/a".to_string(),
-            (None, false) => String::new(),
-        };
-        let _ = writeln!(
-            out,
-            "       {label:<36} certified {:>6} ({:>7})  VRA {:>8}{ratio}",
-            m.certified,
-            format!("{:.2}%", m.certified_pct),
-            fmt_pct(m.vra_pct, "n/a")
-        );
-    }
+    mode_lines(out, g);
     if let Some(c) = &g.curve {
         curve_table(out, c);
     }
@@ -116,14 +100,45 @@ fn gate_block(out: &mut String, g: &GateReport, shared: &[SharedNote]) {
     for w in &g.warnings {
         let _ = writeln!(out, "       warning: {}", printable(w));
     }
-    for n in own() {
-        let _ = writeln!(out, "       note: {}", printable(n));
+    if verbose {
+        for n in &g.notes {
+            let _ = writeln!(out, "       note: {}", printable(n));
+        }
+        if !g.modes.is_empty() {
+            let _ = writeln!(
+                out,
+                "       time: norms {:.3}s, certify {:.3}s",
+                g.timing.norms_s, g.timing.certify_s
+            );
+        }
     }
-    let _ = writeln!(
-        out,
-        "       time: norms {:.3}s, certify {:.3}s",
-        g.timing.norms_s, g.timing.certify_s
-    );
+}
+
+/// One line per computed mode, in [`Mode::ALL`] order: certified count and rate, VRA and the
+/// floating-point degradation; `real` labelled UNSOUND.
+fn mode_lines(out: &mut String, g: &GateReport) {
+    let ordered: Vec<(String, &crate::report::ModeReport)> = (Mode::ALL.iter())
+        .filter_map(|mode| g.modes.get(mode.name()).map(|m| (mode.name(), m)))
+        .map(|(name, m)| match m.sound {
+            true => (name.to_string(), m),
+            false => (format!("{name} (UNSOUND)"), m),
+        })
+        .collect();
+    let width = ordered.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+    for (label, m) in ordered {
+        let ratio = match (m.conservatism_ratio, m.sound) {
+            (Some(r), _) => format!("  fp degradation {} x L eps", fmt_ratio(r)),
+            (None, true) => "  fp degradation n/a".to_string(),
+            (None, false) => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "       {label:<width$}  certified {:>6} ({:>7})  VRA {:>8}{ratio}",
+            m.certified,
+            format!("{:.2}%", m.certified_pct),
+            fmt_pct(m.vra_pct, "n/a")
+        );
+    }
 }
 
 /// The curve as a table: one row per radius, one column per mode (VRA %, or certified % without
@@ -174,65 +189,74 @@ fn curve_table(out: &mut String, c: &CurveReport) {
     let _ = writeln!(out, "{median}");
 }
 
-/// A note that several gates carry, and which.
-struct SharedNote<'a> {
+/// A note and the gates that carry it.
+struct GateNote<'a> {
     text: &'a str,
     gates: Vec<&'a str>,
 }
 
-/// The notes more than one gate carries, in the order they first appear.
-fn shared_notes(report: &Report) -> Vec<SharedNote<'_>> {
-    let mut notes: Vec<SharedNote> = Vec::new();
+/// Every distinct note of the report with the gates carrying it, in the order they first
+/// appear.
+fn distinct_notes(report: &Report) -> Vec<GateNote<'_>> {
+    let mut notes: Vec<GateNote> = Vec::new();
     for g in &report.gates {
         for n in &g.notes {
             match notes.iter_mut().find(|s| s.text == n.as_str()) {
                 Some(s) if s.gates.last() != Some(&g.name.as_str()) => s.gates.push(&g.name),
                 Some(_) => {}
-                None => notes.push(SharedNote {
+                None => notes.push(GateNote {
                     text: n,
                     gates: vec![&g.name],
                 }),
             }
         }
     }
-    notes.retain(|s| s.gates.len() > 1);
     notes
 }
 
-/// The console summary of a report: a block per gate, then the notes several gates share
-/// (once each, under a line naming the gates that share them; with `verbose`, every note under
-/// every gate instead), then the tally.
+/// The longest a note is shown on the console without `-v`, in characters.
+const NOTE_CHARS: usize = 96;
+
+/// `text` cut at a word boundary to at most [`NOTE_CHARS`] characters, with `…` when cut.
+fn shortened(text: &str) -> String {
+    if text.chars().count() <= NOTE_CHARS {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(NOTE_CHARS).collect();
+    let cut = head.rfind(' ').unwrap_or(head.len());
+    format!("{}…", head[..cut].trim_end_matches([',', ';', ':', ' ']))
+}
+
+/// The notes section: each distinct note once, shortened, after the gates carrying it.
+fn notes_section(out: &mut String, report: &Report) {
+    let notes = distinct_notes(report);
+    if notes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "notes (each once, shortened; -v prints every note in full under its gate):"
+    );
+    for n in notes {
+        let which = match n.gates.len() {
+            k if k == report.gates.len() && k > 1 => "every gate".to_string(),
+            1 => printable(n.gates[0]),
+            k => format!("{k} gates"),
+        };
+        let _ = writeln!(out, "  {which}: {}", printable(&shortened(n.text)));
+    }
+}
+
+/// The console summary of a report: a block per gate, then each distinct note once (shortened,
+/// naming the gates that carry it; with `verbose`, every note in full under every gate
+/// instead, and the time split), then the tally.
 pub fn render(report: &Report, verbose: bool) -> String {
     let mut out = String::new();
-    let shared = if verbose {
-        Vec::new()
-    } else {
-        shared_notes(report)
-    };
     for g in &report.gates {
-        gate_block(&mut out, g, &shared);
+        gate_block(&mut out, g, verbose);
     }
-    let mut groups: Vec<(&[&str], Vec<&str>)> = Vec::new();
-    for s in &shared {
-        match groups
-            .iter_mut()
-            .find(|(gates, _)| *gates == s.gates.as_slice())
-        {
-            Some((_, texts)) => texts.push(s.text),
-            None => groups.push((&s.gates, vec![s.text])),
-        }
-    }
-    for (gates, texts) in groups {
-        let which = if gates.len() == report.gates.len() {
-            format!("every gate ({})", gates.len())
-        } else {
-            let names: Vec<String> = gates.iter().map(|n| printable(n)).collect();
-            format!("gates {}", names.join(", "))
-        };
-        let _ = writeln!(out, "notes for {which}:");
-        for t in texts {
-            let _ = writeln!(out, "       note: {}", printable(t));
-        }
+    if !verbose {
+        notes_section(&mut out, report);
     }
     if report.policy.is_some() {
         let _ = writeln!(out, "{}", report.tally().line());
@@ -243,6 +267,18 @@ pub fn render(report: &Report, verbose: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_notes_are_cut_at_a_word() {
+        assert_eq!(shortened("short note"), "short note");
+        let long = format!("{} tail", "word ".repeat(30));
+        let cut = shortened(&long);
+        assert!(
+            cut.ends_with("word…") && cut.chars().count() <= NOTE_CHARS + 1,
+            "{cut}"
+        );
+        assert_eq!(shortened(&"é".repeat(200)).chars().count(), NOTE_CHARS + 1);
+    }
 
     #[test]
     fn user_text_cannot_start_a_line() {

@@ -1225,49 +1225,57 @@ fn huge_or_missing_conservatism_ratios_print_no_infinity() {
     assert!(!text.contains("inf"), "{text}");
 }
 
-/// A note several gates carry is printed once, after the gates, naming them (every gate, or
-/// which); a gate's own notes stay under it; `--verbose` prints every note under every gate.
-/// JUnit keeps every note in every testcase.
+/// Without `-v` every distinct note is printed once, after the gates, shortened and naming
+/// the gate that carries it (or how many, or every gate); `--verbose` prints every note in
+/// full under every gate. JUnit keeps every note in every testcase.
 #[test]
-fn the_console_says_a_shared_note_once() {
+fn the_console_says_each_note_once() {
     let mut report = two_gates();
     let shared = "runtime: IEEE execution only";
+    let long = format!("own note of the second {}", "and more words ".repeat(10));
     report.gates[0].notes = vec![shared.into(), "own note of the first".into()];
-    report.gates[1].notes = vec!["own note of the second".into(), shared.into()];
+    report.gates[1].notes = vec![long.clone(), shared.into()];
     let text = console::render(&report, false);
     assert_eq!(text.matches(shared).count(), 1, "{text}");
-    let tail = format!("notes for every gate (2):\n       note: {shared}\n");
-    assert!(text.contains(&tail), "{text}");
-    let (gates, after) = text.split_once(&tail).unwrap();
-    assert!(
-        gates.contains("       note: own note of the first\n"),
+    let (gates, notes) = text
+        .split_once("notes (each once, shortened; -v prints every note in full under its gate):\n")
+        .expect("a notes section");
+    assert!(!gates.contains("note"), "{text}");
+    let first = &report.gates[0].name;
+    let second = &report.gates[1].name;
+    let shown = format!("  {second}: own note of the second and more words and more words");
+    assert_eq!(
+        notes.lines().collect::<Vec<_>>()[..2],
+        [
+            format!("  every gate: {shared}"),
+            format!("  {first}: own note of the first"),
+        ]
+    );
+    let third = notes.lines().nth(2).unwrap();
+    assert!(third.starts_with(&shown) && third.ends_with('…'), "{text}");
+    assert!(!text.contains(&long), "{text}");
+    assert_eq!(
+        notes.lines().filter(|l| l.starts_with("  ")).count(),
+        3,
         "{text}"
     );
-    assert!(
-        gates.contains("       note: own note of the second\n"),
-        "{text}"
-    );
-    assert!(after.starts_with("1 passed"), "{text}");
     let verbose = console::render(&report, true);
     assert_eq!(verbose.matches(shared).count(), 2, "{verbose}");
-    assert!(!verbose.contains("notes for every gate"), "{verbose}");
-    assert!(verbose.len() > text.len());
+    assert!(
+        verbose.contains(&format!("       note: {long}\n")),
+        "{verbose}"
+    );
+    assert!(!verbose.contains("notes (each once"), "{verbose}");
+    assert!(verbose.contains("       time: norms"), "{verbose}");
     assert_eq!(junit::render(&report, "s").matches(shared).count(), 2);
-    // shared by some gates only: named
+    // shared by some gates only: counted
     let mut three = report.clone();
     let mut third = three.gates[1].clone();
     third.name = "third".into();
     third.notes.clear();
     three.gates.push(third);
     let text = console::render(&three, false);
-    let names: Vec<String> = three.gates.iter().map(|g| g.name.clone()).collect();
-    assert!(
-        text.contains(&format!(
-            "notes for gates {}, {}:\n       note: {shared}\n",
-            names[0], names[1]
-        )),
-        "{text}"
-    );
+    assert!(text.contains(&format!("  2 gates: {shared}\n")), "{text}");
 }
 
 /// Prints the rendered reports (`cargo test --test report reporters::show_rendered_reports -- --ignored --nocapture`).
