@@ -379,7 +379,7 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         artifacts.push(certificates::artifact(&file, path));
     }
     if let Some(path) = &a.regressions {
-        artifacts.extend(crate::commands::regressions::artifacts(
+        artifacts.extend(crate::report::regressions::artifacts(
             &run.report.gates,
             path,
         ));

@@ -317,14 +317,17 @@ fn bench_curve(
 /// per network, the wall time, the instances, and how many were verified (`certified`) and
 /// falsified (in the phase name).
 fn bench_vnncomp(list: &Path, progress: &Progress) -> Result<Vec<Phase>, LipfpError> {
-    use crate::commands::verify::instances;
+    use crate::engine::verify::instance::{instance, read_instances};
     use crate::engine::verify::Verdict;
     progress.stage("vnncomp2021 mnistfc: lipfp verify --incomplete at 0.1 x the timeouts");
     let req = verify_request(crate::engine::verify::VerifyOptions {
         complete: false,
         ..Default::default()
     });
-    let (results, _) = instances(&req, list, 0.1, progress)?;
+    let mut results = Vec::new();
+    for (model, prop, timeout) in read_instances(list)? {
+        results.push(instance(&req, (&model, &prop), 0.1 * timeout, progress)?);
+    }
     let mut nets: Vec<String> = Vec::new();
     for r in &results {
         let name = r
@@ -370,7 +373,7 @@ fn bench_vnncomp(list: &Path, progress: &Progress) -> Result<Vec<Phase>, LipfpEr
 /// (`prop_12_0.03`, which a-b-CROWN took 251 s to verify in 2021), for a fixed budget of
 /// subdomains (the same work on every machine and thread count).
 fn bench_subdomains(list: &Path, progress: &Progress) -> Result<Phase, LipfpError> {
-    use crate::commands::verify::instance;
+    use crate::engine::verify::instance::instance;
     const SUBDOMAINS: usize = 3000;
     progress.stage("vnncomp2021 mnistfc: branch and bound on 784-256x6-10");
     let dir = list.parent().unwrap_or(Path::new("."));
@@ -406,8 +409,8 @@ fn bench_subdomains(list: &Path, progress: &Progress) -> Result<Phase, LipfpErro
 /// execution, each instance's timeout from its list (else 600 s).
 fn verify_request(
     options: crate::engine::verify::VerifyOptions,
-) -> crate::commands::verify::VerifyRequest {
-    crate::commands::verify::VerifyRequest {
+) -> crate::engine::verify::instance::VerifyRequest {
+    crate::engine::verify::instance::VerifyRequest {
         format: None,
         accumulate: None,
         ftz: false,

@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 
 use crate::bounds::certify::{Mode, MODE_NAMES};
-use crate::commands::check::facts;
 use crate::engine::attack;
 use crate::engine::complete::points::decide_points;
 use crate::engine::run::{self, Subject, SubjectSpec};
@@ -21,7 +20,7 @@ use crate::proto_gen::CertificateFile;
 use crate::report::attack::AttackReport;
 use crate::report::certificates::{self, GateMeta};
 use crate::report::complete::CompleteReport;
-use crate::report::{self as reports, GateReport, Report};
+use crate::report::{self as reports, GateReport, Report, SubjectFacts};
 
 /// The gate name of `lipfp certify`'s one gate.
 const GATE: &str = "certify";
@@ -89,7 +88,7 @@ pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, Lipf
     let model_name = req.spec.model.display().to_string();
     let mut gate = GateReport::new(
         GATE,
-        &facts(&subject, req.spec.gram_iterations),
+        &SubjectFacts::of(&subject, req.spec.gram_iterations),
         &req.radius,
         mode,
         &outcome,

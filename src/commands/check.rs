@@ -12,6 +12,7 @@ use crate::engine::run::{self, ReferencePlan, Shard, Subject, SubjectSpec};
 use crate::error::LipfpError;
 use crate::gate::baseline::{Baseline, Identity, Unusable};
 use crate::gate::curve::CurveReport;
+use crate::gate::regression;
 use crate::gate::verdict::evaluate;
 use crate::policy::{Gate, Policy, Target};
 use crate::progress::Progress;
@@ -43,46 +44,21 @@ fn load_baseline(policy: &Policy, progress: &Progress) -> Result<Option<Baseline
         return Ok(None);
     }
     if b.certificates {
-        super::regressions::load(&b.path).map(Some)
+        crate::report::certificates::read_baseline(&b.path).map(Some)
     } else {
         Baseline::load(&b.path).map(Some)
     }
 }
 
-/// The facts of a prepared subject that go into its gates' reports.
-pub fn facts(subject: &Subject, gram_iterations: u32) -> SubjectFacts {
-    SubjectFacts {
-        model: subject.net.path.display().to_string(),
-        model_hash: subject.net.hash(),
-        format: subject.net.format,
-        ftz: subject.ftz,
-        execution: subject.execution.to_string(),
-        gram_iterations,
-        test_set_hash: Some(subject.test_set_hash.clone()),
-        notes: subject.notes.clone(),
-        ball: subject.ball.describe(),
-    }
-}
-
-/// Where the gates of `policy` on target `t` need the float64 reference execution.
-pub fn reference_plan(policy: &Policy, t: &Target) -> ReferencePlan {
-    policy
-        .gates
-        .iter()
-        .filter(|g| g.target == *t)
-        .map(|g| ReferencePlan::for_run(&g.modes, &g.radius, g.curve.as_ref()))
-        .fold(ReferencePlan::None, ReferencePlan::union)
-}
-
-/// Load `t` as every gate naming it needs (the float64 reference where [`reference_plan`]
-/// says).
+/// Load `t` as every gate naming it needs (the float64 reference where
+/// [`ReferencePlan::for_target`] says).
 fn prepare(
     policy: &Policy,
     t: &Target,
     shard: Option<Shard>,
     progress: &Progress,
 ) -> Result<Subject, LipfpError> {
-    let spec = SubjectSpec::for_target(t, reference_plan(policy, t), shard);
+    let spec = SubjectSpec::for_target(t, ReferencePlan::for_target(policy, t), shard);
     run::prepare(&spec, progress)
 }
 
@@ -202,7 +178,7 @@ fn evaluate_gate(
                 .map_err(|e| e.to_string())
         })
         .transpose()?;
-    let facts = facts(subject, g.target.gram_iterations);
+    let facts = SubjectFacts::of(subject, g.target.gram_iterations);
     let identity = Identity {
         epsilon: g.radius.fields().0,
         epsilons_sha256: outcome.radii_hash.clone(),
@@ -217,7 +193,7 @@ fn evaluate_gate(
     };
     let regression = match (baseline, &mut base) {
         (Some(b), Ok(figures)) => {
-            let r = super::regressions::compare(b, (&g.name, g.mode().name()), subject, &outcome);
+            let r = regression::of_run(b, (&g.name, g.mode().name()), subject, &outcome);
             figures.vra_drop_p = r.as_ref().map(|r| r.drop_p_value());
             r
         }

@@ -5,6 +5,8 @@
 use rug::{Integer, Rational};
 use serde::Serialize;
 
+use crate::engine::run::{CertifyOutcome, Subject};
+use crate::gate::baseline::Baseline;
 use crate::gate::verdict::{p_text, pct};
 
 /// `z` of a two-sided 95% interval, `Phi^-1(0.975)`.
@@ -156,6 +158,35 @@ impl Regression {
             p_text(self.p_value)
         )
     }
+}
+
+/// The per-point regression of gate `name` in `mode` against `baseline`, when the baseline has
+/// per-point data and this run has labels over the same points.
+pub fn of_run(
+    baseline: &Baseline,
+    (name, mode): (&str, &str),
+    subject: &Subject,
+    outcome: &CertifyOutcome,
+) -> Option<Regression> {
+    let (before, labels) = baseline.points(name, mode)?;
+    let now_labels = subject.labels.as_ref()?;
+    let verdicts = &outcome
+        .modes
+        .iter()
+        .find(|m| m.mode.name() == mode)?
+        .verdicts;
+    if before.len() != verdicts.len() || now_labels.as_slice() != labels {
+        return None;
+    }
+    let now: Vec<bool> = (verdicts.iter().enumerate())
+        .map(|(i, &c)| c && subject.predictions[i] == Some(now_labels[i]))
+        .collect();
+    Some(compare(
+        &baseline.path().display().to_string(),
+        before,
+        &now,
+        labels,
+    ))
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use crate::arith::format::Format;
 use crate::bounds::certify::Mode;
-use crate::engine::run::CertifyOutcome;
+use crate::engine::run::{CertifyOutcome, Subject};
 use crate::gate::baseline::Unusable;
 use crate::gate::verdict::{fp_cost_pp, pct, round4, GateVerdict, ThresholdCheck};
 use crate::policy::Radius;
@@ -271,6 +271,23 @@ pub struct SubjectFacts {
     pub notes: Vec<String>,
     /// The set a radius stands for ([`crate::bounds::ball::BallSpec::describe`]).
     pub ball: String,
+}
+
+impl SubjectFacts {
+    /// The facts of a prepared subject that go into its gates' reports.
+    pub fn of(subject: &Subject, gram_iterations: u32) -> SubjectFacts {
+        SubjectFacts {
+            model: subject.net.path.display().to_string(),
+            model_hash: subject.net.hash(),
+            format: subject.net.format,
+            ftz: subject.ftz,
+            execution: subject.execution.to_string(),
+            gram_iterations,
+            test_set_hash: Some(subject.test_set_hash.clone()),
+            notes: subject.notes.clone(),
+            ball: subject.ball.describe(),
+        }
+    }
 }
 
 impl GateReport {

@@ -1,10 +1,14 @@
 //! The step summary's section on a gate's per-point regression against a certificate baseline:
 //! the VRA before and now with Wilson intervals, the points lost and gained (per class, and the
-//! first lost indices), and McNemar's p-value.
+//! first lost indices), and McNemar's p-value; and the lost points as `.npy` files
+//! (`--regressions`).
 
 use std::fmt::Write;
 
-use crate::gate::regression::SHOWN_INDICES;
+use std::path::{Path, PathBuf};
+
+use crate::files::{npy_bytes, Artifact};
+use crate::gate::regression::{Regression, SHOWN_INDICES};
 use crate::report::GateReport;
 
 /// The section of gate `g`, when it was compared point by point with a baseline.
@@ -49,4 +53,28 @@ pub fn regression_section(g: &GateReport, escape: impl Fn(&str) -> String) -> Op
         );
     }
     Some(out)
+}
+
+/// The lost points of every gate with a regression as `.npy` files of `u64` test-set indices:
+/// at `path` for one such gate, else at `<stem>-<gate key>.npy` beside it per gate.
+pub fn artifacts(gates: &[GateReport], path: &Path) -> Vec<Artifact> {
+    let with: Vec<(&GateReport, &Regression)> = gates
+        .iter()
+        .filter_map(|g| g.regression.as_ref().map(|r| (g, r)))
+        .collect();
+    let target = |g: &GateReport| -> PathBuf {
+        if with.len() == 1 {
+            return path.to_path_buf();
+        }
+        let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+        let key = crate::report::github::output_key(&g.name);
+        path.with_file_name(format!("{stem}-{key}.npy"))
+    };
+    with.iter()
+        .map(|(g, r)| {
+            let lost: Vec<u64> = r.lost.iter().map(|&i| i as u64).collect();
+            let bytes = npy_bytes(&[lost.len() as u64], &lost);
+            Artifact::new(&target(g), bytes, "regressions file")
+        })
+        .collect()
 }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::runtime::{ort_logits, python};
-use lipfp::commands::verify::{self as verify_cmd, VerifyRequest};
+use lipfp::engine::verify::instance::{self as verify_cmd, VerifyRequest};
 use lipfp::engine::verify::{Verdict, VerifyOptions};
 use lipfp::progress::Progress;
 use rug::Rational;

@@ -10,7 +10,7 @@ use super::certify::point_radii;
 use crate::bounds::ball::Cover;
 use crate::bounds::certify::modes::Decided;
 use crate::bounds::certify::{Centre, Certifier, HiCentre, Mode, ModelBounds};
-use crate::policy::{CurveGrid, Radius};
+use crate::policy::{CurveGrid, Policy, Radius, Target};
 
 /// Which points the float64 reference execution runs on.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,6 +28,14 @@ pub enum ReferencePlan {
 }
 
 impl ReferencePlan {
+    /// Where the gates of `policy` on target `t` need the float64 reference execution.
+    pub fn for_target(policy: &Policy, t: &Target) -> ReferencePlan {
+        (policy.gates.iter())
+            .filter(|g| g.target == *t)
+            .map(|g| ReferencePlan::for_run(&g.modes, &g.radius, g.curve.as_ref()))
+            .fold(ReferencePlan::None, ReferencePlan::union)
+    }
+
     /// The plan for certificates in `modes` at `radius`, with a robustness curve over them on
     /// `curve`'s grid. A curve over `best` with given radii needs the reference only where the
     /// standard certificate leaves one of them undecided (its counts at the grid radii are then

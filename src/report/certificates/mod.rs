@@ -18,7 +18,9 @@ use crate::proto_gen::{CertificateFile, GateCertificates, Instance};
 use crate::report::complete::CompleteReport;
 use crate::report::SubjectFacts;
 
+mod baseline;
 mod complete;
+pub use baseline::read_baseline;
 
 /// What a gate was about, beyond its outcome.
 pub struct GateMeta<'a> {

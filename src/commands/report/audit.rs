@@ -109,7 +109,7 @@ fn prepare(
             Some(ReferencePlan::for_run(&modes, &g.radius, None))
         })
         .fold(ReferencePlan::None, ReferencePlan::union);
-    let plan = crate::commands::check::reference_plan(policy, t).union(in_files);
+    let plan = ReferencePlan::for_target(policy, t).union(in_files);
     run::prepare(&SubjectSpec::for_target(t, plan, None), progress)
 }
 

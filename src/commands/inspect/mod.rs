@@ -2,6 +2,8 @@
 //! behind each, sound norm bounds, `n*u` per format with vacuity warnings, the largest biases
 //! and the model hash.
 
+mod runtimes;
+
 use std::fmt::Write;
 use std::path::Path;
 
@@ -11,10 +13,10 @@ use crate::arith::execution::ExecutionModel;
 use crate::arith::format::Format;
 use crate::arith::runtime::RuntimeChoice;
 use crate::bounds::norms::{self, LayerNorms};
-use crate::commands::inspect_runtimes::{render_runtimes, runtime_terms, RuntimeTerms};
 use crate::error::LipfpError;
 use crate::onnx::model::{self, Activation, Dense};
 use crate::progress::Progress;
+use runtimes::{render_runtimes, runtime_terms, RuntimeTerms};
 
 /// One layer as read.
 #[derive(Clone, Debug, Serialize)]

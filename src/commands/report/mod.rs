@@ -1,14 +1,15 @@
 //! `lipfp report`: certificate files (e.g. the shards of a CI matrix) merged per gate, checked
-//! against a policy when one is given ([`audit`](crate::commands::audit)), compared with a
+//! against a policy when one is given ([`audit`]), compared with a
 //! baseline report and judged against each gate's thresholds, into one [`Report`] — without
 //! recomputing the certificates.
 //!
 //! The command line is parsed by [`crate::cli`] into a [`ReportRequest`]; [`run()`] builds the
 //! report, which the caller publishes.
 
+mod audit;
+
 use std::path::{Path, PathBuf};
 
-use crate::commands::audit::audit;
 use crate::error::LipfpError;
 use crate::gate::baseline::{Baseline, Identity, Unusable};
 use crate::gate::verdict::evaluate;
@@ -17,6 +18,7 @@ use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
 use crate::report::certificates::{self, MergedGate};
 use crate::report::{GateReport, Report};
+use audit::audit;
 
 /// The note on every gate of a merge that no policy checked.
 const UNVERIFIED: &str = "unverified merge: the figures and thresholds are the certificate \

@@ -19,6 +19,8 @@
 //! per disjunct, up to [`STARTS`] for low-dimensional inputs within [`FALSIFIER_SHARE`] of the
 //! budget); it runs before branch and bound.
 
+pub mod instance;
+
 use std::time::Instant;
 
 use ndarray::Array2;
