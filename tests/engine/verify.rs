@@ -306,7 +306,8 @@ const CREDIBLE: [&str; 8] = [
 fn natural_benchmark_against_published_verdicts() {
     let list = vnncomp().join("mnistfc/mnistfc_instances.csv");
     let req = common::verify_request::request(300.0, VerifyOptions::default());
-    let (results, _) = verify_cmd::instances(&req, &list, 0.2, &Progress::silent()).unwrap();
+    let (results, _) =
+        lipfp::commands::verify::instances(&req, &list, 0.2, &Progress::silent()).unwrap();
     let (mut refuted, mut verified) = (0, 0);
     for r in &results {
         let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
