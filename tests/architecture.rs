@@ -11,90 +11,44 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Top-level module -> the top-level modules it may import, bottom layer first. `lib.rs` and
-/// `main.rs` are the crate root and may name anything.
-const ALLOWED: &[(&str, &[&str])] = &[
-    // Shared leaves: the one diagnostic type, bounded file reads and report writes, progress on
-    // stderr, the generated certificate-file types. They import no folder.
-    ("error", &[]),
-    ("files", &["error"]),
-    ("progress", &[]),
-    ("proto_gen", &[]),
-    // Floating-point arithmetic: formats, directed rounding, execution models, runtimes.
-    ("arith", &["error"]),
-    // Untrusted ONNX in, a checked DenseNet out: reader, spec checks, graph -> network.
-    ("onnx", &["arith", "error", "files"]),
-    // Sound norms and per-instance certificates over the network.
-    ("bounds", &["onnx", "arith", "error"]),
-    // The lipfp.toml schema (it names modes, formats, runtimes and the Gram iterations).
-    (
-        "policy",
-        &["bounds", "arith", "error", "files", "proto_gen"],
-    ),
-    // Data, the centre execution, runs and the falsifier: outcomes, never reports.
-    (
-        "engine",
-        &[
-            "policy", "bounds", "onnx", "arith", "error", "files", "progress",
-        ],
-    ),
-    // Gate verdicts, baseline comparison and curve figures, from the engine's outcomes.
-    (
-        "gate",
-        &["engine", "policy", "bounds", "arith", "error", "files"],
-    ),
-    // Reporters (render, never compute) and certificate files.
-    (
-        "report",
-        &[
-            "gate",
-            "engine",
-            "policy",
-            "bounds",
-            "onnx",
-            "arith",
-            "error",
-            "files",
-            "progress",
-            "proto_gen",
-        ],
-    ),
-    // The subcommands: they wire every layer below together.
-    (
-        "commands",
-        &[
-            "report",
-            "gate",
-            "engine",
-            "policy",
-            "bounds",
-            "onnx",
-            "arith",
-            "error",
-            "files",
-            "progress",
-            "proto_gen",
-        ],
-    ),
-    // The argument parser and dispatch.
-    (
-        "cli",
-        &[
-            "commands",
-            "report",
-            "gate",
-            "engine",
-            "policy",
-            "bounds",
-            "onnx",
-            "arith",
-            "error",
-            "files",
-            "progress",
-            "proto_gen",
-        ],
-    ),
-];
+/// The shared leaves, which a folder's `Imports:` line may sum up as "the shared leaves".
+const LEAVES: [&str; 4] = ["error", "files", "progress", "proto_gen"];
+
+/// ARCHITECTURE.md, whose "Allowed imports" table is the one source of the import rules.
+fn architecture_md() -> String {
+    fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md")).unwrap()
+}
+
+/// Module -> the modules it may import, read from the rows `| `m` | `a`, `b` |` of the
+/// "Allowed imports" table in `doc`.
+fn allowed_in(doc: &str) -> BTreeMap<String, Vec<String>> {
+    let start = doc
+        .find("### Allowed imports")
+        .expect("ARCHITECTURE.md has an \"Allowed imports\" section");
+    let names = |cell: &str| -> Vec<String> {
+        cell.split(',')
+            .map(|n| n.trim().trim_matches('`').to_string())
+            .filter(|n| !n.is_empty())
+            .collect()
+    };
+    let mut table = BTreeMap::new();
+    for line in doc[start..].lines().skip_while(|l| !l.starts_with('|')) {
+        let Some(row) = line.strip_prefix("| `") else {
+            if line.starts_with('|') {
+                continue;
+            }
+            break;
+        };
+        let cells: Vec<&str> = row.split('|').collect();
+        let module = cells[0].trim().trim_end_matches('`').to_string();
+        assert!(
+            table.insert(module.clone(), names(cells[1])).is_none(),
+            "ARCHITECTURE.md lists `{module}` twice"
+        );
+    }
+    assert!(table.len() > 10, "the allowed-imports table was not read");
+    table
+}
 
 /// One `crate::` path in code.
 struct Edge {
@@ -173,44 +127,60 @@ fn group_heads(lines: &[&str], start: usize, s: &str) -> Vec<String> {
     heads
 }
 
-/// Every edge of `file` to another top-level module.
-fn edges_of(src: &Path, file: &Path, out: &mut Vec<Edge>, climbs: &mut Vec<String>) {
-    let Some(from) = top_module(src, file) else {
-        return;
-    };
-    let text = fs::read_to_string(file).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let shown = file.strip_prefix(src.parent().unwrap()).unwrap();
+/// Every path `prefix` starts in `lines` (outside comments), as (line index, first segment);
+/// a `prefix{a, b::c}` group gives each head.
+fn paths_after(lines: &[&str], prefix: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
     for (n, raw) in lines.iter().enumerate() {
-        let code = code_of(raw);
-        if code.contains("super::super::") {
-            climbs.push(format!("{}:{}: {}", shown.display(), n + 1, raw.trim()));
-        }
-        let mut rest = code;
-        while let Some(i) = rest.find("crate::") {
+        let mut rest = code_of(raw);
+        while let Some(i) = rest.find(prefix) {
             let before = rest[..i].chars().next_back();
-            let after = &rest[i + "crate::".len()..];
+            let after = &rest[i + prefix.len()..];
             rest = after;
             if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$') {
                 continue;
             }
-            let targets = match after.strip_prefix('{') {
-                Some(group) => group_heads(&lines, n, group),
+            let heads = match after.strip_prefix('{') {
+                Some(group) => group_heads(lines, n, group),
                 None => vec![ident(after).to_string()],
             };
-            for to in targets {
-                if !to.is_empty() && to != from && to != "self" {
-                    out.push(Edge {
-                        file: shown.to_path_buf(),
-                        line: n + 1,
-                        text: raw.trim().to_string(),
-                        from: from.clone(),
-                        to,
-                    });
-                }
-            }
+            out.extend(heads.into_iter().map(|h| (n, h)));
         }
     }
+    out
+}
+
+/// Every edge of `file` (of module `from`, shown as `shown`) to another top-level module,
+/// through paths starting with `prefix` (`crate::` in the library, `lipfp::` in `fuzz/`).
+fn edges_in(file: &Path, (from, shown, prefix): (&str, &Path, &str), out: &mut Vec<Edge>) {
+    let text = fs::read_to_string(file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    for (n, to) in paths_after(&lines, prefix) {
+        if !to.is_empty() && to != from && to != "self" {
+            out.push(Edge {
+                file: shown.to_path_buf(),
+                line: n + 1,
+                text: lines[n].trim().to_string(),
+                from: from.to_string(),
+                to,
+            });
+        }
+    }
+}
+
+/// Every edge of `file` to another top-level module, and its `super::super::` climbs.
+fn edges_of(src: &Path, file: &Path, out: &mut Vec<Edge>, climbs: &mut Vec<String>) {
+    let Some(from) = top_module(src, file) else {
+        return;
+    };
+    let shown = file.strip_prefix(src.parent().unwrap()).unwrap();
+    let text = fs::read_to_string(file).unwrap();
+    for (n, raw) in text.lines().enumerate() {
+        if code_of(raw).contains("super::super::") {
+            climbs.push(format!("{}:{}: {}", shown.display(), n + 1, raw.trim()));
+        }
+    }
+    edges_in(file, (&from, shown, "crate::"), out);
 }
 
 /// A cycle of `table`, if it has one.
@@ -251,17 +221,17 @@ fn cycle_of(table: &BTreeMap<&str, Vec<&str>>) -> Option<Vec<String>> {
     None
 }
 
-fn table() -> BTreeMap<&'static str, Vec<&'static str>> {
-    ALLOWED
-        .iter()
-        .map(|(m, deps)| (*m, deps.to_vec()))
+/// The allowed imports of ARCHITECTURE.md, borrowed.
+fn table_of(allowed: &BTreeMap<String, Vec<String>>) -> BTreeMap<&str, Vec<&str>> {
+    (allowed.iter())
+        .map(|(m, deps)| (m.as_str(), deps.iter().map(String::as_str).collect()))
         .collect()
 }
 
 #[test]
 fn allowed_table_is_acyclic() {
-    let table = table();
-    assert_eq!(table.len(), ALLOWED.len(), "a module is listed twice");
+    let allowed = allowed_in(&architecture_md());
+    let table = table_of(&allowed);
     for (m, deps) in &table {
         for d in deps {
             assert!(
@@ -277,7 +247,8 @@ fn allowed_table_is_acyclic() {
 
 #[test]
 fn cycle_check_finds_cycles() {
-    let mut table = table();
+    let allowed = allowed_in(&architecture_md());
+    let mut table = table_of(&allowed);
     table.get_mut("arith").unwrap().push("report");
     let c = cycle_of(&table).expect("a planted cycle is found");
     assert_eq!(c.first(), c.last());
@@ -286,7 +257,8 @@ fn cycle_check_finds_cycles() {
 #[test]
 fn imports_follow_the_layers() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let table = table();
+    let allowed = allowed_in(&architecture_md());
+    let table = table_of(&allowed);
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     files.sort();
@@ -297,12 +269,23 @@ fn imports_follow_the_layers() {
         if let Some(m) = top_module(&src, file) {
             if !table.contains_key(m.as_str()) {
                 problems.push(format!(
-                    "{}: top-level module `{m}` is not in ALLOWED (tests/architecture.rs)",
+                    "{}: top-level module `{m}` is not in ARCHITECTURE.md's allowed imports",
                     file.display()
                 ));
             }
         }
         edges_of(&src, file, &mut edges, &mut climbs);
+    }
+    // the fuzz targets and their library reach the crate as `lipfp::`
+    let root = src.parent().unwrap();
+    for dir in ["fuzz/src", "fuzz/fuzz_targets"] {
+        let mut fuzz = Vec::new();
+        rust_files(&root.join(dir), &mut fuzz);
+        assert!(!fuzz.is_empty(), "no Rust files under {dir}");
+        for file in &fuzz {
+            let shown = file.strip_prefix(root).unwrap();
+            edges_in(file, ("fuzz", shown, "lipfp::"), &mut edges);
+        }
     }
     assert!(
         edges.len() > 100,
@@ -328,7 +311,121 @@ fn imports_follow_the_layers() {
     }
     assert!(
         problems.is_empty(),
-        "imports against the layering (ARCHITECTURE.md, ALLOWED in tests/architecture.rs):\n{}",
+        "imports against the layering (ARCHITECTURE.md, \"Allowed imports\"):\n{}",
         problems.join("\n")
     );
+}
+
+/// A command (a file or folder of `src/commands/`) imports no other command: what two commands
+/// share lives in the layer it belongs to.
+#[test]
+fn commands_import_no_other_command() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    let mut problems = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&dir).unwrap();
+        let own = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let own = own.trim_end_matches(".rs");
+        if own == "mod" {
+            continue;
+        }
+        let text = fs::read_to_string(file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut heads = paths_after(&lines, "crate::commands::");
+        if rel.components().count() == 1 {
+            // `super::` of a command file is `commands` itself
+            heads.extend(paths_after(&lines, "super::"));
+        }
+        for (n, head) in heads {
+            if head != own && head != "*" && head != "self" && !head.is_empty() {
+                problems.push(format!(
+                    "src/commands/{}:{}: command `{own}` imports command `{head}`: {}",
+                    rel.display(),
+                    n + 1,
+                    lines[n].trim()
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The modules an `Imports:` paragraph of a module doc names (its `crate::x` links), and
+/// whether it sums up the shared leaves.
+fn imports_line(doc: &str) -> Option<(Vec<String>, bool)> {
+    let lines: Vec<&str> = doc
+        .lines()
+        .map(|l| l.trim_start_matches("//!").trim())
+        .collect();
+    let start = lines.iter().position(|l| l.starts_with("Imports:"))?;
+    let para: Vec<&str> = lines[start..]
+        .iter()
+        .take_while(|l| !l.is_empty())
+        .copied()
+        .collect();
+    let text = para.join(" ");
+    let named = paths_after(&[text.as_str()], "crate::")
+        .into_iter()
+        .map(|(_, h)| h)
+        .collect();
+    Some((named, text.contains("shared leaves")))
+}
+
+/// Each folder's `mod.rs` names on its `Imports:` line exactly the modules ARCHITECTURE.md
+/// allows it (the shared leaves may be summed up).
+#[test]
+fn every_folder_names_its_allowed_imports() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let allowed = allowed_in(&architecture_md());
+    let mut problems = Vec::new();
+    for (module, deps) in &allowed {
+        let path = src.join(module).join("mod.rs");
+        if !path.exists() {
+            continue;
+        }
+        let doc = fs::read_to_string(&path).unwrap();
+        let Some((named, leaves)) = imports_line(&doc) else {
+            problems.push(format!("src/{module}/mod.rs has no `Imports:` line"));
+            continue;
+        };
+        for n in &named {
+            if !deps.contains(n) {
+                problems.push(format!(
+                    "src/{module}/mod.rs names `{n}`, which ARCHITECTURE.md does not allow it"
+                ));
+            }
+        }
+        for d in deps {
+            let summed = leaves && LEAVES.contains(&d.as_str());
+            if !named.contains(d) && !summed {
+                problems.push(format!(
+                    "src/{module}/mod.rs does not name `{d}`, which ARCHITECTURE.md allows it"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The table parser reads rows, and an `Imports:` line that names a module the table does not
+/// allow is told apart.
+#[test]
+fn the_rule_readers_read_what_they_should() {
+    let doc = "x\n### Allowed imports\n\n| module | may import |\n|---|---|\n| `a` | |\n\
+               | `b` | `a` |\n| `c` | `a`, `b` |\n| `d` | `c` |\n| `e` | |\n| `f` | |\n\
+               | `g` | |\n| `h` | |\n| `i` | |\n| `j` | |\n| `k` | `j` |\n\nafter\n";
+    let t = allowed_in(doc);
+    assert_eq!(t["c"], ["a", "b"]);
+    assert!(t["a"].is_empty());
+    let (named, leaves) =
+        imports_line("//! Intro.\n//!\n//! Imports: [`crate::a`] and\n//! [`crate::b`], the shared leaves.\n//!\n//! [`crate::z`]").unwrap();
+    assert_eq!(named, ["a", "b"]);
+    assert!(leaves);
 }

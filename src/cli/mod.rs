@@ -2,6 +2,10 @@
 //! [`crate::commands`], dispatch, publishing the reports, and the exit-code contract. The
 //! commands' work is in [`crate::commands`].
 //!
+//! Imports: [`crate::commands`], [`crate::report`], [`crate::gate`], [`crate::engine`],
+//! [`crate::policy`], [`crate::bounds`], [`crate::onnx`], [`crate::arith`] and the shared
+//! leaves.
+//!
 //! Exit codes (the one documented place):
 //! * `0` — success; for `check` and `report`, every gate passed (or had no thresholds);
 //! * `1` — at least one gate failed its thresholds (and none errored); for `verify`, the property

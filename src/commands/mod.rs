@@ -5,7 +5,9 @@
 //! [`Report`](crate::report::Report) and files to publish. They take plain requests, never the
 //! `clap` arguments: [`crate::cli`] parses the flags, writes the outputs and picks the exit code.
 //!
-//! Imports: every folder except [`crate::cli`].
+//! Imports: [`crate::report`], [`crate::gate`], [`crate::engine`], [`crate::policy`],
+//! [`crate::bounds`], [`crate::onnx`], [`crate::arith`] and the shared leaves; never
+//! another command.
 
 pub mod bench;
 pub mod certify;
