@@ -25,12 +25,12 @@ use lipfp::bounds::certify::Mode;
 use lipfp::engine::data::{self, InputStream};
 use lipfp::engine::run;
 use lipfp::error::LipfpError;
-use lipfp::gate::verdict::evaluate;
+use lipfp::gate::assemble::GateRun;
 use lipfp::onnx::model::{self, Activation, AffineStep, Dense, DenseNet, ElementOp};
 use lipfp::policy::{Policy, Radius};
 use lipfp::progress::Progress;
 use lipfp::report::certificates;
-use lipfp::report::{self, GateReport, Report};
+use lipfp::report::{self, Report};
 
 /// Classes of the network the label reader checks labels against.
 pub const LABEL_CLASSES: usize = 10;
@@ -571,10 +571,24 @@ fn render(merged: &[certificates::MergedGate]) {
     let gates = merged
         .iter()
         .map(|m| {
-            let verdict = evaluate(&m.thresholds, m.mode, &m.outcome, Err("no baseline".into()));
-            let mut g = GateReport::new(&m.name, &m.facts, &m.radius, m.mode, &m.outcome, &verdict);
-            g.policy_line = (m.policy_line > 0).then_some(m.policy_line);
-            g
+            GateRun {
+                name: &m.name,
+                facts: &m.facts,
+                radius: &m.radius,
+                mode: m.mode,
+                outcome: &m.outcome,
+                thresholds: &m.thresholds,
+                baseline: None,
+                regression: None,
+                policy_line: (m.policy_line > 0).then_some(m.policy_line),
+                model_name: m.model_name.clone(),
+                curve: None,
+                complete: m.complete.clone(),
+                attack: None,
+                notes: Vec::new(),
+                withheld: None,
+            }
+            .build()
         })
         .collect();
     let r = Report {

@@ -12,15 +12,15 @@ use crate::engine::complete::points::decide_points;
 use crate::engine::run::{self, Subject, SubjectSpec};
 use crate::error::LipfpError;
 use crate::files::Artifact;
+use crate::gate::assemble::GateRun;
 use crate::gate::curve::CurveReport;
-use crate::gate::verdict::GateVerdict;
 use crate::policy::{CompleteBudget, CurveGrid, Radius, Thresholds};
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
 use crate::report::attack::AttackReport;
 use crate::report::certificates::{self, GateMeta};
 use crate::report::complete::CompleteReport;
-use crate::report::{self as reports, GateReport, Report, SubjectFacts};
+use crate::report::{self as reports, Report, SubjectFacts};
 
 /// The gate name of `lipfp certify`'s one gate.
 const GATE: &str = "certify";
@@ -79,41 +79,46 @@ pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, Lipf
     let decisions = (req.modes.contains(&Mode::Complete))
         .then(|| decide_points(&subject, &req.radius, &mut outcome, req.complete, progress))
         .transpose()?;
-    let verdict = GateVerdict {
-        passed: None,
-        failures: vec![],
-        warnings: vec![],
-        checks: vec![],
-    };
     let model_name = req.spec.model.display().to_string();
-    let mut gate = GateReport::new(
-        GATE,
-        &SubjectFacts::of(&subject, req.spec.gram_iterations),
-        &req.radius,
-        mode,
-        &outcome,
-        &verdict,
-    );
-    gate.model_name = Some(model_name.clone());
     let mut artifacts = Vec::new();
-    attach_curve(req, &subject, &mut gate, &mut artifacts, progress)?;
+    let curve = curve(req, &subject, &mut artifacts, progress)?;
+    let mut complete = None;
+    let mut attack = None;
     if let Some(d) = &decisions {
         let settled = outcome.mode(Mode::Complete);
-        gate.complete = settled.map(|m| CompleteReport::new(m, d.into(), (&req.complete).into()));
+        complete = settled.map(|m| CompleteReport::new(m, d.into(), (&req.complete).into()));
         if mode == Mode::Complete {
-            gate.attack = Some(AttackReport::of_subject(&d.attack, &subject));
+            attack = Some(AttackReport::of_subject(&d.attack, &subject));
             if let Some(p) = req.attack_witnesses.as_ref().filter(|_| req.attack) {
                 artifacts.extend(attack::witnesses::artifacts(p, &subject, &d.attack));
             }
         }
     }
-    if req.attack && gate.attack.is_none() {
+    if req.attack && attack.is_none() {
         let found = attack::falsify(&subject, &req.radius, mode, &outcome, progress)?;
-        gate.attack = Some(AttackReport::of_subject(&found, &subject));
+        attack = Some(AttackReport::of_subject(&found, &subject));
         if let Some(p) = &req.attack_witnesses {
             artifacts.extend(attack::witnesses::artifacts(p, &subject, &found));
         }
     }
+    let gate = GateRun {
+        name: GATE,
+        facts: &SubjectFacts::of(&subject, req.spec.gram_iterations),
+        radius: &req.radius,
+        mode,
+        outcome: &outcome,
+        thresholds: &Thresholds::default(),
+        baseline: None,
+        regression: None,
+        policy_line: None,
+        model_name: Some(model_name.clone()),
+        curve,
+        complete,
+        attack,
+        notes: Vec::new(),
+        withheld: None,
+    }
+    .build();
     if let Some(path) = &req.certificates {
         let meta = GateMeta {
             name: GATE,
@@ -148,16 +153,16 @@ fn first_mode(modes: &[Mode]) -> Result<Mode, LipfpError> {
     })
 }
 
-/// With a curve asked for: the curve on `gate`, and with a plot its SVG among the `artifacts`.
-fn attach_curve(
+/// With a curve asked for: the curve and its notes, and with a plot its SVG among the
+/// `artifacts`.
+fn curve(
     req: &CertifyRequest,
     subject: &Subject,
-    gate: &mut GateReport,
     artifacts: &mut Vec<Artifact>,
     progress: &Progress,
-) -> Result<(), LipfpError> {
+) -> Result<Option<(CurveReport, Vec<String>)>, LipfpError> {
     let Some(text) = &req.curve else {
-        return Ok(());
+        return Ok(None);
     };
     let grid =
         CurveGrid::parse_list(text).map_err(|m| LipfpError::Usage(format!("--curve: {m}")))?;
@@ -171,12 +176,10 @@ fn attach_curve(
             best_local: req.best_local,
         },
     )?;
-    gate.notes.extend(curve.notes());
     let c = CurveReport::new(&curve, subject.n());
     if let Some(path) = &req.plot {
-        let svg = reports::plot::svg(&gate.name, &c, None)?;
+        let svg = reports::plot::svg(GATE, &c, None)?;
         artifacts.push(Artifact::new(path, svg.into_bytes(), "SVG plot"));
     }
-    gate.curve = Some(c);
-    Ok(())
+    Ok(Some((c, curve.notes())))
 }

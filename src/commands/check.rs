@@ -7,14 +7,14 @@
 //! outside every gate (the policy, the baseline file, the outputs) stop the run.
 
 use crate::bounds::certify::Mode;
-use crate::engine::complete::points::decide_points;
+use crate::engine::complete::points::{decide_points, PointDecisions};
 use crate::engine::run::{self, ReferencePlan, Shard, Subject, SubjectSpec};
 use crate::error::LipfpError;
-use crate::gate::baseline::{Baseline, Identity, Unusable};
+use crate::gate::assemble::GateRun;
+use crate::gate::baseline::Baseline;
 use crate::gate::curve::CurveReport;
 use crate::gate::regression;
-use crate::gate::verdict::evaluate;
-use crate::policy::{Gate, Policy, Target};
+use crate::policy::{CompleteBudget, Gate, Policy, Target};
 use crate::progress::Progress;
 use crate::proto_gen::GateCertificates;
 use crate::report::attack::AttackReport;
@@ -178,78 +178,65 @@ fn evaluate_gate(
                 .map_err(|e| e.to_string())
         })
         .transpose()?;
-    let facts = SubjectFacts::of(subject, g.target.gram_iterations);
-    let identity = Identity {
-        epsilon: g.radius.fields().0,
-        epsilons_sha256: outcome.radii_hash.clone(),
-        format: Some(facts.format.name().to_string()),
-        execution: Some(facts.execution.clone()),
-        test_set_hash: facts.test_set_hash.clone(),
-        ball: Some(facts.ball.clone()),
-    };
-    let mut base = match baseline {
-        Some(b) => b.compare(&g.name, g.mode().name(), &identity).cloned(),
-        None => Err("no baseline report".to_string()),
-    };
-    let regression = match (baseline, &mut base) {
-        (Some(b), Ok(figures)) => {
-            let r = regression::of_run(b, (&g.name, g.mode().name()), subject, &outcome);
-            figures.vra_drop_p = r.as_ref().map(|r| r.drop_p_value());
-            r
-        }
-        _ => None,
-    };
-    let verdict = evaluate(
-        &g.thresholds,
-        g.mode(),
-        &outcome,
-        base.as_ref().map_err(Clone::clone),
-    );
-    let mut gate = GateReport::new(&g.name, &facts, &g.radius, g.mode(), &outcome, &verdict);
-    gate.regression = regression;
-    gate.policy_line = Some(g.line);
-    gate.model_name = Some(g.model_name.clone());
-    gate.notes.extend(g.thresholds.fraction_notes());
-    if let (Some(_), Err(why)) = (baseline, &base) {
-        let required = policy.baseline.as_ref().is_some_and(|b| b.required);
-        gate.baseline_unusable(Unusable::of(why.clone(), &g.thresholds, required));
+    let curve = (g.curve.as_ref())
+        .map(|grid| {
+            progress.stage(&format!("gate `{}`: robustness curve", g.name));
+            run::certify_curve(subject, grid, &g.modes, &options)
+                .map(|c| (CurveReport::new(&c, subject.n()), c.notes()))
+                .map_err(|e| e.to_string())
+        })
+        .transpose()?;
+    let (complete, attack) = decisions_and_bracket(g, subject, &outcome, decisions, progress)?;
+    let required = policy.baseline.as_ref().is_some_and(|b| b.required);
+    let gate = GateRun {
+        name: &g.name,
+        facts: &SubjectFacts::of(subject, g.target.gram_iterations),
+        radius: &g.radius,
+        mode: g.mode(),
+        outcome: &outcome,
+        thresholds: &g.thresholds,
+        baseline: baseline.map(|b| (b, required)),
+        regression: baseline
+            .and_then(|b| regression::of_run(b, (&g.name, g.mode().name()), subject, &outcome)),
+        policy_line: Some(g.line),
+        model_name: Some(g.model_name.clone()),
+        curve,
+        complete,
+        attack,
+        notes: Vec::new(),
+        // a shard's figures are partial: thresholds are judged on the merged report
+        withheld: shard.map(|_| "thresholds are evaluated by `lipfp report` on the merged shards"),
     }
-    if let Some(grid) = &g.curve {
-        progress.stage(&format!("gate `{}`: robustness curve", g.name));
-        let curve = run::certify_curve(
-            subject,
-            grid,
-            &g.modes,
-            &run::CertifyOptions {
-                local_budget_s: g.local_budget_s,
-                best_local: g.best_local,
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        gate.notes.extend(curve.notes());
-        gate.curve = Some(CurveReport::new(&curve, subject.n()));
-        gate.baseline_curve = baseline.and_then(|b| b.curve(&g.name, &identity)).cloned();
-    }
+    .build();
+    Ok((gate, outcome))
+}
+
+/// Mode `complete`'s decisions as reported, and the falsifier's figures: those that ran
+/// before branch and bound when the gate judges mode `complete`, else (with `attack = true`)
+/// a run of the falsifier on the points `outcome` leaves uncertified.
+fn decisions_and_bracket(
+    g: &Gate,
+    subject: &Subject,
+    outcome: &run::CertifyOutcome,
+    decisions: Option<(PointDecisions, CompleteBudget)>,
+    progress: &Progress,
+) -> Result<(Option<CompleteReport>, Option<AttackReport>), String> {
+    let mut complete = None;
+    let mut attack = None;
     if let Some((d, budget)) = &decisions {
         let mode = outcome
             .mode(Mode::Complete)
             .ok_or("internal: mode complete missing")?;
-        gate.complete = Some(CompleteReport::new(mode, d.into(), budget.into()));
+        complete = Some(CompleteReport::new(mode, d.into(), budget.into()));
         if g.mode() == Mode::Complete {
-            // the falsifier ran before branch and bound
-            gate.attack = Some(AttackReport::of_subject(&d.attack, subject));
+            attack = Some(AttackReport::of_subject(&d.attack, subject));
         }
     }
-    if g.attack && gate.attack.is_none() {
+    if g.attack && attack.is_none() {
         progress.stage(&format!("gate `{}`: falsifier", g.name));
-        let found =
-            crate::engine::attack::falsify(subject, &g.radius, g.mode(), &outcome, progress)
-                .map_err(|e| e.to_string())?;
-        gate.attack = Some(AttackReport::of_subject(&found, subject));
+        let found = crate::engine::attack::falsify(subject, &g.radius, g.mode(), outcome, progress)
+            .map_err(|e| e.to_string())?;
+        attack = Some(AttackReport::of_subject(&found, subject));
     }
-    if shard.is_some() && gate.passed.is_some() {
-        // a shard's figures are partial: thresholds are judged on the merged report
-        gate.withhold_verdict("thresholds are evaluated by `lipfp report` on the merged shards");
-    }
-    Ok((gate, outcome))
+    Ok((complete, attack))
 }

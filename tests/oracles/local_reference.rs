@@ -272,6 +272,7 @@ fn sharded_local_certificates_merge_and_verify() {
     let (code, out) = lipfp(&[
         "report",
         "-q",
+        "-v",
         "a.pb",
         "b.pb",
         "--config",

@@ -161,9 +161,8 @@ fn three_gates() -> Report {
     r
 }
 
-// ---------------------------------------------------------------------------------------------
-// A small XML 1.0 well-formedness parser (no XML crate is a direct dev-dependency): elements,
-// attributes, character and entity references, CDATA, comments, processing instructions.
+// XML documents read with roxmltree (which checks well-formedness: XML 1.0 characters,
+// references, CDATA, one root) into a small owned tree the JUnit checks below walk.
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Debug, Default)]
@@ -187,258 +186,41 @@ impl Node {
         self.children.iter().filter(move |c| c.name == name)
     }
 
-    fn descendants<'a>(&'a self, name: &str, out: &mut Vec<&'a Node>) {
+    fn all(&self, name: &str) -> Vec<&Node> {
+        let mut out = Vec::new();
         for c in &self.children {
             if c.name == name {
                 out.push(c);
             }
-            c.descendants(name, out);
+            out.extend(c.all(name));
         }
-    }
-
-    fn all(&self, name: &str) -> Vec<&Node> {
-        let mut out = Vec::new();
-        self.descendants(name, &mut out);
         out
     }
-}
 
-fn is_xml_char(c: char) -> bool {
-    matches!(c, '\t' | '\n' | '\r')
-        || ('\u{20}'..='\u{D7FF}').contains(&c)
-        || ('\u{E000}'..='\u{FFFD}').contains(&c)
-        || c >= '\u{10000}'
-}
-
-fn is_name_start(c: char) -> bool {
-    c.is_alphabetic() || c == '_' || c == ':'
-}
-
-fn is_name_char(c: char) -> bool {
-    is_name_start(c) || c.is_alphanumeric() || matches!(c, '-' | '.')
-}
-
-struct Parser<'a> {
-    s: &'a str,
-    i: usize,
-}
-
-impl<'a> Parser<'a> {
-    fn rest(&self) -> &'a str {
-        &self.s[self.i..]
-    }
-
-    fn err<T>(&self, what: &str) -> Result<T, String> {
-        let ctx: String = self.rest().chars().take(40).collect();
-        Err(format!("{what} at byte {} (near {ctx:?})", self.i))
-    }
-
-    fn eat(&mut self, lit: &str) -> bool {
-        if self.rest().starts_with(lit) {
-            self.i += lit.len();
-            true
-        } else {
-            false
+    /// The element `e` and everything under it.
+    fn of(e: roxmltree::Node) -> Node {
+        Node {
+            name: e.tag_name().name().to_string(),
+            attrs: (e.attributes())
+                .map(|a| (a.name().to_string(), a.value().to_string()))
+                .collect(),
+            children: e
+                .children()
+                .filter(|c| c.is_element())
+                .map(Node::of)
+                .collect(),
+            text: (e.children())
+                .filter(|c| c.is_text())
+                .filter_map(|c| c.text())
+                .collect(),
         }
     }
-
-    fn skip_ws(&mut self) -> bool {
-        let start = self.i;
-        while let Some(c) = self.rest().chars().next() {
-            if matches!(c, ' ' | '\t' | '\n' | '\r') {
-                self.i += 1;
-            } else {
-                break;
-            }
-        }
-        self.i > start
-    }
-
-    fn until(&mut self, end: &str) -> Result<&'a str, String> {
-        match self.rest().find(end) {
-            Some(k) => {
-                let out = &self.rest()[..k];
-                self.i += k + end.len();
-                Ok(out)
-            }
-            None => self.err(&format!("unterminated construct (no {end:?})")),
-        }
-    }
-
-    fn name(&mut self) -> Result<String, String> {
-        let mut chars = self.rest().char_indices();
-        match chars.next() {
-            Some((_, c)) if is_name_start(c) => {}
-            _ => return self.err("expected a name"),
-        }
-        let len = chars
-            .find(|&(_, c)| !is_name_char(c))
-            .map(|(k, _)| k)
-            .unwrap_or(self.rest().len());
-        let name = self.rest()[..len].to_string();
-        self.i += len;
-        Ok(name)
-    }
-
-    /// Comments, processing instructions and whitespace between markup.
-    fn misc(&mut self) -> Result<(), String> {
-        loop {
-            self.skip_ws();
-            if self.eat("<!--") {
-                let c = self.until("-->")?;
-                if c.contains("--") {
-                    return self.err("`--` inside a comment");
-                }
-            } else if self.rest().starts_with("<?") && !self.rest().starts_with("<?xml ") {
-                self.i += 2;
-                self.until("?>")?;
-            } else {
-                return Ok(());
-            }
-        }
-    }
-
-    fn element(&mut self) -> Result<Node, String> {
-        if !self.eat("<") {
-            return self.err("expected `<`");
-        }
-        let mut node = Node {
-            name: self.name()?,
-            ..Node::default()
-        };
-        loop {
-            let had_ws = self.skip_ws();
-            if self.eat("/>") {
-                return Ok(node);
-            }
-            if self.eat(">") {
-                break;
-            }
-            if !had_ws {
-                return self.err("expected whitespace before an attribute");
-            }
-            let key = self.name()?;
-            self.skip_ws();
-            if !self.eat("=") {
-                return self.err("expected `=`");
-            }
-            self.skip_ws();
-            let quote = match self.rest().chars().next() {
-                Some(q @ ('"' | '\'')) => q,
-                _ => return self.err("expected a quoted attribute value"),
-            };
-            self.i += 1;
-            let raw = self.until(&quote.to_string())?;
-            if raw.contains('<') {
-                return self.err("`<` in an attribute value");
-            }
-            let value: String = unescape(raw)?
-                .chars()
-                .map(|c| {
-                    if matches!(c, '\t' | '\n' | '\r') {
-                        ' '
-                    } else {
-                        c
-                    }
-                })
-                .collect();
-            if node.attr(&key).is_some() {
-                return self.err(&format!("duplicate attribute {key}"));
-            }
-            node.attrs.push((key, value));
-        }
-        loop {
-            if self.eat("</") {
-                let end = self.name()?;
-                self.skip_ws();
-                if !self.eat(">") || end != node.name {
-                    return self.err(&format!("bad end tag for <{}>", node.name));
-                }
-                return Ok(node);
-            } else if self.eat("<![CDATA[") {
-                let text = self.until("]]>")?;
-                node.text.push_str(text);
-            } else if self.eat("<!--") {
-                self.until("-->")?;
-            } else if self.eat("<?") {
-                self.until("?>")?;
-            } else if self.rest().starts_with('<') {
-                let child = self.element()?;
-                node.children.push(child);
-            } else if self.rest().is_empty() {
-                return self.err(&format!("unclosed <{}>", node.name));
-            } else {
-                let k = self.rest().find('<').unwrap_or(self.rest().len());
-                let raw = &self.rest()[..k];
-                if raw.contains("]]>") {
-                    return self.err("`]]>` in character data");
-                }
-                node.text.push_str(&unescape(raw)?);
-                self.i += k;
-            }
-        }
-    }
-}
-
-fn unescape(raw: &str) -> Result<String, String> {
-    let mut out = String::new();
-    let mut rest = raw;
-    while let Some(k) = rest.find('&') {
-        out.push_str(&rest[..k]);
-        let after = &rest[k + 1..];
-        let end = after
-            .find(';')
-            .ok_or_else(|| format!("unterminated reference in {raw:?}"))?;
-        let r = &after[..end];
-        let c = match r {
-            "lt" => '<',
-            "gt" => '>',
-            "amp" => '&',
-            "quot" => '"',
-            "apos" => '\'',
-            _ => {
-                let code = if let Some(h) = r.strip_prefix("#x") {
-                    u32::from_str_radix(h, 16)
-                } else if let Some(d) = r.strip_prefix('#') {
-                    d.parse()
-                } else {
-                    return Err(format!("unknown entity &{r}; in {raw:?}"));
-                }
-                .map_err(|_| format!("bad character reference &{r};"))?;
-                char::from_u32(code)
-                    .filter(|&c| is_xml_char(c))
-                    .ok_or_else(|| format!("reference &{r}; to a forbidden character"))?
-            }
-        };
-        out.push(c);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 /// Parse a complete XML 1.0 document, checking well-formedness; returns the root element.
 fn parse_xml(s: &str) -> Result<Node, String> {
-    if let Some((k, c)) = s.char_indices().find(|&(_, c)| !is_xml_char(c)) {
-        return Err(format!(
-            "character U+{:04X} forbidden by XML 1.0 at byte {k}",
-            c as u32
-        ));
-    }
-    let mut p = Parser { s, i: 0 };
-    if p.eat("<?xml") {
-        let decl = p.until("?>")?;
-        if !decl.contains("version=\"1.0\"") {
-            return Err(format!("unexpected declaration {decl:?}"));
-        }
-    }
-    p.misc()?;
-    let root = p.element()?;
-    p.misc()?;
-    if !p.rest().is_empty() {
-        return p.err("content after the root element");
-    }
-    Ok(root)
+    let doc = roxmltree::Document::parse(s).map_err(|e| e.to_string())?;
+    Ok(Node::of(doc.root_element()))
 }
 
 // ---------------------------------------------------------------------------------------------

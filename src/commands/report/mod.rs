@@ -11,8 +11,8 @@ mod audit;
 use std::path::{Path, PathBuf};
 
 use crate::error::LipfpError;
-use crate::gate::baseline::{Baseline, Identity, Unusable};
-use crate::gate::verdict::evaluate;
+use crate::gate::assemble::GateRun;
+use crate::gate::baseline::Baseline;
 use crate::policy::Policy;
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
@@ -89,29 +89,25 @@ fn gate_report(
     (baseline, required): (Option<&Baseline>, bool),
     progress: &Progress,
 ) -> GateReport {
-    let identity = Identity {
-        epsilon: m.radius.fields().0,
-        epsilons_sha256: m.outcome.radii_hash.clone(),
-        format: Some(m.facts.format.name().to_string()),
-        execution: Some(m.facts.execution.clone()),
-        test_set_hash: m.facts.test_set_hash.clone(),
-        ball: Some(m.facts.ball.clone()),
-    };
-    let base = match baseline {
-        Some(b) => b.compare(&m.name, m.mode.name(), &identity),
-        None => Err("no baseline report".to_string()),
-    };
-    let verdict = evaluate(&m.thresholds, m.mode, &m.outcome, base.clone());
-    let mut gate = GateReport::new(&m.name, &m.facts, &m.radius, m.mode, &m.outcome, &verdict);
-    gate.policy_line = (m.policy_line > 0).then_some(m.policy_line);
-    gate.model_name = m.model_name.clone();
-    gate.complete = m.complete.clone();
     for note in m.thresholds.fraction_notes() {
         progress.warn(&format!("gate `{}`: {note}", m.name));
-        gate.notes.push(note);
     }
-    if let (Some(_), Err(why)) = (baseline, base) {
-        gate.baseline_unusable(Unusable::of(why, &m.thresholds, required));
+    GateRun {
+        name: &m.name,
+        facts: &m.facts,
+        radius: &m.radius,
+        mode: m.mode,
+        outcome: &m.outcome,
+        thresholds: &m.thresholds,
+        baseline: baseline.map(|b| (b, required)),
+        regression: None,
+        policy_line: (m.policy_line > 0).then_some(m.policy_line),
+        model_name: m.model_name.clone(),
+        curve: None,
+        complete: m.complete.clone(),
+        attack: None,
+        notes: Vec::new(),
+        withheld: None,
     }
-    gate
+    .build()
 }
