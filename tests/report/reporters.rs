@@ -1147,3 +1147,39 @@ fn a_per_point_regression_is_shown_where_reviewers_look() {
         25
     );
 }
+
+/// `text` with the JUnit suites' render-time `timestamp` attributes blanked.
+fn untimestamped(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("timestamp=\"") {
+        let value = &rest[i + "timestamp=\"".len()..];
+        let end = value.find('"').unwrap_or(value.len());
+        out.push_str(&rest[..i]);
+        out.push_str("timestamp=\"T\"");
+        rest = &value[(end + 1).min(value.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Every reporter's output for three gates (passing, failing, errored), pinned by snapshot
+/// files in `tests/report/snapshots/` (`cargo insta review` after an intended change).
+#[test]
+fn every_reporter_output_is_pinned() {
+    let r = three_gates();
+    insta::assert_snapshot!("console", console::render(&r, false));
+    insta::assert_snapshot!("console_verbose", console::render(&r, true));
+    insta::assert_snapshot!(
+        "junit",
+        untimestamped(&junit::render(&r, "lipfp: lipfp.toml"))
+    );
+    insta::assert_snapshot!("step_summary", github::step_summary(&r));
+    insta::assert_snapshot!(
+        "annotations",
+        github::annotations(&r, "lipfp.toml").join("\n")
+    );
+    insta::assert_snapshot!("outputs", github::outputs(&r));
+    insta::assert_snapshot!("pr_comment", lipfp::report::pr_comment::render(&r));
+    insta::assert_snapshot!("json", lipfp::report::json::render(&r));
+}
