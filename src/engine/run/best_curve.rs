@@ -8,10 +8,10 @@
 
 use rayon::prelude::*;
 
-use super::certify::centre_of;
 use super::passes::reference_at;
+use super::reference::ReferenceData;
+use super::subject::Subject;
 use super::threshold::{threshold, Threshold};
-use super::{ReferenceData, Subject};
 use crate::bounds::certify::{Centre, Certifier, Mode};
 use crate::error::LipfpError;
 
@@ -35,7 +35,7 @@ impl<'a> Centres<'a> {
 
     /// Point `i`'s centre, with the reference's measurements where either pass ran there.
     pub(super) fn at(&self, i: usize) -> Centre<'_> {
-        let mut c = centre_of(self.subject, i);
+        let mut c = self.subject.centre(i);
         if c.hi.is_none() {
             let net = &self.subject.net;
             c.hi = (self.extra.as_ref()).and_then(|r| r.at(i, net.classes(), net.layers.len()));

@@ -8,9 +8,9 @@ use std::time::Instant;
 use ndarray::Array2;
 use rayon::prelude::*;
 
-use super::certify::{centre_of, CertifyOptions};
 use super::local::{LocalModel, LocalPoint};
-use super::Subject;
+use super::subject::CertifyOptions;
+use super::subject::Subject;
 use crate::bounds::ball::Norm;
 use crate::bounds::certify::{Certifier, Mode, PointResult, Refusal};
 use crate::engine::gradient::{runner_up, GradNet};
@@ -145,7 +145,7 @@ pub(super) fn best_with_local(
                 tally.over_budget += 1;
                 continue;
             };
-            let mut c = centre_of(subject, i);
+            let mut c = subject.centre(i);
             c.local = Some(point.margins(eps[i]));
             let r = certifier.certify(Mode::Best, &c, eps[i]);
             tally.gained += usize::from(r.verdict.is_ok());

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use super::best_local::best_with_local;
 use super::local::{local_pass, LocalPass};
-use super::Subject;
+use super::subject::{CertifyOptions, Subject};
 use crate::bounds::certify::{Centre, Certifier, Mode, PointResult, Refusal, Verdict};
 use crate::engine::data;
 use crate::engine::digest::radii_hash;
@@ -162,34 +162,14 @@ impl CertifyOutcome {
     }
 }
 
-/// What the forward passes measured at point `i` of `subject`.
-pub(super) fn centre_of(subject: &Subject, i: usize) -> Centre<'_> {
-    let classes = subject.net.classes();
-    let depth = subject.net.layers.len();
-    Centre {
-        logits: &subject.logits[i * classes..(i + 1) * classes],
-        x_norm: subject.x_norms[i],
-        hi: subject
-            .reference
-            .as_ref()
-            .and_then(|r| r.at(i, classes, depth)),
-        decided: subject
-            .reference
-            .as_ref()
-            .and_then(|r| r.decided.get(i).copied().flatten()),
-        local: None,
-        cover: subject.cover(),
-    }
-}
-
-/// [`centre_of`] with the local bounds of the pass `local` at radius `eps`, where computed.
+/// [`Subject::centre`] with the local bounds of the pass `local` at radius `eps`, where computed.
 fn centre_with_local<'a>(
     subject: &'a Subject,
     i: usize,
     local: Option<&'a LocalPass>,
     eps: f64,
 ) -> Centre<'a> {
-    let mut c = centre_of(subject, i);
+    let mut c = subject.centre(i);
     c.local = local
         .and_then(|p| p.points[i].as_ref())
         .map(|p| p.margins(eps));
@@ -304,16 +284,6 @@ pub fn certify(
     modes: &[Mode],
 ) -> Result<CertifyOutcome, LipfpError> {
     certify_with_progress(subject, radius, modes, &Progress::silent())
-}
-
-/// How a certification runs beyond its modes.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CertifyOptions {
-    /// Seconds the local bounds may take (`None`: no limit).
-    pub local_budget_s: Option<f64>,
-    /// Let `best` consult local bounds at the points it does not otherwise certify (lazily:
-    /// where a first-order estimate says they can help), when `local` is not computed anyway.
-    pub best_local: bool,
 }
 
 /// [`certify`], showing progress per mode.

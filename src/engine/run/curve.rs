@@ -13,10 +13,10 @@ use rayon::prelude::*;
 
 use super::best_curve::{best_thresholds, extend_for_grid, Centres};
 use super::best_local;
-use super::certify::{centre_of, CertifyOptions};
 use super::local_curve::{self, LocalBudget};
+use super::subject::CertifyOptions;
+use super::subject::Subject;
 use super::threshold::{threshold, Threshold};
-use super::Subject;
 use crate::bounds::certify::{Certifier, Mode};
 use crate::error::LipfpError;
 use crate::policy::{CurveGrid, Radius};
@@ -199,7 +199,7 @@ pub fn certify_curve(
         (0..subject.n())
             .into_par_iter()
             .with_min_len(64)
-            .map(|i| threshold(&certifier, mode, &centre_of(subject, i)))
+            .map(|i| threshold(&certifier, mode, &subject.centre(i)))
             .collect()
     };
     let budget = LocalBudget::new(local_budget_s, subject.n());

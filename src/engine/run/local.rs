@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::{Subject, STREAM_ROWS};
+use super::subject::{Subject, STREAM_ROWS};
 use crate::arith::format::pow2;
 use crate::arith::sound::{add_up, l2_norm_up};
 use crate::bounds::ball::{clipped_box, BallSpec, Cover, Norm};

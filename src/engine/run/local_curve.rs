@@ -11,10 +11,9 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::certify::centre_of;
 use super::local::LocalModel;
+use super::subject::Subject;
 use super::threshold::{guess, threshold_by, Threshold};
-use super::Subject;
 use crate::bounds::certify::{Certifier, Mode};
 use crate::error::LipfpError;
 
@@ -71,7 +70,7 @@ fn certify_at(
         return (false, None);
     };
     let point = model.measure(x, eps, class);
-    let mut c = centre_of(subject, i);
+    let mut c = subject.centre(i);
     c.local = Some(point.margins(eps));
     let r = certifier.certify(Mode::Local, &c, eps);
     (r.verdict.is_ok(), r.slack.filter(|s| !s.is_nan()))
@@ -111,7 +110,7 @@ pub(super) fn thresholds(
             return Threshold { lo: None, hi: 0.0 };
         }
         let run = |eps: f64| certify_at((subject, certifier), &model, i, x, eps);
-        threshold_by(run, guess(certifier, &centre_of(subject, i)))
+        threshold_by(run, guess(certifier, &subject.centre(i)))
     })
 }
 

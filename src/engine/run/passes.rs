@@ -7,7 +7,7 @@ use std::time::Instant;
 use ndarray::{Array2, ArrayView2, Axis};
 
 use super::reference::{AtPoint, ReferenceData, Selection};
-use super::{InputsInfo, Rows, Subject, STREAM_ROWS};
+use super::subject::{InputsInfo, Rows, Subject, STREAM_ROWS};
 use crate::arith::execution::ExecutionModel;
 use crate::arith::sound::l2_norm_up;
 use crate::bounds::ball::InputRange;
