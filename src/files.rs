@@ -187,7 +187,7 @@ impl Artifact {
 }
 
 /// How a target is written.
-enum Target {
+enum WriteTarget {
     /// A regular file (or a new one) at this path, after following symlinks: replaced
     /// atomically through a temporary file in its directory.
     Replace(PathBuf),
@@ -201,15 +201,17 @@ const MAX_SYMLINK_HOPS: usize = 40;
 /// Classify `path`, following symlinks hop by hop (so a dangling symlink's target is created
 /// and the symlink kept). Anything reached through `/proc` or `/dev/fd` (e.g. `/dev/stdout`)
 /// is a file descriptor's file and written directly.
-fn classify(path: &Path) -> std::io::Result<Target> {
+fn classify(path: &Path) -> std::io::Result<WriteTarget> {
     let mut p = path.to_path_buf();
     for _ in 0..MAX_SYMLINK_HOPS {
         if p.starts_with("/proc") || p.starts_with("/dev/fd") {
-            return Ok(Target::Direct);
+            return Ok(WriteTarget::Direct);
         }
         let m = match std::fs::symlink_metadata(&p) {
             Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Target::Replace(p)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(WriteTarget::Replace(p))
+            }
             Err(e) => return Err(e),
         };
         if m.file_type().is_symlink() {
@@ -219,14 +221,14 @@ fn classify(path: &Path) -> std::io::Result<Target> {
                 _ => link,
             };
         } else if m.is_file() {
-            return Ok(Target::Replace(p));
+            return Ok(WriteTarget::Replace(p));
         } else if m.is_dir() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::IsADirectory,
                 "it is a directory",
             ));
         } else {
-            return Ok(Target::Direct);
+            return Ok(WriteTarget::Direct);
         }
     }
     Err(std::io::Error::new(
@@ -288,11 +290,11 @@ pub fn stage(artifacts: &[Artifact]) -> Result<Staged, LipfpError> {
     let mut direct = Vec::new();
     for a in artifacts {
         match classify(&a.path).map_err(|e| a.error(&e))? {
-            Target::Replace(real) => {
+            WriteTarget::Replace(real) => {
                 let tmp = temporary(&real, &a.bytes).map_err(|e| a.error(&e))?;
                 pending.push((tmp, real, a.clone()));
             }
-            Target::Direct => direct.push(a),
+            WriteTarget::Direct => direct.push(a),
         }
     }
     for a in direct {

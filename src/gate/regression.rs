@@ -99,7 +99,7 @@ fn rate(count: usize, n: usize) -> Rate {
 
 /// Compare per-point verified robustness `before` and `now` (same test set, same order), with
 /// the true classes `labels` for the per-class counts.
-pub fn compare(baseline: &str, before: &[bool], now: &[bool], labels: &[usize]) -> Regression {
+pub fn of_verdicts(baseline: &str, before: &[bool], now: &[bool], labels: &[usize]) -> Regression {
     let classes = labels.iter().map(|&l| l + 1).max().unwrap_or(0);
     let (mut lost, mut gained) = (Vec::new(), Vec::new());
     let (mut lost_by_class, mut gained_by_class) = (vec![0; classes], vec![0; classes]);
@@ -181,7 +181,7 @@ pub fn of_run(
     let now: Vec<bool> = (verdicts.iter().enumerate())
         .map(|(i, &c)| c && subject.predictions[i] == Some(now_labels[i]))
         .collect();
-    Some(compare(
+    Some(of_verdicts(
         &baseline.path().display().to_string(),
         before,
         &now,
@@ -227,14 +227,14 @@ mod tests {
     fn lost_and_gained_points_are_counted_by_index_and_class() {
         let before = [true, true, false, true, false];
         let now = [true, false, true, false, false];
-        let r = compare("b.lipfp", &before, &now, &[0, 1, 1, 2, 0]);
+        let r = of_verdicts("b.lipfp", &before, &now, &[0, 1, 1, 2, 0]);
         assert_eq!((r.lost.clone(), r.gained.clone()), (vec![1, 3], vec![2]));
         assert_eq!(r.lost_by_class, [0, 1, 1]);
         assert_eq!(r.gained_by_class, [0, 1, 0]);
         assert_eq!((r.before.count, r.now.count), (3, 2));
         assert_eq!(r.p_value, 1.0);
         assert_eq!(r.drop_p_value(), 1.0);
-        let r = compare("b", &[true; 12], &[false; 12], &[0; 12]);
+        let r = of_verdicts("b", &[true; 12], &[false; 12], &[0; 12]);
         assert_eq!(r.drop_p_value(), 2.0 / 4096.0);
     }
 }

@@ -1118,7 +1118,7 @@ fn a_per_point_regression_is_shown_where_reviewers_look() {
     let mut now = before.clone();
     now[10..35].fill(false);
     let labels: Vec<usize> = (0..60).map(|i| i % 3).collect();
-    report.gates[0].regression = Some(lipfp::gate::regression::compare(
+    report.gates[0].regression = Some(lipfp::gate::regression::of_verdicts(
         "prev.lipfp",
         &before,
         &now,

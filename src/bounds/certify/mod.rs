@@ -9,7 +9,7 @@ pub mod affine;
 pub mod componentwise;
 pub mod head;
 mod layer_bounds;
-mod local;
+mod local_certificate;
 pub mod modes;
 pub mod quantities;
 mod refusal;
@@ -27,7 +27,7 @@ use crate::bounds::norms::LayerNorms;
 use crate::onnx::model::{DenseNet, HeadOp};
 
 use layer_bounds::{dense_layer_bounds, layer_terms, pair_table, step_layer_bounds};
-pub use local::{local_overflow, LocalMargins};
+pub use local_certificate::{local_overflow, LocalMargins};
 pub use modes::{Centre, Certifier, Decided, HiCentre, PointResult};
 use quantities::{deviation_step, overflow_free, radius_step, OverflowConstants};
 pub use refusal::Refusal;

@@ -23,7 +23,7 @@
 //! | standard: `E_ball` | deterministic radii from `||x|| + eps` |
 //! | measured: `E_ball^meas` | Lemma "Measured radii" |
 
-use super::local::LocalSource;
+use super::local_certificate::LocalSource;
 use crate::arith::sound::{add_up, mul_up, sub_down};
 use crate::bounds::ball::Cover;
 use crate::bounds::certify::componentwise;
@@ -60,7 +60,7 @@ pub struct Centre<'a> {
     /// Where the forward passes skipped the reference, `best`'s verdict as they decided it.
     pub decided: Option<Decided>,
     /// Local bounds on the deployed margins over the ball, where they were computed.
-    pub local: Option<super::local::LocalMargins<'a>>,
+    pub local: Option<super::local_certificate::LocalMargins<'a>>,
     /// The l2 ball around the point that covers the set of a radius (the l2 ball itself, or the
     /// one around an l_inf ball): the Lipschitz certificates check it.
     pub cover: Cover,

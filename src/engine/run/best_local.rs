@@ -8,7 +8,7 @@ use std::time::Instant;
 use ndarray::Array2;
 use rayon::prelude::*;
 
-use super::local::{LocalModel, LocalPoint};
+use super::local_pass::{LocalModel, LocalPoint};
 use super::subject::CertifyOptions;
 use super::subject::Subject;
 use crate::bounds::ball::Norm;

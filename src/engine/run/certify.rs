@@ -8,7 +8,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::best_local::best_with_local;
-use super::local::{local_pass, LocalPass};
+use super::local_pass::{local_pass, LocalPass};
 use super::subject::{CertifyOptions, Subject};
 use crate::bounds::certify::{Centre, Certifier, Mode, PointResult, Refusal, Verdict};
 use crate::engine::data;

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use super::local::LocalModel;
+use super::local_pass::LocalModel;
 use super::subject::Subject;
 use super::threshold::{guess, threshold_by, Threshold};
 use crate::bounds::certify::{Certifier, Mode};

@@ -6,8 +6,8 @@ mod best_curve;
 mod best_local;
 mod certify;
 mod curve;
-mod local;
 mod local_curve;
+mod local_pass;
 mod passes;
 mod reference;
 mod subject;
@@ -34,7 +34,7 @@ pub use certify::{
     tally_classes, CertifyOutcome, ClassCount, ModeOutcome,
 };
 pub use curve::{certify_curve, decimal_text, CurveOutcome, CurvePoint, ModeCurve};
-pub use local::{
+pub use local_pass::{
     box_lower_bounds, box_norm_up, local_pass, with_bounded_net, BoundedNet, LocalPass,
 };
 pub use passes::KeptRows;

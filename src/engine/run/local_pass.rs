@@ -203,7 +203,7 @@ impl BoundedNet<'_> {
     /// norm at most `r0` whose executions the hidden bounds `hidden` hold (computed by this net
     /// over a set holding those inputs), or the first (1-based) layer they do not. The local
     /// bounds assume every rounding is relative, which holds only without overflow; the
-    /// argument is the local certificate's (`bounds::certify::local`): the first layer's inputs
+    /// argument is the local certificate's (`bounds::certify::local_certificate`): the first layer's inputs
     /// have norm at most `r0` (so have those of the dropped identity steps, which change no
     /// value), a later layer's at most `||max(hi, 0)||` of the layer below (docs/soundness.md
     /// "Complete verification", B7).
