@@ -7,8 +7,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
+
 use crate::error::LipfpError;
 use crate::gate::curve::CurveReport;
+use crate::gate::gate_report::ModeReport;
 use crate::policy::{parse_decimal_exact, Thresholds};
 
 /// The JSON report's schema version: `report::json` writes it as `schema`, and a baseline of
@@ -44,8 +47,10 @@ pub struct CertificateGate {
     pub labels: Vec<usize>,
 }
 
-/// What a gate's figures are about: two gates are compared only when these agree.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// What a gate's figures are about: two gates are compared only when these agree. Read back
+/// from a JSON report by the names [`crate::gate::gate_report::GateReport`] writes them under.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default)]
 pub struct Identity {
     /// The radius as written (uniform radius).
     pub epsilon: Option<String>,
@@ -87,9 +92,28 @@ pub struct Baseline {
     schema: Option<u64>,
 }
 
-/// A JSON string field, `None` when absent or null.
-fn text(v: &serde_json::Value, key: &str) -> Option<String> {
-    v[key].as_str().map(str::to_string)
+/// A JSON report as a baseline reads it: its schema and its gates (a gate that cannot be read
+/// is left out, and so never compares).
+#[derive(Deserialize)]
+struct ReportFile {
+    #[serde(default)]
+    schema: Option<u64>,
+    gates: Vec<serde_json::Value>,
+}
+
+/// One gate of a JSON report as a baseline reads it back, by the names
+/// [`crate::gate::gate_report::GateReport`] writes: its name, identity, modes (each read into a
+/// [`ModeReport`] on its own, so that one unreadable mode is named rather than losing the
+/// gate) and curve.
+#[derive(Deserialize)]
+struct ReportedGate {
+    name: String,
+    #[serde(flatten)]
+    identity: Identity,
+    #[serde(default)]
+    modes: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    curve: Option<serde_json::Value>,
 }
 
 /// `what` differs: the reason naming both values (hashes shortened to 12 digits).
@@ -139,54 +163,44 @@ impl Baseline {
         let bytes =
             crate::files::read_limited(path, "baseline report", crate::files::BASELINE_LIMIT)?;
         let text_ = String::from_utf8_lossy(&bytes);
-        let v: serde_json::Value = serde_json::from_str(&text_).map_err(|e| {
+        let file: ReportFile = serde_json::from_str(&text_).map_err(|e| {
             LipfpError::data(path, format!("baseline is not a lipfp JSON report: {e}"))
         })?;
-        let gates = v["gates"]
-            .as_array()
-            .ok_or_else(|| LipfpError::data(path, "baseline has no `gates` array"))?;
         let mut out = Baseline {
             path: path.to_path_buf(),
             gates: BTreeMap::new(),
-            schema: v["schema"].as_u64(),
+            schema: file.schema,
         };
-        for g in gates {
-            let Some(name) = g["name"].as_str() else {
+        for g in file.gates {
+            let Ok(g) = ReportedGate::deserialize(g) else {
                 continue;
             };
-            let listed = g["modes"].as_object();
-            let modes: BTreeMap<String, BaselineFigures> = (listed.into_iter().flatten())
+            let modes: BTreeMap<String, BaselineFigures> = (g.modes.iter())
                 .filter_map(|(mode, m)| {
-                    Some((
-                        mode.clone(),
-                        BaselineFigures {
-                            certified_pct: m["certified_pct"].as_f64()?,
-                            vra_pct: m["vra_pct"].as_f64(),
-                            vra_drop_p: None,
-                        },
-                    ))
+                    let m = ModeReport::deserialize(m).ok()?;
+                    let figures = BaselineFigures {
+                        certified_pct: m.certified_pct,
+                        vra_pct: m.vra_pct,
+                        vra_drop_p: None,
+                    };
+                    Some((mode.clone(), figures))
                 })
                 .collect();
-            let unreadable = (listed.into_iter().flatten())
-                .map(|(mode, _)| mode.clone())
-                .filter(|mode| !modes.contains_key(mode))
+            let unreadable = (g.modes.keys())
+                .filter(|mode| !modes.contains_key(*mode))
+                .cloned()
                 .collect();
             let identity = Identity {
-                epsilon: text(g, "epsilon"),
-                epsilons_sha256: text(g, "epsilons_sha256"),
-                format: text(g, "format"),
-                execution: text(g, "execution"),
-                test_set_hash: text(g, "test_set_hash"),
                 // reports written before input sets were named certified l2 balls
-                ball: text(g, "ball").or_else(|| Some("l2".to_string())),
+                ball: g.identity.ball.or_else(|| Some("l2".to_string())),
+                ..g.identity
             };
-            let curve = serde_json::from_value(g["curve"].clone()).ok();
             out.gates.insert(
-                name.to_string(),
+                g.name,
                 BaselineGate {
                     identity,
                     modes,
-                    curve,
+                    curve: g.curve.and_then(|c| serde_json::from_value(c).ok()),
                     points: None,
                     unreadable,
                 },

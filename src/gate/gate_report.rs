@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::arith::format::Format;
 use crate::bounds::certify::Mode;
@@ -19,27 +19,36 @@ use crate::gate::regression::Regression;
 use crate::gate::verdict::{fp_cost_pp, pct, round4, unevaluated, GateVerdict, ThresholdCheck};
 use crate::policy::{Radius, Thresholds};
 
-/// Figures of one mode.
-#[derive(Clone, Debug, Serialize)]
+/// Figures of one mode. A baseline reads them back into this type (every field but
+/// `certified_pct` may be absent, as in reports of earlier versions).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ModeReport {
     /// Points certified.
+    #[serde(default)]
     pub certified: usize,
     /// Certified rate in percent of all points.
     pub certified_pct: f64,
     /// Points certified and correctly classified (null without labels).
+    #[serde(default)]
     pub vra: Option<usize>,
     /// VRA in percent of all points (null without labels).
+    #[serde(default)]
     pub vra_pct: Option<f64>,
     /// False for `real`: the real-arithmetic check is unsound for floating-point execution.
+    #[serde(default)]
     pub sound: bool,
     /// Why the remaining points were not certified.
+    #[serde(default)]
     pub refusals: BTreeMap<String, usize>,
     /// Seconds spent on this mode's certificates (forward passes excluded).
+    #[serde(default)]
     pub seconds: f64,
     /// Mean floating-point degradation relative to the real right-hand side `L eps`
     /// (the paper's conservatism ratio; null for `real`).
+    #[serde(default)]
     pub conservatism_ratio: Option<f64>,
     /// Per true class: points, certified and VRA (empty without labels).
+    #[serde(default)]
     pub classes: Vec<ClassReport>,
 }
 

@@ -1183,3 +1183,32 @@ fn every_reporter_output_is_pinned() {
     insta::assert_snapshot!("pr_comment", lipfp::report::pr_comment::render(&r));
     insta::assert_snapshot!("json", lipfp::report::json::render(&r));
 }
+
+/// A JSON report reads back as a baseline into the figures it was written from: each mode
+/// through the same `ModeReport` type, the gate's identity by the names it is written under.
+#[test]
+fn a_json_report_reads_back_as_its_own_baseline() {
+    use lipfp::gate::baseline::{Baseline, Identity};
+    let r = two_gates_passing();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("report.json");
+    std::fs::write(&path, lipfp::report::json::render(&r)).unwrap();
+    let baseline = Baseline::load(&path).unwrap();
+    for g in &r.gates {
+        let now = Identity {
+            epsilon: g.epsilon.clone(),
+            epsilons_sha256: g.epsilons_sha256.clone(),
+            format: g.format.map(|f| f.name().to_string()),
+            execution: g.execution.clone(),
+            test_set_hash: g.test_set_hash.clone(),
+            ball: Some(g.ball.clone()),
+        };
+        for (mode, m) in &g.modes {
+            let back = baseline
+                .compare(&g.name, mode, &now)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(back.certified_pct, m.certified_pct);
+            assert_eq!(back.vra_pct, m.vra_pct);
+        }
+    }
+}
