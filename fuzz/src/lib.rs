@@ -25,7 +25,6 @@ use lipfp::bounds::certify::Mode;
 use lipfp::engine::data::{self, InputStream};
 use lipfp::engine::run;
 use lipfp::error::LipfpError;
-use lipfp::gate::assemble::GateRun;
 use lipfp::onnx::model::{self, Activation, AffineStep, Dense, DenseNet, ElementOp};
 use lipfp::policy::{Policy, Radius};
 use lipfp::progress::Progress;
@@ -568,29 +567,7 @@ pub fn policy(bytes: &[u8]) -> Result<(), String> {
 /// XML 1.0 allows and that no console line, and no annotation, can be read as a workflow
 /// command other than lipfp's own `::error`.
 fn render(merged: &[certificates::MergedGate]) {
-    let gates = merged
-        .iter()
-        .map(|m| {
-            GateRun {
-                name: &m.name,
-                facts: &m.facts,
-                radius: &m.radius,
-                mode: m.mode,
-                outcome: &m.outcome,
-                thresholds: &m.thresholds,
-                baseline: None,
-                regression: None,
-                policy_line: (m.policy_line > 0).then_some(m.policy_line),
-                model_name: m.model_name.clone(),
-                curve: None,
-                complete: m.complete.clone(),
-                attack: None,
-                notes: Vec::new(),
-                withheld: None,
-            }
-            .build()
-        })
-        .collect();
+    let gates = merged.iter().map(|m| m.gate_run(None).build()).collect();
     let r = Report {
         lipfp_version: "fuzz".into(),
         policy: Some("lipfp.toml".into()),

@@ -11,7 +11,6 @@ mod audit;
 use std::path::{Path, PathBuf};
 
 use crate::error::LipfpError;
-use crate::gate::assemble::GateRun;
 use crate::gate::baseline::Baseline;
 use crate::policy::Policy;
 use crate::progress::Progress;
@@ -92,22 +91,5 @@ fn gate_report(
     for note in m.thresholds.fraction_notes() {
         progress.warn(&format!("gate `{}`: {note}", m.name));
     }
-    GateRun {
-        name: &m.name,
-        facts: &m.facts,
-        radius: &m.radius,
-        mode: m.mode,
-        outcome: &m.outcome,
-        thresholds: &m.thresholds,
-        baseline: baseline.map(|b| (b, required)),
-        regression: None,
-        policy_line: (m.policy_line > 0).then_some(m.policy_line),
-        model_name: m.model_name.clone(),
-        curve: None,
-        complete: m.complete.clone(),
-        attack: None,
-        notes: Vec::new(),
-        withheld: None,
-    }
-    .build()
+    m.gate_run(baseline.map(|b| (b, required))).build()
 }
