@@ -115,7 +115,6 @@ pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, Lipf
         curve,
         complete,
         attack,
-        notes: Vec::new(),
         withheld: None,
     }
     .build();

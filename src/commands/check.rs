@@ -203,7 +203,6 @@ fn evaluate_gate(
         curve,
         complete,
         attack,
-        notes: Vec::new(),
         // a shard's figures are partial: thresholds are judged on the merged report
         withheld: shard.map(|_| "thresholds are evaluated by `lipfp report` on the merged shards"),
     }

@@ -43,8 +43,6 @@ pub struct GateRun<'a> {
     pub complete: Option<CompleteReport>,
     /// The falsifier's figures.
     pub attack: Option<AttackReport>,
-    /// Notes after the thresholds' (an unverified merge's).
-    pub notes: Vec<String>,
     /// Why the verdict is withheld (a shard's figures are partial).
     pub withheld: Option<&'a str>,
 }
@@ -96,7 +94,6 @@ impl GateRun<'_> {
         gate.policy_line = self.policy_line;
         gate.model_name = self.model_name;
         gate.notes.extend(self.thresholds.fraction_notes());
-        gate.notes.extend(self.notes);
         if let (Some((_, required)), Err(why)) = (self.baseline, base) {
             gate.baseline_unusable(Unusable::of(why, self.thresholds, required));
         }

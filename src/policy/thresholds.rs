@@ -13,9 +13,10 @@ use crate::bounds::certify::Mode;
 use crate::proto_gen;
 
 /// Every threshold, in the policy's order: `key / warn_key => figure, direction, unit,
-/// labels: whether it needs labels, legacy: proto` when certificate files of earlier versions
-/// record it in the `Thresholds` field of the same name (`none` for thresholds added since).
-/// Calls `$then!` with the rows.
+/// labels: whether a gate must have labels to set it, legacy: proto` when certificate files
+/// record it in the `Thresholds` field of the same name (so lipfp versions before `limits` read
+/// it too), `none` for thresholds added since (recorded in `limits`). Calls `$then!` with the
+/// rows.
 macro_rules! threshold_rows {
     ($then:ident) => {
         $then! {
@@ -37,7 +38,7 @@ macro_rules! threshold_rows {
             min_class_certified_pct / warn_min_class_certified_pct => ClassCertified, AtLeast, Percent, labels: true, legacy: proto;
             /// Significance level: a VRA drop against a certificate baseline fails only when
             /// McNemar's exact p-value on the points lost and gained is below it.
-            max_vra_drop_significance / warn_max_vra_drop_significance => VraDropSignificance, AtLeast, Significance, labels: true, legacy: proto;
+            max_vra_drop_significance / warn_max_vra_drop_significance => VraDropSignificance, AtLeast, Significance, labels: false, legacy: proto;
         }
     };
 }
@@ -130,13 +131,23 @@ pub struct ThresholdDef {
     pub unit: Unit,
     /// Whether the figure needs labels (a gate without labels may not set it).
     pub needs_labels: bool,
-    /// The field of the same name in certificate files of earlier versions.
-    legacy: Option<fn(&proto_gen::Thresholds) -> Option<f64>>,
+    /// The field of the same name in certificate files (read, and written for readers of
+    /// earlier versions), for the thresholds that have one.
+    legacy: Option<LegacyField>,
 }
+
+/// A named `Thresholds` field: its reader and its writer.
+type LegacyField = (
+    fn(&proto_gen::Thresholds) -> Option<f64>,
+    fn(&mut proto_gen::Thresholds, f64),
+);
 
 macro_rules! legacy_reader {
     (proto, $key:ident) => {
-        Some(|p: &proto_gen::Thresholds| p.$key)
+        Some((
+            |p: &proto_gen::Thresholds| p.$key,
+            |p: &mut proto_gen::Thresholds, v| p.$key = Some(v),
+        ))
     };
     (none, $key:ident) => {
         None
@@ -324,26 +335,35 @@ impl Thresholds {
             .collect()
     }
 
-    /// The thresholds as a certificate file records them: `limits` keyed by the policy key,
+    /// The thresholds as a certificate file records them: each in its named field where it
+    /// has one (which earlier lipfp versions read), else in `limits` keyed by the policy key;
     /// the warn level nested.
     pub fn to_proto(&self) -> proto_gen::Thresholds {
-        proto_gen::Thresholds {
-            limits: self.limits().map(|(d, v)| (d.key.to_string(), v)).collect(),
+        let mut p = proto_gen::Thresholds {
             min_class_points: self.min_class_points,
             warn: self.warn.as_deref().map(|w| Box::new(w.to_proto())),
             ..proto_gen::Thresholds::default()
+        };
+        for (d, v) in self.limits() {
+            match d.legacy {
+                Some((_, write)) => write(&mut p, v),
+                None => {
+                    p.limits.insert(d.key.to_string(), v);
+                }
+            }
         }
+        p
     }
 
-    /// The thresholds a certificate file records (its `limits`, or the named fields of files of
-    /// earlier versions); `Err` names a key no threshold has.
+    /// The thresholds a certificate file records (its named fields and its `limits`); `Err`
+    /// names a key no threshold has.
     pub fn from_proto(p: &proto_gen::Thresholds) -> Result<Thresholds, String> {
         let mut t = Thresholds {
             min_class_points: p.min_class_points,
             ..Thresholds::default()
         };
         for (k, d) in THRESHOLDS.iter().enumerate() {
-            if let Some(v) = d.legacy.and_then(|read| read(p)) {
+            if let Some(v) = d.legacy.and_then(|(read, _)| read(p)) {
                 t.limits.insert(k, v);
             }
         }
@@ -403,11 +423,12 @@ mod tests {
                 Unit::Significance => "level in (0, 1]",
             };
             let labels = if d.needs_labels { "yes" } else { "no" };
+            let row3 = row[3].split(" (").next().unwrap_or_default();
             let side = match d.direction {
                 Direction::AtLeast => "at least",
                 Direction::AtMost => "at most",
             };
-            assert_eq!((row[2], row[3]), (unit, labels), "{}", d.key);
+            assert_eq!((row[2], row3), (unit, labels), "{}", d.key);
             assert!(row[1].ends_with(side), "{}: {}", d.key, row[1]);
         }
     }
@@ -435,6 +456,8 @@ mod tests {
             Thresholds::default().with("max_fp_cost_pp", 1.0).unwrap(),
         ));
         assert_eq!(Thresholds::from_proto(&t.to_proto()), Ok(t.clone()));
+        // every threshold of today has its named field, which earlier versions read
+        assert!(t.to_proto().limits.is_empty());
         // written by lipfp before `limits`: the named fields
         let legacy = proto_gen::Thresholds {
             min_certified_pct: Some(80.0),

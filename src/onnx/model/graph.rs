@@ -156,11 +156,24 @@ impl<'a> Builder<'a> {
                 return Err(self.refuse_function_call(node, &label));
             }
             let Some(def) = op_def(&node.domain, &node.op_type) else {
-                return Err(self.refuse(node, &label));
+                return Err(self.refuse_unread(node, &label));
             };
             self.node(def, node, &label)?;
         }
         Ok(())
+    }
+
+    /// The refusal of `node`, whose op lipfp does not read: an op of the default domain on a
+    /// head's output is refused as what may follow a head; any other with its op's reason.
+    fn refuse_unread(&mut self, node: &'a proto::NodeProto, label: &str) -> LipfpError {
+        let inputs: Vec<&str> = node.input.iter().map(|s| s.as_str()).collect();
+        let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
+        if default_domain && self.reads_head(&inputs) {
+            if let Err(e) = self.head_pass_through(node, label, &inputs) {
+                return e;
+            }
+        }
+        self.refuse(node, label)
     }
 
     /// Check `node` against its op's schema and hand it to the op's reader (a head's input

@@ -105,7 +105,6 @@ impl MergedGate {
             curve: None,
             complete: self.complete.clone(),
             attack: None,
-            notes: Vec::new(),
             withheld: None,
         }
     }
