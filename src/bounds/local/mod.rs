@@ -27,7 +27,7 @@ pub use backward::Trace;
 pub use deployed::{Deployment, LayerRounding};
 pub use hidden::{HiddenBounds, Known};
 pub use region::InputSet;
-pub use slopes::Multipliers;
+pub use slopes::{Multipliers, StoredMultipliers};
 pub use split::{Infeasible, Phase, Splits};
 
 use ndarray::{Array1, Array2};

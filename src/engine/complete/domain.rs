@@ -3,11 +3,11 @@
 //! cap.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use crate::bounds::local::interval::Bounds;
-use crate::bounds::local::{HiddenBounds, Known, Multipliers, Phase, Splits};
+use crate::bounds::local::{HiddenBounds, Known, Phase, Splits, StoredMultipliers};
 
 /// How a subdomain is to be split, chosen when it was bounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub struct Subdomain {
     pub id: u64,
     /// The slopes and split multipliers its bounds were found with, and the objective's rows
     /// they are for (its children's search starts there; shared between siblings).
-    pub warm: Option<Arc<(Vec<usize>, Multipliers)>>,
+    pub warm: Option<Arc<(Vec<usize>, StoredMultipliers)>>,
     /// Its parent's hidden pre-activation bounds, for an input split (its own are intersected
     /// with them, [`Known::Within`]; shared between siblings).
     pub inherited: Option<Arc<Vec<Bounds>>>,
@@ -87,15 +87,26 @@ impl Subdomain {
         }
     }
 
-    /// An upper bound of the bytes the subdomain holds (its box and its starting point counted
-    /// whole even where shared).
-    pub fn bytes(&self) -> usize {
-        std::mem::size_of::<Subdomain>()
-            + 8 * (self.lo.len() + self.hi.len() + self.open.len())
-            + 3 * 8 * self.splits.len()
-            + (self.warm.as_ref()).map_or(0, |w| 8 * w.0.len() + w.1.bytes())
-            + (self.inherited.as_ref())
-                .map_or(0, |b| b.iter().map(|l| 8 * (l.lo.len() + l.hi.len())).sum())
+    /// The bytes of the parts it holds alone: itself, its open disjuncts and its splits.
+    fn own_bytes(&self) -> usize {
+        std::mem::size_of::<Subdomain>() + 8 * self.open.len() + 3 * 8 * self.splits.len()
+    }
+
+    /// The parts it may share with other subdomains (the ends of its box, its starting point
+    /// and its inherited bounds), each as its address and bytes.
+    fn shared_parts(&self) -> Vec<(usize, usize)> {
+        let mut parts = vec![
+            (Arc::as_ptr(&self.lo) as usize, 8 * self.lo.len()),
+            (Arc::as_ptr(&self.hi) as usize, 8 * self.hi.len()),
+        ];
+        if let Some(w) = &self.warm {
+            parts.push((Arc::as_ptr(w) as usize, 8 * w.0.len() + w.1.bytes()));
+        }
+        if let Some(b) = &self.inherited {
+            let bytes = b.iter().map(|l| 8 * (l.lo.len() + l.hi.len())).sum();
+            parts.push((Arc::as_ptr(b) as usize, bytes));
+        }
+        parts
     }
 
     /// What its hidden bounds start from: its parent's bounds for an input split (none at the
@@ -130,18 +141,30 @@ impl Ord for Hardest {
     }
 }
 
-/// The open subdomains, hardest first, with the bytes they hold.
+/// The open subdomains, hardest first, with the bytes they hold: each subdomain's own parts,
+/// and each part several share (a box, a starting point, inherited bounds) once while any
+/// subdomain in the queue holds it.
 #[derive(Default)]
 pub struct Queue {
     heap: BinaryHeap<Hardest>,
     bytes: usize,
     peak: usize,
+    /// Per shared part held in the queue (by address, alive while counted): how many
+    /// subdomains in the queue hold it.
+    shared: HashMap<usize, usize>,
 }
 
 impl Queue {
     /// Adds a subdomain.
     pub fn push(&mut self, d: Subdomain) {
-        self.bytes += d.bytes();
+        self.bytes += d.own_bytes();
+        for (at, bytes) in d.shared_parts() {
+            let holders = self.shared.entry(at).or_insert(0);
+            if *holders == 0 {
+                self.bytes += bytes;
+            }
+            *holders += 1;
+        }
         self.peak = self.peak.max(self.heap.len() + 1);
         self.heap.push(Hardest(d));
     }
@@ -153,7 +176,16 @@ impl Queue {
             let Some(Hardest(d)) = self.heap.pop() else {
                 break;
             };
-            self.bytes -= d.bytes();
+            self.bytes -= d.own_bytes();
+            for (at, bytes) in d.shared_parts() {
+                if let Some(holders) = self.shared.get_mut(&at) {
+                    *holders -= 1;
+                    if *holders == 0 {
+                        self.shared.remove(&at);
+                        self.bytes -= bytes;
+                    }
+                }
+            }
             out.push(d);
         }
         out
@@ -169,7 +201,7 @@ impl Queue {
         self.heap.is_empty()
     }
 
-    /// Bytes held (an upper bound).
+    /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -216,6 +248,34 @@ mod tests {
         assert!(q.is_empty());
         assert_eq!(q.bytes(), 0);
         assert_eq!(q.peak(), 5);
+    }
+
+    /// A part several subdomains share is counted once while any of them is queued: a ReLU
+    /// split's children share their parent's box.
+    #[test]
+    fn shared_parts_are_counted_once_while_held() {
+        let mut q = Queue::default();
+        let mut parent = dom(0.0, 1);
+        parent.branch = Branch::Relu(0, 0);
+        parent.splits = Splits::none();
+        let mut next = 1;
+        let children = parent.children(&mut next);
+        assert!(Arc::ptr_eq(&children[0].lo, &children[1].lo));
+        let box_bytes = 8 * (2 + 2);
+        let own = children[0].own_bytes();
+        q.push(children[0].clone());
+        assert_eq!(q.bytes(), own + box_bytes);
+        q.push(children[1].clone());
+        assert_eq!(q.bytes(), 2 * own + box_bytes);
+        q.pop_hardest(1);
+        assert_eq!(q.bytes(), own + box_bytes);
+        q.pop_hardest(1);
+        assert_eq!(q.bytes(), 0);
+        // subdomains with boxes of their own count each
+        let alone = dom(0.0, 5).own_bytes();
+        q.push(dom(0.0, 5));
+        q.push(dom(0.0, 6));
+        assert_eq!(q.bytes(), 2 * (alone + box_bytes));
     }
 
     #[test]

@@ -397,7 +397,7 @@ fn bound<C>(
         }
         SplitOutcome::Bounded(b) => *b,
     };
-    d.warm = b.optimised.take().map(|m| Arc::new((rows.clone(), m)));
+    d.warm = (b.optimised.take()).map(|m| Arc::new((rows.clone(), m.stored())));
     let r0 = match plan.ball {
         Some((x0, eps)) => SearchSet::Ball {
             x0,
