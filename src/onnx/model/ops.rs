@@ -82,180 +82,196 @@ const fn s(
 
 use Family::{Affine, Head, Layer};
 
+/// An op of the default domain: its name, how [`supported_ops`] names it, the leading inputs
+/// its reader takes, its schema at an opset, its reader.
+const fn op(
+    name: &'static str,
+    mentions: &'static [(Family, &'static str)],
+    inputs_read: usize,
+    schema: fn(i64) -> Schema,
+    read: Read,
+) -> OpDef {
+    OpDef {
+        name,
+        domain: "",
+        mentions,
+        inputs_read,
+        schema: Some(schema),
+        read,
+    }
+}
+
+/// An `ai.onnx.ml` op, whose reader checks the node itself.
+const fn ml_op(
+    name: &'static str,
+    mentions: &'static [(Family, &'static str)],
+    read: Read,
+) -> OpDef {
+    OpDef {
+        name,
+        domain: ML_DOMAIN,
+        mentions,
+        inputs_read: 0,
+        schema: None,
+        read,
+    }
+}
+
 /// Every op lipfp reads, in the order [`supported_ops`] names them.
 pub(super) static OPS: &[OpDef] = &[
-    OpDef {
-        name: "Gemm",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 2,
-        schema: Some(|v| s(if v >= 11 { (2, 3) } else { (3, 3) }, (1, 1), &GEMM)),
-        read: |b, n, l, i| b.gemm(n, l, i),
-    },
-    OpDef {
-        name: "MatMul",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 2,
-        schema: Some(|_| s((2, 2), (1, 1), &NONE)),
-        read: |b, n, l, i| b.matmul(n, l, i),
-    },
-    OpDef {
-        name: "Add",
-        domain: "",
-        mentions: &[(Layer, " (bias)"), (Affine, "")],
-        inputs_read: 2,
-        schema: Some(|_| s((2, 2), (1, 1), &NONE)),
-        read: |b, n, l, i| b.add(n, l, i),
-    },
-    OpDef {
-        name: "Relu",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 1,
-        schema: Some(|_| s((1, 1), (1, 1), &NONE)),
-        read: |b, n, l, i| b.relu(n, l, i),
-    },
-    OpDef {
-        name: "Flatten",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 1,
-        schema: Some(|_| s((1, 1), (1, 1), &[("axis", Int)])),
-        read: |b, n, l, i| b.flatten(n, l, i),
-    },
-    OpDef {
-        name: "Reshape",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 2,
-        schema: Some(|v| match v {
+    op(
+        "Gemm",
+        &[(Layer, "")],
+        2,
+        |v| s(if v >= 11 { (2, 3) } else { (3, 3) }, (1, 1), &GEMM),
+        |b, n, l, i| b.gemm(n, l, i),
+    ),
+    op(
+        "MatMul",
+        &[(Layer, "")],
+        2,
+        |_| s((2, 2), (1, 1), &NONE),
+        |b, n, l, i| b.matmul(n, l, i),
+    ),
+    op(
+        "Add",
+        &[(Layer, " (bias)"), (Affine, "")],
+        2,
+        |_| s((2, 2), (1, 1), &NONE),
+        |b, n, l, i| b.add(n, l, i),
+    ),
+    op(
+        "Relu",
+        &[(Layer, "")],
+        1,
+        |_| s((1, 1), (1, 1), &NONE),
+        |b, n, l, i| b.relu(n, l, i),
+    ),
+    op(
+        "Flatten",
+        &[(Layer, "")],
+        1,
+        |_| s((1, 1), (1, 1), &[("axis", Int)]),
+        |b, n, l, i| b.flatten(n, l, i),
+    ),
+    op(
+        "Reshape",
+        &[(Layer, "")],
+        2,
+        |v| match v {
             14.. => s((2, 2), (1, 1), &[("allowzero", Int)]),
             _ => s((2, 2), (1, 1), &NONE),
-        }),
-        read: |b, n, l, i| b.reshape(n, l, i),
-    },
-    OpDef {
-        name: "Shape",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 1,
-        schema: Some(|v| match v {
+        },
+        |b, n, l, i| b.reshape(n, l, i),
+    ),
+    op(
+        "Shape",
+        &[(Layer, "")],
+        1,
+        |v| match v {
             15.. => s((1, 1), (1, 1), &[("start", Int), ("end", Int)]),
             _ => s((1, 1), (1, 1), &NONE),
-        }),
-        read: |b, n, l, i| b.shape(n, l, i),
-    },
-    OpDef {
-        name: "Gather",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 2,
-        schema: Some(|_| s((2, 2), (1, 1), &[("axis", Int)])),
-        read: |b, n, l, i| b.gather(n, l, i),
-    },
-    OpDef {
-        name: "Unsqueeze",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 1,
-        schema: Some(|v| match v {
+        },
+        |b, n, l, i| b.shape(n, l, i),
+    ),
+    op(
+        "Gather",
+        &[(Layer, "")],
+        2,
+        |_| s((2, 2), (1, 1), &[("axis", Int)]),
+        |b, n, l, i| b.gather(n, l, i),
+    ),
+    op(
+        "Unsqueeze",
+        &[(Layer, "")],
+        1,
+        |v| match v {
             13.. => s((2, 2), (1, 1), &NONE),
             _ => s((1, 1), (1, 1), &[("axes", Ints)]),
-        }),
-        read: |b, n, l, i| b.squeeze(n, l, i),
-    },
-    OpDef {
-        name: "Squeeze",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 1,
-        schema: Some(|v| match v {
+        },
+        |b, n, l, i| b.squeeze(n, l, i),
+    ),
+    op(
+        "Squeeze",
+        &[(Layer, "")],
+        1,
+        |v| match v {
             13.. => s((1, 2), (1, 1), &NONE),
             _ => s((1, 1), (1, 1), &[("axes", Ints)]),
-        }),
-        read: |b, n, l, i| b.squeeze(n, l, i),
-    },
-    OpDef {
-        name: "Concat",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 1,
-        schema: Some(|_| s((1, usize::MAX), (1, 1), &[("axis", Int)])),
-        read: |b, n, l, i| b.concat(n, l, i),
-    },
-    OpDef {
-        name: "Constant",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 0,
-        schema: Some(|v| match v {
+        },
+        |b, n, l, i| b.squeeze(n, l, i),
+    ),
+    op(
+        "Concat",
+        &[(Layer, "")],
+        1,
+        |_| s((1, usize::MAX), (1, 1), &[("axis", Int)]),
+        |b, n, l, i| b.concat(n, l, i),
+    ),
+    op(
+        "Constant",
+        &[(Layer, "")],
+        0,
+        |v| match v {
             12.. => s((0, 0), (1, 1), &CONSTANT),
             11 => s((0, 0), (1, 1), CONSTANT.split_at(2).0),
             _ => s((0, 0), (1, 1), CONSTANT.split_at(1).0),
-        }),
-        read: |b, n, l, _| b.constant(n, l),
-    },
-    OpDef {
-        name: "Identity",
-        domain: "",
-        mentions: &[(Layer, "")],
-        inputs_read: 1,
-        schema: Some(|_| s((1, 1), (1, 1), &NONE)),
-        read: |b, n, l, i| b.identity(n, l, i),
-    },
-    OpDef {
-        name: "Cast",
-        domain: "",
-        mentions: &[(Layer, " (to a float type)")],
-        inputs_read: 1,
-        schema: Some(|v| match v {
+        },
+        |b, n, l, _| b.constant(n, l),
+    ),
+    op(
+        "Identity",
+        &[(Layer, "")],
+        1,
+        |_| s((1, 1), (1, 1), &NONE),
+        |b, n, l, i| b.identity(n, l, i),
+    ),
+    op(
+        "Cast",
+        &[(Layer, " (to a float type)")],
+        1,
+        |v| match v {
             19.. => s((1, 1), (1, 1), &[("to", Int), ("saturate", Int)]),
             _ => s((1, 1), (1, 1), &[("to", Int)]),
-        }),
-        read: |b, n, l, i| b.cast(n, l, i),
-    },
-    OpDef {
-        name: "Dropout",
-        domain: "",
-        mentions: &[(Layer, " (inference)")],
-        inputs_read: 1,
-        schema: Some(|v| match v {
+        },
+        |b, n, l, i| b.cast(n, l, i),
+    ),
+    op(
+        "Dropout",
+        &[(Layer, " (inference)")],
+        1,
+        |v| match v {
             12.. => s((1, 3), (1, 2), &[("seed", Int)]),
             _ => s((1, 1), (1, 2), &[("ratio", Float)]),
-        }),
-        read: |b, n, l, i| b.dropout(n, l, i),
-    },
-    OpDef {
-        name: "Sub",
-        domain: "",
-        mentions: &[(Affine, "")],
-        inputs_read: 2,
-        schema: Some(|_| s((2, 2), (1, 1), &NONE)),
-        read: |b, n, l, i| b.binary_step(n, l, i),
-    },
-    OpDef {
-        name: "Mul",
-        domain: "",
-        mentions: &[(Affine, "")],
-        inputs_read: 2,
-        schema: Some(|_| s((2, 2), (1, 1), &NONE)),
-        read: |b, n, l, i| b.binary_step(n, l, i),
-    },
-    OpDef {
-        name: "Div",
-        domain: "",
-        mentions: &[(Affine, "")],
-        inputs_read: 2,
-        schema: Some(|_| s((2, 2), (1, 1), &NONE)),
-        read: |b, n, l, i| b.binary_step(n, l, i),
-    },
-    OpDef {
-        name: "BatchNormalization",
-        domain: "",
-        mentions: &[(Affine, " (inference)")],
-        inputs_read: 2,
-        schema: Some(|v| match v {
+        },
+        |b, n, l, i| b.dropout(n, l, i),
+    ),
+    op(
+        "Sub",
+        &[(Affine, "")],
+        2,
+        |_| s((2, 2), (1, 1), &NONE),
+        |b, n, l, i| b.binary_step(n, l, i),
+    ),
+    op(
+        "Mul",
+        &[(Affine, "")],
+        2,
+        |_| s((2, 2), (1, 1), &NONE),
+        |b, n, l, i| b.binary_step(n, l, i),
+    ),
+    op(
+        "Div",
+        &[(Affine, "")],
+        2,
+        |_| s((2, 2), (1, 1), &NONE),
+        |b, n, l, i| b.binary_step(n, l, i),
+    ),
+    op(
+        "BatchNormalization",
+        &[(Affine, " (inference)")],
+        2,
+        |v| match v {
             14.. => s(
                 (5, 5),
                 (1, 3),
@@ -277,64 +293,44 @@ pub(super) static OPS: &[OpDef] = &[
                     ("consumed_inputs", Ints),
                 ],
             ),
-        }),
-        read: |b, n, l, i| b.batch_norm(n, l, i),
-    },
-    OpDef {
-        name: "Scaler",
-        domain: ML_DOMAIN,
-        mentions: &[(Affine, "")],
-        inputs_read: 0,
-        schema: None,
-        read: |b, n, l, _| b.scaler(n, l),
-    },
-    OpDef {
-        name: "Softmax",
-        domain: "",
-        mentions: &[(Head, "")],
-        inputs_read: 1,
-        schema: Some(|_| s((1, 1), (1, 1), &[("axis", Int)])),
-        read: |b, n, l, i| b.softmax(n, l, i),
-    },
-    OpDef {
-        name: "LogSoftmax",
-        domain: "",
-        mentions: &[(Head, "")],
-        inputs_read: 1,
-        schema: Some(|_| s((1, 1), (1, 1), &[("axis", Int)])),
-        read: |b, n, l, i| b.softmax(n, l, i),
-    },
-    OpDef {
-        name: "ArgMax",
-        domain: "",
-        mentions: &[(Head, "")],
-        inputs_read: 1,
-        schema: Some(|v| match v {
+        },
+        |b, n, l, i| b.batch_norm(n, l, i),
+    ),
+    ml_op("Scaler", &[(Affine, "")], |b, n, l, _| b.scaler(n, l)),
+    op(
+        "Softmax",
+        &[(Head, "")],
+        1,
+        |_| s((1, 1), (1, 1), &[("axis", Int)]),
+        |b, n, l, i| b.softmax(n, l, i),
+    ),
+    op(
+        "LogSoftmax",
+        &[(Head, "")],
+        1,
+        |_| s((1, 1), (1, 1), &[("axis", Int)]),
+        |b, n, l, i| b.softmax(n, l, i),
+    ),
+    op(
+        "ArgMax",
+        &[(Head, "")],
+        1,
+        |v| match v {
             12.. => s(
                 (1, 1),
                 (1, 1),
                 &[("axis", Int), ("keepdims", Int), ("select_last_index", Int)],
             ),
             _ => s((1, 1), (1, 1), &[("axis", Int), ("keepdims", Int)]),
-        }),
-        read: |b, n, l, i| b.argmax(n, l, i),
-    },
-    OpDef {
-        name: "ArrayFeatureExtractor",
-        domain: ML_DOMAIN,
-        mentions: &[(Head, " (class labels 0..K-1)")],
-        inputs_read: 0,
-        schema: None,
-        read: |b, n, l, _| b.ml_head(n, l),
-    },
-    OpDef {
-        name: "ZipMap",
-        domain: ML_DOMAIN,
-        mentions: &[(Head, "")],
-        inputs_read: 0,
-        schema: None,
-        read: |b, n, l, _| b.ml_head(n, l),
-    },
+        },
+        |b, n, l, i| b.argmax(n, l, i),
+    ),
+    ml_op(
+        "ArrayFeatureExtractor",
+        &[(Head, " (class labels 0..K-1)")],
+        |b, n, l, _| b.ml_head(n, l),
+    ),
+    ml_op("ZipMap", &[(Head, "")], |b, n, l, _| b.ml_head(n, l)),
 ];
 
 /// The entry of op `op` in `domain` (`""` and `ai.onnx` are the default domain), if lipfp
