@@ -567,7 +567,7 @@ pub fn policy(bytes: &[u8]) -> Result<(), String> {
 /// XML 1.0 allows and that no console line, and no annotation, can be read as a workflow
 /// command other than lipfp's own `::error`.
 fn render(merged: &[certificates::MergedGate]) {
-    let gates = merged.iter().map(|m| m.gate_run(None).build()).collect();
+    let gates = merged.iter().map(|m| m.judge(None)).collect();
     let r = Report {
         lipfp_version: "fuzz".into(),
         policy: Some("lipfp.toml".into()),

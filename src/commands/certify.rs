@@ -8,19 +8,16 @@ use std::path::PathBuf;
 
 use crate::bounds::certify::{Mode, MODE_NAMES};
 use crate::engine::attack;
-use crate::engine::complete::points::decide_points;
-use crate::engine::run::{self, Subject, SubjectSpec};
+use crate::engine::gate_work::{run_gate, GateWork};
+use crate::engine::run::{self, CertifyOptions, SubjectSpec};
 use crate::error::LipfpError;
 use crate::files::Artifact;
-use crate::gate::assemble::GateRun;
-use crate::gate::curve::CurveReport;
+use crate::gate::assemble::GateHead;
 use crate::policy::{CompleteBudget, CurveGrid, Radius, Thresholds};
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
-use crate::report::attack::AttackReport;
 use crate::report::certificates::{self, GateMeta};
-use crate::report::complete::CompleteReport;
-use crate::report::{self as reports, Report, SubjectFacts};
+use crate::report::{self as reports, Report};
 
 /// The gate name of `lipfp certify`'s one gate.
 const GATE: &str = "certify";
@@ -34,8 +31,8 @@ pub struct CertifyRequest {
     pub radius: Radius,
     /// The modes, the first one reported (never empty).
     pub modes: Vec<Mode>,
-    /// The `--curve` list as given (`auto` for the automatic grid). It is parsed after the
-    /// certification, where a bad list is a usage error naming `--curve`.
+    /// The `--curve` list as given (`auto` for the automatic grid). It is parsed before the
+    /// subject is loaded, where a bad list is a usage error naming `--curve`.
     pub curve: Option<String>,
     /// Write the curve as an SVG chart here.
     pub plot: Option<PathBuf>,
@@ -61,63 +58,54 @@ pub struct CertifyRun {
     pub artifacts: Vec<Artifact>,
 }
 
-/// Certify `req`: check the attack request, prepare the subject, certify every point in every
-/// mode, then add the curve, the falsifier's bracket and the certificate file when asked for.
+/// Certify `req`: check the attack and curve requests, prepare the subject, certify every
+/// point in every mode, then add the curve, the falsifier's bracket and the certificate file
+/// when asked for.
 pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, LipfpError> {
     let mode = first_mode(&req.modes)?;
     if req.attack {
         attack::check_cli(&req.radius, mode, req.attack_witnesses.as_deref())?;
     }
-    let subject = run::prepare(&req.spec, progress)?;
-    progress.stage(&format!("certifying {} points", subject.n()));
-    let options = run::CertifyOptions {
-        local_budget_s: req.local_budget_s,
-        best_local: req.best_local,
-    };
-    let mut outcome =
-        run::certify_with_options(&subject, &req.radius, &req.modes, &options, progress)?;
-    let decisions = (req.modes.contains(&Mode::Complete))
-        .then(|| decide_points(&subject, &req.radius, &mut outcome, req.complete, progress))
+    let grid = (req.curve.as_deref())
+        .map(|text| {
+            CurveGrid::parse_list(text).map_err(|m| LipfpError::Usage(format!("--curve: {m}")))
+        })
         .transpose()?;
+    let subject = run::prepare(&req.spec, progress)?;
+    let work = GateWork {
+        label: String::new(),
+        radius: &req.radius,
+        modes: &req.modes,
+        options: CertifyOptions {
+            local_budget_s: req.local_budget_s,
+            best_local: req.best_local,
+        },
+        complete: Some(req.complete),
+        curve: grid.as_ref(),
+        attack: req.attack,
+    };
+    let done = run_gate(&subject, &work, progress)?;
     let model_name = req.spec.model.display().to_string();
-    let mut artifacts = Vec::new();
-    let curve = curve(req, &subject, &mut artifacts, progress)?;
-    let mut complete = None;
-    let mut attack = None;
-    if let Some(d) = &decisions {
-        let settled = outcome.mode(Mode::Complete);
-        complete = settled.map(|m| CompleteReport::new(m, d.into(), (&req.complete).into()));
-        if mode == Mode::Complete {
-            attack = Some(AttackReport::of_subject(&d.attack, &subject));
-            if let Some(p) = req.attack_witnesses.as_ref().filter(|_| req.attack) {
-                artifacts.extend(attack::witnesses::artifacts(p, &subject, &d.attack));
-            }
-        }
-    }
-    if req.attack && attack.is_none() {
-        let found = attack::falsify(&subject, &req.radius, mode, &outcome, progress)?;
-        attack = Some(AttackReport::of_subject(&found, &subject));
-        if let Some(p) = &req.attack_witnesses {
-            artifacts.extend(attack::witnesses::artifacts(p, &subject, &found));
-        }
-    }
-    let gate = GateRun {
+    let head = GateHead {
         name: GATE,
-        facts: &SubjectFacts::of(&subject, req.spec.gram_iterations),
         radius: &req.radius,
         mode,
-        outcome: &outcome,
         thresholds: &Thresholds::default(),
         baseline: None,
-        regression: None,
         policy_line: None,
         model_name: Some(model_name.clone()),
-        curve,
-        complete,
-        attack,
         withheld: None,
+    };
+    let gate = head.judge_run(&subject, req.spec.gram_iterations, &done);
+    let mut artifacts = Vec::new();
+    if let (Some(path), Some(c)) = (&req.plot, &gate.curve) {
+        let svg = reports::plot::svg(GATE, c, None)?;
+        artifacts.push(Artifact::new(path, svg.into_bytes(), "SVG plot"));
     }
-    .build();
+    let witnesses = req.attack_witnesses.as_ref().filter(|_| req.attack);
+    if let (Some(path), Some(found)) = (witnesses, done.bracket(mode)) {
+        artifacts.extend(attack::witnesses::artifacts(path, &subject, found));
+    }
     if let Some(path) = &req.certificates {
         let meta = GateMeta {
             name: GATE,
@@ -132,7 +120,11 @@ pub fn run(req: &CertifyRequest, progress: &Progress) -> Result<CertifyRun, Lipf
         let file = CertificateFile {
             tool_version: env!("CARGO_PKG_VERSION").into(),
             policy: String::new(),
-            gates: vec![certificates::gate_certificates(&meta, &subject, &outcome)],
+            gates: vec![certificates::gate_certificates(
+                &meta,
+                &subject,
+                &done.outcome,
+            )],
         };
         artifacts.push(certificates::artifact(&file, path));
     }
@@ -150,35 +142,4 @@ fn first_mode(modes: &[Mode]) -> Result<Mode, LipfpError> {
     modes.first().copied().ok_or_else(|| {
         LipfpError::Usage(format!("--mode: no mode given (supported: {MODE_NAMES})"))
     })
-}
-
-/// With a curve asked for: the curve and its notes, and with a plot its SVG among the
-/// `artifacts`.
-fn curve(
-    req: &CertifyRequest,
-    subject: &Subject,
-    artifacts: &mut Vec<Artifact>,
-    progress: &Progress,
-) -> Result<Option<(CurveReport, Vec<String>)>, LipfpError> {
-    let Some(text) = &req.curve else {
-        return Ok(None);
-    };
-    let grid =
-        CurveGrid::parse_list(text).map_err(|m| LipfpError::Usage(format!("--curve: {m}")))?;
-    progress.stage("robustness curve");
-    let curve = run::certify_curve(
-        subject,
-        &grid,
-        &req.modes,
-        &run::CertifyOptions {
-            local_budget_s: req.local_budget_s,
-            best_local: req.best_local,
-        },
-    )?;
-    let c = CurveReport::new(&curve, subject.n());
-    if let Some(path) = &req.plot {
-        let svg = reports::plot::svg(GATE, &c, None)?;
-        artifacts.push(Artifact::new(path, svg.into_bytes(), "SVG plot"));
-    }
-    Ok(Some((c, curve.notes())))
 }

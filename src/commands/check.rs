@@ -6,21 +6,17 @@
 //! sharing a target share its load, so they all error with the same message. Only errors
 //! outside every gate (the policy, the baseline file, the outputs) stop the run.
 
-use crate::bounds::certify::Mode;
-use crate::engine::complete::points::{decide_points, PointDecisions};
-use crate::engine::run::{self, ReferencePlan, Shard, Subject, SubjectSpec};
+use crate::engine::gate_work::{run_gate, GateWork};
+use crate::engine::run::{self, CertifyOptions, CertifyOutcome, ReferencePlan};
+use crate::engine::run::{Shard, Subject, SubjectSpec};
 use crate::error::LipfpError;
-use crate::gate::assemble::GateRun;
+use crate::gate::assemble::GateHead;
 use crate::gate::baseline::Baseline;
-use crate::gate::curve::CurveReport;
-use crate::gate::regression;
-use crate::policy::{CompleteBudget, Gate, Policy, Target};
+use crate::policy::{Gate, Policy, Target};
 use crate::progress::Progress;
 use crate::proto_gen::GateCertificates;
-use crate::report::attack::AttackReport;
 use crate::report::certificates::{self, GateMeta};
-use crate::report::complete::CompleteReport;
-use crate::report::{ErroredGate, GateReport, Report, SubjectFacts};
+use crate::report::{ErroredGate, GateReport, Report};
 
 /// The result of `lipfp check` before it is published.
 pub struct CheckRun {
@@ -158,84 +154,32 @@ fn evaluate_gate(
     baseline: Option<&Baseline>,
     shard: Option<Shard>,
     progress: &Progress,
-) -> Result<(GateReport, run::CertifyOutcome), String> {
-    progress.stage(&format!(
-        "gate `{}`: certifying {} points",
-        g.name,
-        subject.n()
-    ));
-    let options = run::CertifyOptions {
-        local_budget_s: g.local_budget_s,
-        best_local: g.best_local,
+) -> Result<(GateReport, CertifyOutcome), String> {
+    let work = GateWork {
+        label: format!("gate `{}`: ", g.name),
+        radius: &g.radius,
+        modes: &g.modes,
+        options: CertifyOptions {
+            local_budget_s: g.local_budget_s,
+            best_local: g.best_local,
+        },
+        complete: g.complete,
+        curve: g.curve.as_ref(),
+        attack: g.attack,
     };
-    let mut outcome = run::certify_with_options(subject, &g.radius, &g.modes, &options, progress)
-        .map_err(|e| e.to_string())?;
-    let decisions = (g.complete.as_ref())
-        .map(|budget| {
-            progress.stage(&format!("gate `{}`: complete decisions", g.name));
-            decide_points(subject, &g.radius, &mut outcome, *budget, progress)
-                .map(|d| (d, *budget))
-                .map_err(|e| e.to_string())
-        })
-        .transpose()?;
-    let curve = (g.curve.as_ref())
-        .map(|grid| {
-            progress.stage(&format!("gate `{}`: robustness curve", g.name));
-            run::certify_curve(subject, grid, &g.modes, &options)
-                .map(|c| (CurveReport::new(&c, subject.n()), c.notes()))
-                .map_err(|e| e.to_string())
-        })
-        .transpose()?;
-    let (complete, attack) = decisions_and_bracket(g, subject, &outcome, decisions, progress)?;
+    let done = run_gate(subject, &work, progress).map_err(|e| e.to_string())?;
     let required = policy.baseline.as_ref().is_some_and(|b| b.required);
-    let gate = GateRun {
+    let head = GateHead {
         name: &g.name,
-        facts: &SubjectFacts::of(subject, g.target.gram_iterations),
         radius: &g.radius,
         mode: g.mode(),
-        outcome: &outcome,
         thresholds: &g.thresholds,
         baseline: baseline.map(|b| (b, required)),
-        regression: baseline
-            .and_then(|b| regression::of_run(b, (&g.name, g.mode().name()), subject, &outcome)),
         policy_line: Some(g.line),
         model_name: Some(g.model_name.clone()),
-        curve,
-        complete,
-        attack,
         // a shard's figures are partial: thresholds are judged on the merged report
         withheld: shard.map(|_| "thresholds are evaluated by `lipfp report` on the merged shards"),
-    }
-    .build();
-    Ok((gate, outcome))
-}
-
-/// Mode `complete`'s decisions as reported, and the falsifier's figures: those that ran
-/// before branch and bound when the gate judges mode `complete`, else (with `attack = true`)
-/// a run of the falsifier on the points `outcome` leaves uncertified.
-fn decisions_and_bracket(
-    g: &Gate,
-    subject: &Subject,
-    outcome: &run::CertifyOutcome,
-    decisions: Option<(PointDecisions, CompleteBudget)>,
-    progress: &Progress,
-) -> Result<(Option<CompleteReport>, Option<AttackReport>), String> {
-    let mut complete = None;
-    let mut attack = None;
-    if let Some((d, budget)) = &decisions {
-        let mode = outcome
-            .mode(Mode::Complete)
-            .ok_or("internal: mode complete missing")?;
-        complete = Some(CompleteReport::new(mode, d.into(), budget.into()));
-        if g.mode() == Mode::Complete {
-            attack = Some(AttackReport::of_subject(&d.attack, subject));
-        }
-    }
-    if g.attack && attack.is_none() {
-        progress.stage(&format!("gate `{}`: falsifier", g.name));
-        let found = crate::engine::attack::falsify(subject, &g.radius, g.mode(), outcome, progress)
-            .map_err(|e| e.to_string())?;
-        attack = Some(AttackReport::of_subject(&found, subject));
-    }
-    Ok((complete, attack))
+    };
+    let gate = head.judge_run(subject, g.target.gram_iterations, &done);
+    Ok((gate, done.outcome))
 }

@@ -1,5 +1,6 @@
 //! The engine: test data ([`data`]), lipfp's own centre execution ([`exec`]), runs of the
-//! certifier over a test set with outcomes per mode and curve ([`run`]), digests of what was
+//! certifier over a test set with outcomes per mode and curve ([`run`]), one gate's work in one call
+//! ([`gate_work`]: certification, complete decisions, curve and falsifier), digests of what was
 //! certified ([`digest`]), margin gradients of the network ([`gradient`], the falsifier's search
 //! direction and the local bounds' first-order filter) and the falsifier ([`attack`]). It returns outcomes
 //! ([`run::CertifyOutcome`], [`run::CurveOutcome`], [`attack::AttackOutcome`]); it never renders
@@ -13,6 +14,7 @@ pub mod complete;
 pub mod data;
 pub mod digest;
 pub mod exec;
+pub mod gate_work;
 pub mod gradient;
 pub mod run;
 pub mod verify;

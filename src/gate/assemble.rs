@@ -1,57 +1,119 @@
-//! The one builder of a gate's report: what a gate's run produced ([`GateRun`]) judged and
-//! assembled into its [`GateReport`] once. `lipfp check`, `lipfp certify` and `lipfp report`
-//! fill a `GateRun`; none of them patches a report.
+//! The one builder of a gate's report: what a gate is ([`GateHead`]) and what its run
+//! produced, judged and assembled into its [`GateReport`] once. `lipfp check` and `lipfp
+//! certify` hand over the engine's [`GateOutcome`] ([`GateHead::judge_run`]), `lipfp report` the
+//! merged shards ([`GateHead::judge_merged`]); none of them computes a figure or patches a
+//! report.
 
 use crate::bounds::certify::Mode;
-use crate::engine::run::CertifyOutcome;
+use crate::engine::gate_work::GateOutcome;
+use crate::engine::run::{CertifyOutcome, Subject};
 use crate::gate::attack::AttackReport;
 use crate::gate::baseline::{Baseline, Identity, Unusable};
 use crate::gate::complete::CompleteReport;
 use crate::gate::curve::CurveReport;
 use crate::gate::gate_report::{GateReport, SubjectFacts};
-use crate::gate::regression::Regression;
+use crate::gate::regression::{self, Regression};
 use crate::gate::verdict::evaluate;
 use crate::policy::{Radius, Thresholds};
 
-/// Everything one gate's run produced, and what it is judged against.
-pub struct GateRun<'a> {
+/// What a gate is and what it is judged against, apart from what its run produced.
+pub struct GateHead<'a> {
     /// The gate's name.
     pub name: &'a str,
-    /// What was certified: model, format, execution, test set.
-    pub facts: &'a SubjectFacts,
     /// The radius.
     pub radius: &'a Radius,
     /// The mode the thresholds judge.
     pub mode: Mode,
-    /// The engine's outcome.
-    pub outcome: &'a CertifyOutcome,
     /// The thresholds (none for `lipfp certify`).
     pub thresholds: &'a Thresholds,
     /// The baseline the drop thresholds compare with, and whether the policy requires it to
     /// compare (`[baseline] required`).
     pub baseline: Option<(&'a Baseline, bool)>,
-    /// The per-point regression against a certificate baseline (kept only when the baseline
-    /// compares like with like; its McNemar p-value is the significance threshold's figure).
-    pub regression: Option<Regression>,
     /// The gate's line in the policy.
     pub policy_line: Option<usize>,
     /// The model as the policy (or the command line) names it.
     pub model_name: Option<String>,
-    /// The robustness curve and its notes.
-    pub curve: Option<(CurveReport, Vec<String>)>,
-    /// Mode `complete`'s decisions.
-    pub complete: Option<CompleteReport>,
-    /// The falsifier's figures.
-    pub attack: Option<AttackReport>,
     /// Why the verdict is withheld (a shard's figures are partial).
     pub withheld: Option<&'a str>,
+}
+
+impl<'a> GateHead<'a> {
+    /// The report of the engine's work `done` on `subject` (its Gram iterations
+    /// `gram_iterations`): the curve, complete decisions and the falsifier's bracket figured
+    /// here, with the per-point regression against a certificate baseline.
+    pub fn judge_run(
+        self,
+        subject: &Subject,
+        gram_iterations: u32,
+        done: &GateOutcome,
+    ) -> GateReport {
+        let outcome = &done.outcome;
+        let regression = (self.baseline).and_then(|(b, _)| {
+            regression::of_run(b, (self.name, self.mode.name()), subject, outcome)
+        });
+        let curve = (done.curve.as_ref()).map(|c| (CurveReport::new(c, subject.n()), c.notes()));
+        let complete = (done.decisions.as_ref()).and_then(|(d, budget)| {
+            let settled = outcome.mode(Mode::Complete)?;
+            Some(CompleteReport::new(settled, d.into(), budget.into()))
+        });
+        let attack = (done.bracket(self.mode)).map(|a| AttackReport::of_subject(a, subject));
+        GateRun {
+            head: self,
+            facts: &SubjectFacts::of(subject, gram_iterations),
+            outcome,
+            regression,
+            curve,
+            complete,
+            attack,
+        }
+        .build()
+    }
+
+    /// The report of merged shards: their `facts`, `outcome` and complete decisions
+    /// (`complete`); no curve, bracket or per-point regression.
+    pub fn judge_merged(
+        self,
+        facts: &SubjectFacts,
+        outcome: &CertifyOutcome,
+        complete: Option<CompleteReport>,
+    ) -> GateReport {
+        GateRun {
+            head: self,
+            facts,
+            outcome,
+            regression: None,
+            curve: None,
+            complete,
+            attack: None,
+        }
+        .build()
+    }
+}
+
+/// A gate and everything its run produced, ready to judge.
+struct GateRun<'a> {
+    /// What the gate is.
+    head: GateHead<'a>,
+    /// What was certified: model, format, execution, test set.
+    facts: &'a SubjectFacts,
+    /// The engine's outcome.
+    outcome: &'a CertifyOutcome,
+    /// The per-point regression against a certificate baseline (kept only when the baseline
+    /// compares like with like; its McNemar p-value is the significance threshold's figure).
+    regression: Option<Regression>,
+    /// The robustness curve and its notes.
+    curve: Option<(CurveReport, Vec<String>)>,
+    /// Mode `complete`'s decisions.
+    complete: Option<CompleteReport>,
+    /// The falsifier's figures.
+    attack: Option<AttackReport>,
 }
 
 impl GateRun<'_> {
     /// The gate's identity, which a baseline's gate must share to compare.
     fn identity(&self) -> Identity {
         Identity {
-            epsilon: self.radius.fields().0,
+            epsilon: self.head.radius.fields().0,
             epsilons_sha256: self.outcome.radii_hash.clone(),
             format: Some(self.facts.format.name().to_string()),
             execution: Some(self.facts.execution.clone()),
@@ -64,10 +126,12 @@ impl GateRun<'_> {
     /// verdict, the regression, the thresholds' fraction notes, what a baseline that does not
     /// compare does, the curve (beside the baseline's), complete decisions, the bracket, and a
     /// withheld verdict.
-    pub fn build(self) -> GateReport {
+    fn build(self) -> GateReport {
         let identity = self.identity();
-        let mut base = match self.baseline {
-            Some((b, _)) => b.compare(self.name, self.mode.name(), &identity).cloned(),
+        let mut base = match self.head.baseline {
+            Some((b, _)) => b
+                .compare(self.head.name, self.head.mode.name(), &identity)
+                .cloned(),
             None => Err("no baseline report".to_string()),
         };
         let regression = match &mut base {
@@ -77,36 +141,36 @@ impl GateRun<'_> {
             Err(_) => None,
         };
         let verdict = evaluate(
-            self.thresholds,
-            self.mode,
+            self.head.thresholds,
+            self.head.mode,
             self.outcome,
             base.as_ref().map_err(Clone::clone),
         );
         let mut gate = GateReport::new(
-            self.name,
+            self.head.name,
             self.facts,
-            self.radius,
-            self.mode,
+            self.head.radius,
+            self.head.mode,
             self.outcome,
             &verdict,
         );
         gate.regression = regression;
-        gate.policy_line = self.policy_line;
-        gate.model_name = self.model_name;
-        gate.notes.extend(self.thresholds.fraction_notes());
-        if let (Some((_, required)), Err(why)) = (self.baseline, base) {
-            gate.baseline_unusable(Unusable::of(why, self.thresholds, required));
+        gate.policy_line = self.head.policy_line;
+        gate.model_name = self.head.model_name;
+        gate.notes.extend(self.head.thresholds.fraction_notes());
+        if let (Some((_, required)), Err(why)) = (self.head.baseline, base) {
+            gate.baseline_unusable(Unusable::of(why, self.head.thresholds, required));
         }
         if let Some((curve, notes)) = self.curve {
             gate.notes.extend(notes);
             gate.curve = Some(curve);
-            gate.baseline_curve = (self.baseline)
-                .and_then(|(b, _)| b.curve(self.name, &identity))
+            gate.baseline_curve = (self.head.baseline)
+                .and_then(|(b, _)| b.curve(self.head.name, &identity))
                 .cloned();
         }
         gate.complete = self.complete;
         gate.attack = self.attack;
-        if let (Some(why), Some(_)) = (self.withheld, gate.passed) {
+        if let (Some(why), Some(_)) = (self.head.withheld, gate.passed) {
             gate.withhold_verdict(why);
         }
         gate

@@ -91,5 +91,5 @@ fn gate_report(
     for note in m.thresholds.fraction_notes() {
         progress.warn(&format!("gate `{}`: {note}", m.name));
     }
-    m.gate_run(baseline.map(|b| (b, required))).build()
+    m.judge(baseline.map(|b| (b, required)))
 }

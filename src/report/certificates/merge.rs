@@ -10,13 +10,13 @@ use crate::bounds::ball::BallSpec;
 use crate::bounds::certify::{Mode, Refusal};
 use crate::engine::run::{CertifyOutcome, ModeOutcome};
 use crate::error::LipfpError;
-use crate::gate::assemble::GateRun;
+use crate::gate::assemble::GateHead;
 use crate::gate::baseline::Baseline;
 use crate::policy::{Radius, Thresholds};
 use crate::progress::printable;
 use crate::proto_gen::{CertificateFile, GateCertificates, Instance};
 use crate::report::complete::CompleteReport;
-use crate::report::SubjectFacts;
+use crate::report::{GateReport, SubjectFacts};
 
 use super::complete;
 
@@ -88,25 +88,20 @@ pub struct MergedGate {
 }
 
 impl MergedGate {
-    /// The merged gate as a run to judge (against `baseline` when given, with whether the
-    /// policy requires it to compare) and report.
-    pub fn gate_run<'a>(&'a self, baseline: Option<(&'a Baseline, bool)>) -> GateRun<'a> {
-        GateRun {
+    /// The merged gate judged (against `baseline` when given, with whether the policy
+    /// requires it to compare) into its report.
+    pub fn judge(&self, baseline: Option<(&Baseline, bool)>) -> GateReport {
+        let head = GateHead {
             name: &self.name,
-            facts: &self.facts,
             radius: &self.radius,
             mode: self.mode,
-            outcome: &self.outcome,
             thresholds: &self.thresholds,
             baseline,
-            regression: None,
             policy_line: (self.policy_line > 0).then_some(self.policy_line),
             model_name: self.model_name.clone(),
-            curve: None,
-            complete: self.complete.clone(),
-            attack: None,
             withheld: None,
-        }
+        };
+        head.judge_merged(&self.facts, &self.outcome, self.complete.clone())
     }
 }
 
