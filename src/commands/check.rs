@@ -6,17 +6,16 @@
 //! sharing a target share its load, so they all error with the same message. Only errors
 //! outside every gate (the policy, the baseline file, the outputs) stop the run.
 
-use crate::engine::gate_work::{run_gate, GateWork};
-use crate::engine::run::{self, CertifyOptions, CertifyOutcome, ReferencePlan};
-use crate::engine::run::{Shard, Subject, SubjectSpec};
+use crate::engine::gate_work::PolicyWork;
+use crate::engine::run::Shard;
 use crate::error::LipfpError;
-use crate::gate::assemble::GateHead;
+use crate::gate::assemble::judge_gate;
 use crate::gate::baseline::Baseline;
-use crate::policy::{Gate, Policy, Target};
+use crate::policy::Policy;
 use crate::progress::Progress;
 use crate::proto_gen::GateCertificates;
 use crate::report::certificates::{self, GateMeta};
-use crate::report::{ErroredGate, GateReport, Report};
+use crate::report::Report;
 
 /// The result of `lipfp check` before it is published.
 pub struct CheckRun {
@@ -46,18 +45,6 @@ fn load_baseline(policy: &Policy, progress: &Progress) -> Result<Option<Baseline
     }
 }
 
-/// Load `t` as every gate naming it needs (the float64 reference where
-/// [`ReferencePlan::for_target`] says).
-fn prepare(
-    policy: &Policy,
-    t: &Target,
-    shard: Option<Shard>,
-    progress: &Progress,
-) -> Result<Subject, LipfpError> {
-    let spec = SubjectSpec::for_target(t, ReferencePlan::for_target(policy, t), shard);
-    run::prepare(&spec, progress)
-}
-
 /// Evaluate every gate of `policy` (on shard `shard` of every test set), keeping the
 /// certificates when `keep_certificates`. Fails only on errors outside every gate: a baseline
 /// report that cannot be read.
@@ -68,46 +55,23 @@ pub fn run(
     progress: &Progress,
 ) -> Result<CheckRun, LipfpError> {
     let baseline = load_baseline(policy, progress)?;
-    for g in &policy.gates {
-        for note in g.thresholds.fraction_notes() {
-            progress.warn(&format!("gate `{}` (line {}): {note}", g.name, g.line));
-        }
-    }
-    // one subject (or the error loading it) per distinct target, in the order gates name it
-    let mut subjects: Vec<(Target, Result<Subject, String>)> = Vec::new();
+    let required = policy.baseline.as_ref().is_some_and(|b| b.required);
+    let mut work = PolicyWork::new(policy, shard, progress);
     let mut gates = Vec::with_capacity(policy.gates.len());
     let mut certs = Vec::new();
     for g in &policy.gates {
-        if !subjects.iter().any(|(t, _)| *t == g.target) {
-            let s = prepare(policy, &g.target, shard, progress).map_err(|e| e.to_string());
-            subjects.push((g.target.clone(), s));
+        let done = work.run(g, progress);
+        let done = done.as_ref().map(|(s, d)| (*s, d)).map_err(String::clone);
+        let gate = judge_gate(
+            g,
+            baseline.as_ref().map(|b| (b, required)),
+            shard.is_some(),
+            done.clone(),
+        );
+        if let (true, None, Ok((subject, d))) = (keep_certificates, &gate.error, done) {
+            let meta = GateMeta::of_gate(g, gate.complete.as_ref());
+            certs.push(certificates::gate_certificates(&meta, subject, &d.outcome));
         }
-        let Some((_, subject)) = subjects.iter().find(|(t, _)| *t == g.target) else {
-            continue;
-        };
-        let evaluated = subject.as_ref().map_err(String::clone).and_then(|s| {
-            evaluate_gate(policy, g, s, baseline.as_ref(), shard, progress)
-                .map(|(gate, outcome)| (gate, outcome, s))
-        });
-        let gate = match evaluated {
-            Ok((gate, outcome, subject)) => {
-                if keep_certificates && gate.error.is_none() {
-                    let meta = GateMeta {
-                        name: &g.name,
-                        radius: &g.radius,
-                        mode: g.mode(),
-                        thresholds: &g.thresholds,
-                        gram_iterations: g.target.gram_iterations,
-                        policy_line: g.line,
-                        model_name: &g.model_name,
-                        complete: gate.complete.as_ref(),
-                    };
-                    certs.push(certificates::gate_certificates(&meta, subject, &outcome));
-                }
-                gate
-            }
-            Err(e) => errored(g, e),
-        };
         if let Some(e) = &gate.error {
             progress.error(&format!("gate `{}` (line {}): {e}", g.name, g.line));
         }
@@ -121,65 +85,4 @@ pub fn run(
         },
         certificates: certs,
     })
-}
-
-/// The report of gate `g` that could not be evaluated.
-fn errored(g: &Gate, error: String) -> GateReport {
-    GateReport::errored(
-        &ErroredGate {
-            name: &g.name,
-            format: g.target.format,
-            ftz: g.target.ftz,
-            radius: &g.radius,
-            ball: g.target.ball.describe(),
-            mode: g.mode(),
-            thresholds: &g.thresholds,
-            model: &g.target.model,
-            model_name: Some(&g.model_name),
-            gram_iterations: g.target.gram_iterations,
-            notes: &g.thresholds.fraction_notes(),
-            policy_line: Some(g.line),
-        },
-        error,
-    )
-}
-
-/// Certify gate `g` on its prepared subject and judge it. A required baseline that does not
-/// compare like with like makes the gate errored (its figures kept); a radii file that cannot
-/// be used is an `Err` (the caller reports the gate as errored).
-fn evaluate_gate(
-    policy: &Policy,
-    g: &Gate,
-    subject: &Subject,
-    baseline: Option<&Baseline>,
-    shard: Option<Shard>,
-    progress: &Progress,
-) -> Result<(GateReport, CertifyOutcome), String> {
-    let work = GateWork {
-        label: format!("gate `{}`: ", g.name),
-        radius: &g.radius,
-        modes: &g.modes,
-        options: CertifyOptions {
-            local_budget_s: g.local_budget_s,
-            best_local: g.best_local,
-        },
-        complete: g.complete,
-        curve: g.curve.as_ref(),
-        attack: g.attack,
-    };
-    let done = run_gate(subject, &work, progress).map_err(|e| e.to_string())?;
-    let required = policy.baseline.as_ref().is_some_and(|b| b.required);
-    let head = GateHead {
-        name: &g.name,
-        radius: &g.radius,
-        mode: g.mode(),
-        thresholds: &g.thresholds,
-        baseline: baseline.map(|b| (b, required)),
-        policy_line: Some(g.line),
-        model_name: Some(g.model_name.clone()),
-        // a shard's figures are partial: thresholds are judged on the merged report
-        withheld: shard.map(|_| "thresholds are evaluated by `lipfp report` on the merged shards"),
-    };
-    let gate = head.judge_run(subject, g.target.gram_iterations, &done);
-    Ok((gate, done.outcome))
 }

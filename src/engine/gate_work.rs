@@ -1,15 +1,17 @@
 //! One gate's work on a prepared subject, in one call: certify every point in every mode,
 //! decide with branch and bound what mode `complete` leaves open, trace the robustness curve,
-//! and run the falsifier for the bracket. `lipfp check` (per gate) and `lipfp certify` (its one
-//! gate) both ask for it here; what it produced is judged by `gate`, never here.
+//! and run the falsifier for the bracket ([`run_gate`]). `lipfp certify` asks for its one gate
+//! here; `lipfp check` asks [`PolicyWork`] for each policy gate in turn, which loads each target
+//! once. What the work produced is judged by `gate`, never here.
 
 use crate::bounds::certify::Mode;
 use crate::engine::attack::{falsify, AttackOutcome};
 use crate::engine::complete::points::{decide_points, PointDecisions};
-use crate::engine::run::{certify_curve, certify_with_options};
-use crate::engine::run::{CertifyOptions, CertifyOutcome, CurveOutcome, Subject};
+use crate::engine::run::{certify_curve, certify_with_options, prepare, ReferencePlan};
+use crate::engine::run::{CertifyOptions, CertifyOutcome, CurveOutcome, Shard};
+use crate::engine::run::{Subject, SubjectSpec};
 use crate::error::LipfpError;
-use crate::policy::{CompleteBudget, CurveGrid, Radius};
+use crate::policy::{CompleteBudget, CurveGrid, Gate, Policy, Radius, Target};
 use crate::progress::Progress;
 
 /// What one gate asks of the engine.
@@ -28,6 +30,24 @@ pub struct GateWork<'a> {
     pub curve: Option<&'a CurveGrid>,
     /// Run the falsifier on the points the judged mode leaves uncertified.
     pub attack: bool,
+}
+
+impl<'a> GateWork<'a> {
+    /// What policy gate `g` asks for.
+    pub fn of_gate(g: &'a Gate) -> GateWork<'a> {
+        GateWork {
+            label: format!("gate `{}`: ", g.name),
+            radius: &g.radius,
+            modes: &g.modes,
+            options: CertifyOptions {
+                local_budget_s: g.local_budget_s,
+                best_local: g.best_local,
+            },
+            complete: g.complete,
+            curve: g.curve.as_ref(),
+            attack: g.attack,
+        }
+    }
 }
 
 /// What one gate's work produced.
@@ -93,4 +113,57 @@ pub fn run_gate(
         curve,
         falsified,
     })
+}
+
+/// A policy's gates worked in turn (on one shard of every test set): each distinct target is
+/// loaded once, when the first gate naming it runs, and kept (or the error loading it) for the
+/// gates after it.
+pub struct PolicyWork<'p> {
+    /// The policy.
+    policy: &'p Policy,
+    /// The shard of every test set, if any.
+    shard: Option<Shard>,
+    /// One subject (or the error loading it) per target loaded so far, in the order gates
+    /// name them.
+    subjects: Vec<(Target, Result<Subject, String>)>,
+}
+
+impl<'p> PolicyWork<'p> {
+    /// Work `policy`'s gates on `shard`; the thresholds that look like fractions are warned
+    /// about here, once per gate, before any work.
+    pub fn new(policy: &'p Policy, shard: Option<Shard>, progress: &Progress) -> PolicyWork<'p> {
+        for g in &policy.gates {
+            for note in g.thresholds.fraction_notes() {
+                progress.warn(&format!("gate `{}` (line {}): {note}", g.name, g.line));
+            }
+        }
+        PolicyWork {
+            policy,
+            shard,
+            subjects: Vec::new(),
+        }
+    }
+
+    /// Do gate `g`'s work on its target (loaded now if no earlier gate named it, with the
+    /// float64 reference where [`ReferencePlan::for_target`] says): its subject and outcome,
+    /// or why it could not run (the target failed to load, or the work failed).
+    pub fn run(
+        &mut self,
+        g: &Gate,
+        progress: &Progress,
+    ) -> Result<(&Subject, GateOutcome), String> {
+        let k = match self.subjects.iter().position(|(t, _)| *t == g.target) {
+            Some(k) => k,
+            None => {
+                let plan = ReferencePlan::for_target(self.policy, &g.target);
+                let spec = SubjectSpec::for_target(&g.target, plan, self.shard);
+                let subject = prepare(&spec, progress).map_err(|e| e.to_string());
+                self.subjects.push((g.target.clone(), subject));
+                self.subjects.len() - 1
+            }
+        };
+        let subject = self.subjects[k].1.as_ref().map_err(String::clone)?;
+        let done = run_gate(subject, &GateWork::of_gate(g), progress).map_err(|e| e.to_string())?;
+        Ok((subject, done))
+    }
 }

@@ -11,10 +11,10 @@ use crate::gate::attack::AttackReport;
 use crate::gate::baseline::{Baseline, Identity, Unusable};
 use crate::gate::complete::CompleteReport;
 use crate::gate::curve::CurveReport;
-use crate::gate::gate_report::{GateReport, SubjectFacts};
+use crate::gate::gate_report::{ErroredGate, GateReport, SubjectFacts};
 use crate::gate::regression::{self, Regression};
 use crate::gate::verdict::evaluate;
-use crate::policy::{Radius, Thresholds};
+use crate::policy::{Gate, Radius, Thresholds};
 
 /// What a gate is and what it is judged against, apart from what its run produced.
 pub struct GateHead<'a> {
@@ -38,6 +38,23 @@ pub struct GateHead<'a> {
 }
 
 impl<'a> GateHead<'a> {
+    /// Policy gate `g`, judged against `baseline` (with whether the policy requires it to
+    /// compare); on a shard (`sharded`) its verdict is withheld.
+    pub fn of_gate(g: &'a Gate, baseline: Option<(&'a Baseline, bool)>, sharded: bool) -> Self {
+        GateHead {
+            name: &g.name,
+            radius: &g.radius,
+            mode: g.mode(),
+            thresholds: &g.thresholds,
+            baseline,
+            policy_line: Some(g.line),
+            model_name: Some(g.model_name.clone()),
+            // a shard's figures are partial: thresholds are judged on the merged report
+            withheld: sharded
+                .then_some("thresholds are evaluated by `lipfp report` on the merged shards"),
+        }
+    }
+
     /// The report of the engine's work `done` on `subject` (its Gram iterations
     /// `gram_iterations`): the curve, complete decisions and the falsifier's bracket figured
     /// here, with the per-point regression against a certificate baseline.
@@ -88,6 +105,45 @@ impl<'a> GateHead<'a> {
         }
         .build()
     }
+}
+
+/// The report of policy gate `g`: its work (its subject and the engine's outcome) judged
+/// against `baseline` (on a shard, `sharded`, with the verdict withheld), or, when the work
+/// could not run, the gate errored with the reason.
+pub fn judge_gate(
+    g: &Gate,
+    baseline: Option<(&Baseline, bool)>,
+    sharded: bool,
+    work: Result<(&Subject, &GateOutcome), String>,
+) -> GateReport {
+    match work {
+        Ok((subject, done)) => {
+            let head = GateHead::of_gate(g, baseline, sharded);
+            head.judge_run(subject, g.target.gram_iterations, done)
+        }
+        Err(error) => errored(g, error),
+    }
+}
+
+/// The report of policy gate `g` that could not be evaluated.
+fn errored(g: &Gate, error: String) -> GateReport {
+    GateReport::errored(
+        &ErroredGate {
+            name: &g.name,
+            format: g.target.format,
+            ftz: g.target.ftz,
+            radius: &g.radius,
+            ball: g.target.ball.describe(),
+            mode: g.mode(),
+            thresholds: &g.thresholds,
+            model: &g.target.model,
+            model_name: Some(&g.model_name),
+            gram_iterations: g.target.gram_iterations,
+            notes: &g.thresholds.fraction_notes(),
+            policy_line: Some(g.line),
+        },
+        error,
+    )
 }
 
 /// A gate and everything its run produced, ready to judge.

@@ -7,7 +7,7 @@ use prost::Message;
 
 use crate::bounds::certify::{Mode, Refusal};
 use crate::engine::run::{CertifyOutcome, Subject};
-use crate::policy::{Radius, Thresholds};
+use crate::policy::{Gate, Radius, Thresholds};
 use crate::proto_gen::{CertificateFile, GateCertificates, Instance};
 use crate::report::complete::CompleteReport;
 
@@ -31,6 +31,22 @@ pub struct GateMeta<'a> {
     pub model_name: &'a str,
     /// Mode `complete`'s figures, when it ran.
     pub complete: Option<&'a CompleteReport>,
+}
+
+impl<'a> GateMeta<'a> {
+    /// What policy gate `g` is about (`complete`: its report's complete decisions).
+    pub fn of_gate(g: &'a Gate, complete: Option<&'a CompleteReport>) -> GateMeta<'a> {
+        GateMeta {
+            name: &g.name,
+            radius: &g.radius,
+            mode: g.mode(),
+            thresholds: &g.thresholds,
+            gram_iterations: g.target.gram_iterations,
+            policy_line: g.line,
+            model_name: &g.model_name,
+            complete,
+        }
+    }
 }
 
 /// The certificates of one gate run.
