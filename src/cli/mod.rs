@@ -370,6 +370,9 @@ fn check(a: &CheckArgs, progress: &Progress) -> Result<Exit, LipfpError> {
         files::check_target(p, "regressions file")?;
     }
     let policy = Policy::load(&a.config)?;
+    for warning in policy.warnings() {
+        progress.warn(&warning);
+    }
     let shard = parse_shard(a.shard.as_deref())?;
     let run = crate::commands::check::run(&policy, shard, a.certificates.is_some(), progress)?;
     let policy_name = policy.path.display().to_string();

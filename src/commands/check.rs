@@ -56,7 +56,7 @@ pub fn run(
 ) -> Result<CheckRun, LipfpError> {
     let baseline = load_baseline(policy, progress)?;
     let required = policy.baseline.as_ref().is_some_and(|b| b.required);
-    let mut work = PolicyWork::new(policy, shard, progress);
+    let mut work = PolicyWork::new(policy, shard);
     let mut gates = Vec::with_capacity(policy.gates.len());
     let mut certs = Vec::new();
     for g in &policy.gates {

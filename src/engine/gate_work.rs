@@ -129,14 +129,8 @@ pub struct PolicyWork<'p> {
 }
 
 impl<'p> PolicyWork<'p> {
-    /// Work `policy`'s gates on `shard`; the thresholds that look like fractions are warned
-    /// about here, once per gate, before any work.
-    pub fn new(policy: &'p Policy, shard: Option<Shard>, progress: &Progress) -> PolicyWork<'p> {
-        for g in &policy.gates {
-            for note in g.thresholds.fraction_notes() {
-                progress.warn(&format!("gate `{}` (line {}): {note}", g.name, g.line));
-            }
-        }
+    /// Work `policy`'s gates on `shard`.
+    pub fn new(policy: &'p Policy, shard: Option<Shard>) -> PolicyWork<'p> {
         PolicyWork {
             policy,
             shard,

@@ -292,6 +292,17 @@ impl Policy {
         Policy::parse(path, &text)
     }
 
+    /// The warnings a valid policy still deserves, each naming its gate and line: thresholds
+    /// that look like fractions of a percentage.
+    pub fn warnings(&self) -> Vec<String> {
+        (self.gates.iter())
+            .flat_map(|g| {
+                (g.thresholds.fraction_notes().into_iter())
+                    .map(move |note| format!("gate `{}` (line {}): {note}", g.name, g.line))
+            })
+            .collect()
+    }
+
     /// Validate policy text read from `path`.
     pub fn parse(path: &Path, text: &str) -> Result<Policy, LipfpError> {
         let err = |m: String| LipfpError::policy(path, m);

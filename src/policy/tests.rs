@@ -226,6 +226,15 @@ fn warn_level_thresholds_are_read_and_checked_like_the_others() {
             .any(|n| n.starts_with("warn_min_accuracy_pct = 0.95")),
         "{notes:?}"
     );
+    // the policy's warnings name the gate and its line
+    let warnings = p.warnings();
+    let name = &p.gates[0].name;
+    let line = p.gates[0].line;
+    assert_eq!(warnings.len(), notes.len(), "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(&format!("gate `{name}` (line {line}): warn_min_accuracy_pct")),
+        "{warnings:?}"
+    );
 }
 
 #[test]
