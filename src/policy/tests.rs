@@ -232,7 +232,9 @@ fn warn_level_thresholds_are_read_and_checked_like_the_others() {
     let line = p.gates[0].line;
     assert_eq!(warnings.len(), notes.len(), "{warnings:?}");
     assert!(
-        warnings[0].starts_with(&format!("gate `{name}` (line {line}): warn_min_accuracy_pct")),
+        warnings[0].starts_with(&format!(
+            "gate `{name}` (line {line}): warn_min_accuracy_pct"
+        )),
         "{warnings:?}"
     );
 }

@@ -15,6 +15,7 @@
 //! points are searched in fixed blocks: the result does not depend on the thread count.
 
 mod ball;
+pub mod outcome;
 pub mod witnesses;
 
 use std::time::Instant;
@@ -25,6 +26,7 @@ use rug::Rational;
 
 pub use crate::engine::gradient::{runner_up, GradNet};
 pub use ball::{in_ball_exact, in_set_exact, round_towards_centre, SplitMix};
+pub use outcome::{AttackOutcome, Witness};
 
 use crate::arith::format::Format;
 use crate::arith::sound::rational_to_f64_down;
@@ -44,30 +46,6 @@ pub const RESTARTS: usize = 3;
 const STEP_FACTOR: f64 = 2.5;
 /// Points searched together (one matrix product per layer and step).
 const BLOCK: usize = 16;
-
-/// An adversarial example found and confirmed.
-#[derive(Clone, Debug)]
-pub struct Witness {
-    /// Index of the point in the subject (add `Subject::first` for the test set's index).
-    pub index: usize,
-    /// The adversarial input: values of the deployment format, in the ball.
-    pub input: Vec<f64>,
-    /// The class the deployed execution predicts at it.
-    pub class: usize,
-}
-
-/// The falsifier's result on one subject.
-#[derive(Clone, Debug)]
-pub struct AttackOutcome {
-    /// The sound mode whose uncertified points were attacked.
-    pub mode: Mode,
-    /// Indices (into the subject) of the points attacked.
-    pub attacked: Vec<usize>,
-    /// The confirmed adversarial examples, by index.
-    pub witnesses: Vec<Witness>,
-    /// Wall seconds, re-reading the attacked inputs included.
-    pub seconds: f64,
-}
 
 /// [`check_attack_request`] for `lipfp certify --attack` (errors name the flag), and the witnesses'
 /// destinations checked before any work.

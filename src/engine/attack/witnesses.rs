@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::AttackOutcome;
+use super::outcome::AttackOutcome;
 use crate::engine::run::Subject;
 use crate::files::{npy_bytes, Artifact};
 

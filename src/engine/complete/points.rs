@@ -1,6 +1,6 @@
 //! Mode `complete` at a gate's points: where `best` (with local bounds at every point) leaves a
 //! point uncertified, the falsifier searches it first, then branch and bound decides it over the
-//! point's set ([`super::decide`]), each point within its own budget and all of them within a
+//! point's set ([`super::search::decide`]), each point within its own budget and all of them within a
 //! total one. A point is verified when every subdomain closes, falsified when a counterexample is
 //! confirmed by lipfp's execution of the model (the falsifier's rule, [`SetCheck`]), and
 //! undecided otherwise (docs/soundness.md "Complete verification", B8).
@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use ndarray::Array2;
 
-use super::{decide, Budget, CompleteOutcome, Decision, Objective, SearchSet};
+use super::search::{decide, Budget, CompleteOutcome, Decision, Objective, SearchSet};
 use crate::bounds::ball::{clipped_box, conversion_hull, Norm};
 use crate::bounds::certify::{Mode, Refusal, Verdict};
 use crate::engine::attack::{attack_uncertified, AttackOutcome, SetCheck, Witness};

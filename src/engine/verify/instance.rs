@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::{bounded_box, verify, VerifyOptions, VerifyOutcome};
+use super::property::{bounded_box, verify, VerifyOptions, VerifyOutcome};
 use crate::arith::format::Format;
 use crate::arith::runtime::RuntimeChoice;
 use crate::engine::data::Inputs;

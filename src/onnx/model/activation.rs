@@ -2,7 +2,7 @@
 //! changes nothing. Every other activation is refused (see `refusals`).
 
 use super::builder::{Act, Builder, Stage, Value};
-use super::Activation;
+use super::network::Activation;
 use crate::error::LipfpError;
 use crate::onnx::reader::proto;
 

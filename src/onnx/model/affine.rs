@@ -6,9 +6,9 @@
 //! stays in the space of what the user feeds the model.
 
 use super::builder::{Act, Builder, Stage, Value};
+use super::network::Activation;
 use super::shapes::{show_shape, Dim};
 use super::weights::{AffineDraft, Draft, DraftKind, DraftOp, Part, Weight};
-use super::Activation;
 use crate::error::LipfpError;
 use crate::onnx::checks;
 use crate::onnx::reader::proto;

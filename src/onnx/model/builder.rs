@@ -100,8 +100,8 @@ pub(super) struct Builder<'a> {
     pub changed: usize,
     /// The element type each layer computes in (its input activation's type), in order.
     pub compute: Vec<(String, Format)>,
-    /// The head ops read after the logits (see [`super::HeadOp`]).
-    pub head: Vec<super::HeadOp>,
+    /// The head ops read after the logits (see [`super::network::HeadOp`]).
+    pub head: Vec<super::network::HeadOp>,
     /// Model narrowing casts relative to `format` and refuse layers computing in a narrower type
     /// (off only when probing which format the layers compute in: casts are then only followed).
     pub check_compute: bool,

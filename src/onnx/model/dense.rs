@@ -4,9 +4,9 @@
 //! values are read once the whole graph is checked (see `weights`).
 
 use super::builder::{Act, Builder, Stage, Value};
+use super::network::Activation;
 use super::shapes::{show_shape, Dim};
 use super::weights::{Draft, DraftKind, Part, Weight};
-use super::Activation;
 use crate::error::LipfpError;
 use crate::onnx::checks;
 use crate::onnx::reader::proto;

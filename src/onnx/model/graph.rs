@@ -7,11 +7,11 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use super::builder::{Act, Builder, Stage, Value};
+use super::network::DenseNet;
 use super::ops::{op_def, OpDef};
 use super::pass_through::float_format;
 use super::shapes::Dim;
 use super::weights::DraftKind;
-use super::DenseNet;
 use crate::arith::format::Format;
 use crate::error::LipfpError;
 use crate::onnx::checks::{self, node_label};

@@ -7,7 +7,7 @@
 //! graph output.
 
 use super::builder::{Act, Builder, Head, HeadValue, Stage, Value};
-use super::HeadOp;
+use super::network::HeadOp;
 use crate::error::LipfpError;
 use crate::onnx::checks;
 use crate::onnx::reader::{proto, ConstData, ConstTensor};

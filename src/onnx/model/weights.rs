@@ -8,7 +8,7 @@ use std::path::Path;
 use ndarray::Array2;
 
 use super::builder::Builder;
-use super::{Activation, Dense};
+use super::network::{Activation, Dense};
 use crate::arith::format::Format;
 use crate::error::LipfpError;
 use crate::onnx::reader::{self as onnx, proto, ConstData};

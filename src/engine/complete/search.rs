@@ -1,0 +1,514 @@
+//! Branch and bound itself: one search over a set ([`SearchSet`]) for an objective ([`Objective`])
+//! under a budget ([`Budget`]), bounding children in fixed batches ([`decide`]).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ndarray::{Array2, Axis};
+use rayon::prelude::*;
+
+use super::branch;
+use super::domain::{Branch, Queue, Subdomain};
+use crate::arith::format::Format;
+use crate::arith::sound::{add_down, add_up, l2_norm_up};
+use crate::bounds::local::{HiddenBounds, InputSet, SlopeSearch, SplitOutcome, Splits};
+use crate::engine::run::{box_norm_up, with_bounded_net, BoundedNet, Subject};
+
+/// Subdomains bounded together (a fixed number: the batches, hence the result, do not depend on
+/// the thread count).
+const BATCH: usize = 16;
+/// Inputs up to this many are split by coordinate; more, by ReLU.
+pub const INPUT_SPLIT_MAX_DIM: usize = 16;
+/// Steps of the search for lower slopes and split multipliers at the root.
+const ROOT_SLOPE_STEPS: usize = 20;
+/// The same in every other subdomain (where the split multipliers first appear).
+const CHILD_SLOPE_STEPS: usize = 5;
+
+/// The unsafe region as rows of linear forms of the outputs: disjunct `d` is excluded over a
+/// subdomain when some usable row `r` of it has `lower_r + offset_r > 0`.
+#[derive(Clone, Debug)]
+pub struct Objective {
+    /// The rows `a` (one per constraint), over the outputs.
+    pub c: Array2<f64>,
+    /// Per row, a lower bound of the constant `c` (rounded down).
+    pub offset: Vec<f64>,
+    /// Per row, whether its float64 coefficients are exactly the constraint's (else it excludes
+    /// nothing).
+    pub usable: Vec<bool>,
+    /// Per row, its disjunct.
+    pub disjunct: Vec<usize>,
+    /// Number of disjuncts.
+    pub disjuncts: usize,
+}
+
+impl Objective {
+    /// Per open disjunct (in `open`'s order), the largest sound lower bound of its rows'
+    /// values, from `lower` computed for the rows of `rows` (`-inf` for a disjunct no usable row
+    /// bounds).
+    pub fn disjunct_bounds(&self, open: &[usize], rows: &[usize], lower: &[f64]) -> Vec<f64> {
+        open.iter()
+            .map(|&d| {
+                (rows.iter().zip(lower))
+                    .filter(|(r, _)| self.disjunct[**r] == d && self.usable[**r])
+                    .map(|(r, v)| add_down(*v, self.offset[*r]))
+                    .fold(f64::NEG_INFINITY, f64::max)
+            })
+            .collect()
+    }
+
+    /// The rows of the disjuncts in `open`.
+    fn rows_of(&self, open: &[usize]) -> Vec<usize> {
+        (0..self.disjunct.len())
+            .filter(|r| open.contains(&self.disjunct[*r]))
+            .collect()
+    }
+}
+
+/// Limits of one search.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Budget {
+    /// Wall-clock seconds (the search stops with `timeout` past them).
+    pub seconds: f64,
+    /// Subdomains bounded at most (then `unknown`; a budget in subdomains gives the same result
+    /// on every machine).
+    pub subdomains: usize,
+    /// Bytes the queue may hold (then `unknown`).
+    pub memory_bytes: usize,
+}
+
+/// What a search came to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision<C> {
+    /// Every subdomain closed: no execution reaches the unsafe region.
+    Holds,
+    /// A counterexample the caller's check confirmed.
+    Violated(C),
+    /// Neither, with the reason (the subdomain or memory budget, or a subdomain that cannot be
+    /// split further, or bounds that are not finite).
+    Unknown(String),
+    /// The time budget ran out first.
+    Timeout,
+}
+
+/// A search's decision and what it did.
+#[derive(Clone, Debug)]
+pub struct CompleteOutcome<C> {
+    /// The decision.
+    pub decision: Decision<C>,
+    /// Subdomains bounded (the root included).
+    pub bounded: usize,
+    /// Of those, shown infeasible.
+    pub infeasible: usize,
+    /// The most subdomains queued at once.
+    pub peak_queue: usize,
+    /// The deepest subdomain bounded.
+    pub depth: usize,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+}
+
+/// The input set a search decides over.
+#[derive(Clone, Copy, Debug)]
+pub enum SearchSet<'a> {
+    /// The box `[lo, hi]`: split by coordinate for low-dimensional inputs, else by ReLU.
+    Box(&'a [f64], &'a [f64]),
+    /// The l2 ball of radius `eps` around `x0`, inside the box `within` (the input range it
+    /// is clipped to, or the ball's own bounding box): split by ReLU only.
+    Ball {
+        /// The centre.
+        x0: &'a [f64],
+        /// The radius (an upper bound).
+        eps: f64,
+        /// A box holding the set (candidates are clipped to it).
+        within: (&'a [f64], &'a [f64]),
+    },
+}
+
+impl SearchSet<'_> {
+    /// An upper bound on the l2 norm of every input of the set.
+    fn norm_up(&self) -> f64 {
+        match *self {
+            SearchSet::Box(lo, hi) => box_norm_up(lo, hi),
+            SearchSet::Ball { x0, eps, .. } => add_up(l2_norm_up(x0.iter().copied()), eps),
+        }
+    }
+
+    /// A box holding the set.
+    fn bounding_box(&self) -> (&[f64], &[f64]) {
+        match *self {
+            SearchSet::Box(lo, hi) => (lo, hi),
+            SearchSet::Ball { within, .. } => within,
+        }
+    }
+}
+
+/// How subdomains are split.
+struct Plan<'a> {
+    /// The ball every subdomain lies in (its centre and radius), for a ball's search.
+    ball: Option<(&'a [f64], f64)>,
+    /// By input coordinate (low-dimensional inputs), else by ReLU.
+    by_input: bool,
+    /// The root box's widths (no coordinate may lag far behind, [`branch::input_to_split`]).
+    root_width: Vec<f64>,
+    /// With ReLU splits, the root's hidden bounds, reused in every subdomain with its splits
+    /// applied (beta-CROWN's choice: the split multipliers carry the splits' effect on the
+    /// layers above; every subdomain's box lies inside the root's).
+    base: Option<HiddenBounds>,
+}
+
+/// A bounded subdomain: open again (with its gap and branch), closed, or infeasible; with the
+/// caller's verdict on its candidate point.
+struct Bounded<C> {
+    domain: Subdomain,
+    closed: bool,
+    infeasible: bool,
+    found: Option<C>,
+    /// The hidden bounds it rested on (kept at the root only).
+    hidden: Option<HiddenBounds>,
+}
+
+/// Decides whether some execution of the subject's deployed model on an input of `[lo, hi]` puts
+/// its outputs in the unsafe region `objective` describes, within `budget`; `confirm` turns a
+/// candidate input into a counterexample when the model's execution confirms it.
+pub fn decide<C: Send>(
+    subject: &Subject,
+    set: SearchSet<'_>,
+    objective: &Objective,
+    budget: Budget,
+    confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
+) -> CompleteOutcome<C> {
+    let start = Instant::now();
+    let format = subject.net.format;
+    let by_input =
+        matches!(set, SearchSet::Box(..)) && subject.net.input_dim() <= INPUT_SPLIT_MAX_DIM;
+    let steps = if by_input { 0 } else { ROOT_SLOPE_STEPS };
+    let searched = with_bounded_net(subject, set.norm_up(), steps, |net| {
+        search((net, format), set, objective, budget, confirm, start)
+    });
+    searched.unwrap_or_else(|why| CompleteOutcome {
+        decision: Decision::Unknown(why),
+        bounded: 0,
+        infeasible: 0,
+        peak_queue: 0,
+        depth: 0,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The search loop of [`decide`].
+fn search<C: Send>(
+    (net, format): (&BoundedNet<'_>, Format),
+    set: SearchSet<'_>,
+    objective: &Objective,
+    budget: Budget,
+    confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
+    start: Instant,
+) -> CompleteOutcome<C> {
+    let (lo, hi) = set.bounding_box();
+    let mut out = CompleteOutcome {
+        decision: Decision::Holds,
+        bounded: 0,
+        infeasible: 0,
+        peak_queue: 0,
+        depth: 0,
+        seconds: 0.0,
+    };
+    let ball = match set {
+        SearchSet::Ball { x0, eps, .. } => Some((x0, eps)),
+        SearchSet::Box(..) => None,
+    };
+    let mut plan = Plan {
+        ball,
+        by_input: ball.is_none() && net.net.input_dim() <= INPUT_SPLIT_MAX_DIM,
+        root_width: lo.iter().zip(hi).map(|(l, h)| h - l).collect(),
+        base: None,
+    };
+    let root = Subdomain {
+        lo: Arc::new(lo.to_vec()),
+        hi: Arc::new(hi.to_vec()),
+        splits: Splits::none(),
+        open: (0..objective.disjuncts).collect(),
+        depth: 0,
+        gap: f64::NEG_INFINITY,
+        branch: Branch::Exhausted,
+        id: 0,
+        warm: None,
+        inherited: None,
+    };
+    let root_search = SlopeSearch {
+        iterations: ROOT_SLOPE_STEPS,
+        target: f64::INFINITY,
+    };
+    let child_search = SlopeSearch {
+        iterations: CHILD_SLOPE_STEPS,
+        target: f64::INFINITY,
+    };
+    let mut queue = Queue::default();
+    let mut first = bound(
+        (net, format),
+        objective,
+        root,
+        Some(root_search),
+        &plan,
+        confirm,
+    );
+    if !plan.by_input {
+        plan.base = first.hidden.take();
+    }
+    let mut batch = vec![first];
+    let (mut next_id, mut stuck) = (0u64, false);
+    loop {
+        for b in batch {
+            out.bounded += 1;
+            out.depth = out.depth.max(b.domain.depth);
+            out.infeasible += usize::from(b.infeasible);
+            if let Some(cx) = b.found {
+                out.decision = Decision::Violated(cx);
+                return finish(out, &queue, start);
+            }
+            if !b.closed {
+                queue.push(b.domain);
+            }
+        }
+        if queue.bytes() > budget.memory_bytes {
+            let why = format!(
+                "the subdomain queue reached its memory cap of {} bytes",
+                budget.memory_bytes
+            );
+            out.decision = Decision::Unknown(why);
+            return finish(out, &queue, start);
+        }
+        if queue.is_empty() {
+            if stuck {
+                out.decision = Decision::Unknown("a subdomain could be split no further".into());
+            }
+            return finish(out, &queue, start);
+        }
+        if start.elapsed().as_secs_f64() > budget.seconds {
+            out.decision = Decision::Timeout;
+            return finish(out, &queue, start);
+        }
+        if out.bounded >= budget.subdomains {
+            out.decision = Decision::Unknown(format!("{} subdomains bounded", out.bounded));
+            return finish(out, &queue, start);
+        }
+        let parents = queue.pop_hardest(BATCH / 2);
+        let mut children = Vec::with_capacity(2 * parents.len());
+        for p in &parents {
+            let c = p.children(&mut next_id);
+            stuck |= c.is_empty();
+            children.extend(c);
+        }
+        batch = (children.into_par_iter())
+            .map(|d| {
+                bound(
+                    (net, format),
+                    objective,
+                    d,
+                    Some(child_search),
+                    &plan,
+                    confirm,
+                )
+            })
+            .collect();
+    }
+}
+
+/// The outcome with the queue's peak and the time.
+fn finish<C>(mut out: CompleteOutcome<C>, queue: &Queue, start: Instant) -> CompleteOutcome<C> {
+    out.peak_queue = queue.peak();
+    out.seconds = start.elapsed().as_secs_f64();
+    out
+}
+
+/// Bounds subdomain `d` (its box first shrunk to the values of the deployment `format`): closes
+/// the disjuncts its bounds exclude, chooses its branch, and checks its candidate point.
+fn bound<C>(
+    (net, format): (&BoundedNet<'_>, Format),
+    objective: &Objective,
+    mut d: Subdomain,
+    search: Option<SlopeSearch>,
+    plan: &Plan,
+    confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
+) -> Bounded<C> {
+    let done = |d: Subdomain, infeasible: bool| Bounded {
+        domain: d,
+        closed: true,
+        infeasible,
+        found: None,
+        hidden: None,
+    };
+    match branch::onto_grid(format, &d.lo, &d.hi).filter(|_| plan.ball.is_none()) {
+        None if plan.ball.is_none() => return done(d, true),
+        None => {}
+        Some((lo, hi)) => {
+            if *lo != *d.lo {
+                d.lo = Arc::new(lo);
+            }
+            if *hi != *d.hi {
+                d.hi = Arc::new(hi);
+            }
+        }
+    }
+    let rows = objective.rows_of(&d.open);
+    let c = objective.c.select(Axis(0), &rows);
+    let warm = d.warm.as_ref().and_then(|w| {
+        let at: Option<Vec<usize>> = (rows.iter())
+            .map(|r| w.0.iter().position(|k| k == r))
+            .collect();
+        at.map(|at| w.1.select_rows(&at))
+    });
+    let set = match plan.ball {
+        Some((x0, eps)) => InputSet::Ball { x0, eps },
+        None => InputSet::Box {
+            lo: &d.lo,
+            hi: &d.hi,
+        },
+    };
+    let mut b = match net.net.split_lower_bounds(
+        set,
+        (&c, &net.slack),
+        &d.splits,
+        (search, warm.as_ref()),
+        d.known(plan.base.as_ref()),
+    ) {
+        SplitOutcome::Infeasible(_) => return done(d, true),
+        SplitOutcome::NotFinite => {
+            // nothing known: split on (an input box always can be, until it is a point)
+            d.branch = fallback_branch(&d, plan);
+            return open(d, None);
+        }
+        SplitOutcome::Bounded(b) => *b,
+    };
+    d.warm = (b.optimised.take()).map(|m| Arc::new((rows.clone(), m.stored())));
+    let r0 = match plan.ball {
+        Some((x0, eps)) => SearchSet::Ball {
+            x0,
+            eps,
+            within: (&d.lo, &d.hi),
+        },
+        None => SearchSet::Box(&d.lo, &d.hi),
+    };
+    let per = if net.overflow_excluded(&b.hidden, r0.norm_up()).is_ok() {
+        objective.disjunct_bounds(&d.open, &rows, &b.lower)
+    } else {
+        // the bounds assume no overflow (B7): they exclude nothing here
+        vec![f64::NEG_INFINITY; d.open.len()]
+    };
+    let keep: Vec<usize> = (d.open.iter().zip(&per))
+        .filter(|(_, v)| !excluded(**v))
+        .map(|(k, _)| *k)
+        .collect();
+    if keep.is_empty() {
+        return done(d, false);
+    }
+    // the row to improve: of the open disjunct furthest from excluded, the row nearest to
+    // excluding it (a disjunct is excluded by any one of its rows)
+    let target = (d.open.iter().zip(&per))
+        .filter(|(_, v)| !excluded(**v))
+        .min_by(|a, b2| a.1.total_cmp(b2.1))
+        .map(|(k, _)| *k)
+        .unwrap_or(0);
+    d.gap = per
+        .iter()
+        .copied()
+        .filter(|v| !excluded(*v))
+        .fold(f64::INFINITY, f64::min);
+    let worst = (0..rows.len())
+        .filter(|&t| objective.disjunct[rows[t]] == target)
+        .max_by(|&a, &b2| {
+            let value = |t: usize| add_down(b.lower[t], objective.offset[rows[t]]);
+            value(a).total_cmp(&value(b2)).then(b2.cmp(&a))
+        })
+        .unwrap_or(0);
+    d.open = keep;
+    let a = b.trace.input.row(worst);
+    let candidate = match plan.ball {
+        Some((x0, eps)) => branch::ball_minimiser(a, (x0, eps), (&d.lo, &d.hi)),
+        None => branch::linear_minimiser(a, &d.lo, &d.hi),
+    };
+    let relu = (!plan.by_input)
+        .then(|| branch::relu_to_split(b.hidden.relaxations(), &b.trace.hidden, worst))
+        .flatten();
+    d.branch = match relu {
+        Some((l, j)) => Branch::Relu(l, j),
+        None if plan.ball.is_some() => Branch::Exhausted,
+        None => (branch::input_to_split(a, &d.lo, &d.hi, &plan.root_width))
+            .map_or(Branch::Exhausted, Branch::Input),
+    };
+    if plan.by_input {
+        d.inherited = Some(Arc::new(b.hidden.pre.clone()));
+    }
+    let found = confirm(&candidate);
+    Bounded {
+        hidden: Some(b.hidden),
+        ..open(d, found)
+    }
+}
+
+/// Whether a disjunct's bound `v` excludes it: strictly above zero (NaN excludes nothing).
+pub fn excluded(v: f64) -> bool {
+    v > 0.0
+}
+
+/// An open subdomain.
+fn open<C>(domain: Subdomain, found: Option<C>) -> Bounded<C> {
+    Bounded {
+        domain,
+        closed: false,
+        infeasible: false,
+        found,
+        hidden: None,
+    }
+}
+
+/// The branch of a subdomain without finite bounds: halve its widest coordinate.
+fn fallback_branch(d: &Subdomain, plan: &Plan) -> Branch {
+    if plan.ball.is_some() {
+        return Branch::Exhausted;
+    }
+    let none = ndarray::Array1::<f64>::zeros(d.lo.len());
+    (branch::input_to_split(none.view(), &d.lo, &d.hi, &plan.root_width))
+        .map_or(Branch::Exhausted, Branch::Input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A disjunct's bound is its best usable row's lower bound plus the row's constant (rounded
+    /// down); a row whose coefficients are not exact excludes nothing, however high its bound.
+    #[test]
+    fn a_disjunct_is_bounded_by_its_best_usable_row() {
+        let o = Objective {
+            c: Array2::zeros((3, 2)),
+            offset: vec![1.0, 0.0, -0.5],
+            usable: vec![true, false, true],
+            disjunct: vec![0, 0, 1],
+            disjuncts: 2,
+        };
+        assert_eq!(o.rows_of(&[0, 1]), vec![0, 1, 2]);
+        assert_eq!(o.rows_of(&[1]), vec![2]);
+        // the sum rounds down (at most one step below the exact -1 and -0.25 here)
+        let b = o.disjunct_bounds(&[0, 1], &[0, 1, 2], &[-2.0, 5.0, 0.25]);
+        assert_eq!(b, vec![add_down(-2.0, 1.0), add_down(0.25, -0.5)]);
+        assert!(b[0] <= -1.0 && b[0] >= (-1.0f64).next_down());
+        assert!(b[1] <= -0.25 && b[1] >= (-0.25f64).next_down());
+        let b = o.disjunct_bounds(&[0, 1], &[0, 1, 2], &[-0.5, 5.0, 0.75]);
+        assert!(b[0] <= 0.5 && b[0] >= 0.5f64.next_down() && excluded(b[0]));
+        assert!(b[1] <= 0.25 && b[1] >= 0.25f64.next_down() && excluded(b[1]));
+        assert!(excluded(0.5) && !excluded(0.0) && !excluded(f64::NAN));
+        // the constant is added rounding down: never above the float64 sum
+        let tiny = Objective {
+            offset: vec![1e-300, 0.0, 0.0],
+            ..o
+        };
+        let b = tiny.disjunct_bounds(&[0], &[0], &[1.0]);
+        assert!(b[0] < 1.0 + 1e-300 && b[0] >= 1.0f64.next_down());
+        // a disjunct without a usable row is not bounded
+        assert_eq!(
+            tiny.disjunct_bounds(&[0], &[1], &[9.0]),
+            vec![f64::NEG_INFINITY]
+        );
+    }
+}
