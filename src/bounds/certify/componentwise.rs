@@ -18,9 +18,10 @@ use crate::arith::format::Format;
 use crate::arith::sound::{add_up, div_up, l2_norm_up, mul_up, sub_down};
 use crate::onnx::model::DenseNet;
 
+use super::centre::HiCentre;
+use super::model_bounds::{ModelBounds, PairBounds};
 use super::quantities::gamma_n;
 use super::tensor_core;
-use super::{HiCentre, ModelBounds, PairBounds};
 
 /// `|W_l|^T` of every dense layer (`None` for an affine step) with the factor that turns a
 /// computed sum of `n_l` nonnegative products into an upper bound on the exact one.

@@ -9,10 +9,11 @@ use crate::bounds::local::LayerRounding;
 use crate::bounds::norms::LayerNorms;
 use crate::onnx::model::Dense;
 
+use super::model_bounds::{LayerBounds, PairBounds};
 use super::quantities::{
     accumulator_check, step_check, LayerError, OverflowCheck, OverflowConstants,
 };
-use super::{affine, tensor_core, LayerBounds, PairBounds};
+use super::{affine, tensor_core};
 
 /// The executions of one layer in accumulation format `acc`, as error terms and the overflow
 /// checks along the way (docs/soundness.md "The execution model"):

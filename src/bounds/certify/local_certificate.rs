@@ -11,9 +11,12 @@
 //! ball), within `D_0` under flush-to-zero: the model's overflow checks at these radii exclude overflow
 //! at every layer.
 
+use super::centre::{Centre, PointResult};
+use super::model_bounds::ModelBounds;
+use super::modes::Certifier;
 use super::modes::{nan_safe_min, verdict_of};
 use super::quantities::overflow_free;
-use super::{Centre, Certifier, ModelBounds, PointResult, Refusal};
+use super::refusal::Refusal;
 use crate::arith::sound::{add_up, sub_down};
 
 /// What the local-bounds pass measured at a point, for the radius `eps`.

@@ -12,7 +12,7 @@ use crate::arith::execution::ExecutionModel;
 use crate::arith::sound::l2_norm_up;
 use crate::bounds::ball::InputRange;
 use crate::bounds::certify::componentwise::AbsWeights;
-use crate::bounds::certify::modes::Decided;
+use crate::bounds::certify::Decided;
 use crate::bounds::certify::ModelBounds;
 use crate::bounds::norms::NetworkNorms;
 use crate::engine::digest::TestSetHasher;

@@ -8,7 +8,7 @@
 
 use super::certify::point_radii;
 use crate::bounds::ball::Cover;
-use crate::bounds::certify::modes::Decided;
+use crate::bounds::certify::Decided;
 use crate::bounds::certify::{Centre, Certifier, HiCentre, Mode, ModelBounds};
 use crate::policy::{CurveGrid, Policy, Radius, Target};
 
