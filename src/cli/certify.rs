@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{
-    check_outputs, emit_with, parse_shard, suite_name, DeploymentFlags, Exit, ReportOutputs,
-};
+use super::exit::Exit;
+use super::outputs::{check_outputs, emit_with, suite_name, ReportOutputs};
+use super::shared_flags::{parse_shard, DeploymentFlags};
 use crate::bounds::ball::{BallSpec, InputRange, Norm};
 use crate::bounds::certify::{parse_mode_list, Mode};
 use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;

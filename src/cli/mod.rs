@@ -21,47 +21,34 @@
 //! * anything else — an unexpected failure (a bug: please report it).
 
 mod certify;
+mod exit;
+mod outputs;
+mod shared_flags;
 mod verify;
+
+pub use exit::Exit;
+pub use outputs::ReportOutputs;
+pub use shared_flags::DeploymentFlags;
+
+use exit::exit_for;
+use outputs::{check_outputs, emit, emit_with, suite_name};
+use shared_flags::{parse_format_flag, parse_shard};
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::arith::format::Format;
-use crate::arith::runtime::{RuntimeChoice, RuntimeFlags};
+use crate::arith::runtime::RuntimeFlags;
 use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
 use crate::commands::inspect;
 use crate::commands::report::ReportRequest;
-use crate::engine::run::Shard;
 use crate::error::LipfpError;
 use crate::files;
 use crate::policy::Policy;
 use crate::progress::Progress;
 use crate::proto_gen::CertificateFile;
+use crate::report;
 use crate::report::certificates;
-use crate::report::{self, Report};
-
-/// Process exit status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exit {
-    /// Success / all gates passed.
-    Pass = 0,
-    /// A gate failed.
-    PolicyFailed = 1,
-    /// Usage, policy or input error.
-    InputError = 2,
-    /// `lipfp verify`: neither holds nor violated was shown.
-    Unknown = 3,
-    /// `lipfp verify`: the time budget ran out first.
-    Timeout = 4,
-}
-
-impl Exit {
-    /// The numeric code.
-    pub fn as_u8(self) -> u8 {
-        self as u8
-    }
-}
 
 /// Floating-point-sound robustness certificates for dense ReLU classifiers, as a CI gate.
 #[derive(Debug, Parser)]
@@ -110,26 +97,6 @@ pub struct BenchArgs {
     pub json: Option<PathBuf>,
 }
 
-/// Where reports go.
-#[derive(Debug, Args)]
-pub struct ReportOutputs {
-    /// Write the JSON report here.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Write a JUnit XML report here (one testcase per gate).
-    #[arg(long)]
-    pub junit: Option<PathBuf>,
-    /// Write a pull-request comment body here (Markdown, at most 64 KiB, with a marker line for
-    /// updating one comment in place).
-    #[arg(long, value_name = "PATH")]
-    pub pr_comment: Option<PathBuf>,
-    /// Print every note in full under every gate, and each gate's time split (by default each
-    /// distinct note is printed once, shortened, after the gates; the JSON, JUnit and step
-    /// summary always carry every note).
-    #[arg(long, short)]
-    pub verbose: bool,
-}
-
 /// `lipfp check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -150,41 +117,6 @@ pub struct CheckArgs {
     /// `<stem>-<gate>.npy` per gate).
     #[arg(long, value_name = "PATH.npy")]
     pub regressions: Option<PathBuf>,
-}
-
-/// The deployment a command certifies for: format, accumulation, flush-to-zero and runtime
-/// (shared by `certify` and `verify`).
-#[derive(Debug, Args)]
-pub struct DeploymentFlags {
-    /// Deployment (storage) format: float64, float32, float16, bfloat16 (default: the format
-    /// the model's weights are stored in).
-    #[arg(long)]
-    pub format: Option<String>,
-    /// Accumulation format of the runtime's dense layers, e.g. float32 for float16 storage
-    /// (default: the storage format or the next wider one, both covered).
-    #[arg(long)]
-    pub accumulate: Option<String>,
-    /// Flush-to-zero / denormals-are-zero execution.
-    #[arg(long)]
-    pub ftz: bool,
-    /// The runtime the model is served on and its settings.
-    #[command(flatten)]
-    pub runtime: RuntimeFlags,
-}
-
-/// The parsed [`DeploymentFlags`]: format, accumulation, flush-to-zero, runtime.
-type Deployment = (Option<Format>, Option<Format>, bool, Option<RuntimeChoice>);
-
-impl DeploymentFlags {
-    /// The flags parsed; a usage error names the flag.
-    fn parse(&self) -> Result<Deployment, LipfpError> {
-        Ok((
-            parse_format_flag("--format", self.format.as_deref())?,
-            parse_format_flag("--accumulate", self.accumulate.as_deref())?,
-            self.ftz,
-            (self.runtime.keys().choice()).map_err(|m| LipfpError::Usage(format!("--{m}")))?,
-        ))
-    }
 }
 
 /// `lipfp report`.
@@ -284,83 +216,6 @@ pub fn run(cli: Cli) -> Exit {
             }
             Exit::InputError
         }
-    }
-}
-
-/// Refuse report destinations that cannot be written (a directory) before any work is done.
-fn check_outputs(out: &ReportOutputs, certificates: Option<&PathBuf>) -> Result<(), LipfpError> {
-    if let Some(p) = &out.json {
-        files::check_target(p, "JSON report")?;
-    }
-    if let Some(p) = &out.junit {
-        files::check_target(p, "JUnit report")?;
-    }
-    if let Some(p) = &out.pr_comment {
-        files::check_target(p, "pull-request comment")?;
-    }
-    if let Some(p) = certificates {
-        files::check_target(p, "certificate file")?;
-    }
-    Ok(())
-}
-
-fn suite_name(what: &str) -> String {
-    format!("lipfp: {what}")
-}
-
-/// Parse an optional format flag, naming the flag in the error.
-fn parse_format_flag(flag: &str, text: Option<&str>) -> Result<Option<Format>, LipfpError> {
-    text.map(|t| {
-        t.parse::<Format>()
-            .map_err(|m| LipfpError::Usage(format!("{flag}: {m}")))
-    })
-    .transpose()
-}
-
-fn parse_shard(text: Option<&str>) -> Result<Option<Shard>, LipfpError> {
-    text.map(|t| Shard::parse(t).map_err(|m| LipfpError::Usage(format!("--shard {m}"))))
-        .transpose()
-}
-
-/// Render every requested report from one in-memory result (see [`emit_with`]).
-fn emit(
-    report: &Report,
-    out: &ReportOutputs,
-    suite: &str,
-    policy_file: Option<&str>,
-) -> Result<(), LipfpError> {
-    emit_with(report, out, suite, policy_file, Vec::new())
-}
-
-/// Render every requested report (and the `artifacts` already rendered, e.g. certificates),
-/// write them all or none, then print the summary (see [`report::publish::publish`]).
-fn emit_with(
-    report: &Report,
-    out: &ReportOutputs,
-    suite: &str,
-    policy_file: Option<&str>,
-    artifacts: Vec<files::Artifact>,
-) -> Result<(), LipfpError> {
-    let to = report::publish::Destinations {
-        json: out.json.as_deref(),
-        junit: out.junit.as_deref(),
-        pr_comment: out.pr_comment.as_deref(),
-        suite,
-        policy_file,
-        verbose: out.verbose,
-    };
-    report::publish::publish(report, &to, artifacts)
-}
-
-/// 2 when any gate errored, else 1 when any failed, else 0.
-fn exit_for(report: &Report) -> Exit {
-    let t = report.tally();
-    if t.errored > 0 {
-        Exit::InputError
-    } else if t.failed > 0 {
-        Exit::PolicyFailed
-    } else {
-        Exit::Pass
     }
 }
 

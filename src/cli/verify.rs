@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{DeploymentFlags, Exit};
+use super::exit::Exit;
+use super::shared_flags::DeploymentFlags;
 use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
 use crate::commands::verify::{self as run, VerifyRequest};
 use crate::engine::verify::{Verdict, VerifyOptions};
