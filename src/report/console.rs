@@ -9,7 +9,8 @@ use std::fmt::Write;
 use crate::bounds::certify::Mode;
 use crate::gate::curve::CurveReport;
 use crate::progress::printable;
-use crate::report::{fmt_pct, fmt_ratio, GateReport, GateStatus, Report};
+use crate::report::figure_text::{fmt_pct, fmt_ratio};
+use crate::report::{GateReport, GateStatus, Report};
 
 /// Diagnostic text for stderr: control characters other than newline escaped, and any line
 /// that would start with `::` once leading whitespace is removed (a workflow command on

@@ -68,7 +68,7 @@ pub(super) fn md(s: &str) -> String {
 
 /// A percentage cell: [`super::fmt_pct`], `n/a` when there is none.
 pub(super) fn pct(x: Option<f64>) -> String {
-    super::fmt_pct(x, "n/a")
+    super::figure_text::fmt_pct(x, "n/a")
 }
 
 /// The icon of a run's heading: ❌ when a gate failed or errored, ⚠️ when one warned, else ✅.

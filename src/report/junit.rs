@@ -25,7 +25,8 @@ use junit_report::{Duration, ReportBuilder, TestCase, TestCaseBuilder, TestSuite
 use crate::bounds::certify::Mode;
 use crate::error::LipfpError;
 use crate::policy::thresholds::Direction;
-use crate::report::{fmt_pct, fmt_ratio, GateReport, GateStatus, ModeReport, Report};
+use crate::report::figure_text::{fmt_pct, fmt_ratio};
+use crate::report::{GateReport, GateStatus, ModeReport, Report};
 
 /// Classname and name of the single testcase of [`render_error`].
 const ERROR_CASE: &str = "lipfp";

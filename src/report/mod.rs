@@ -11,6 +11,7 @@ pub mod certificates;
 pub mod classes;
 pub mod complete;
 pub mod console;
+pub mod figure_text;
 pub mod github;
 pub mod json;
 pub mod junit;
@@ -23,18 +24,3 @@ pub mod regressions;
 pub use crate::gate::gate_report::{
     ErroredGate, GateReport, GateStatus, ModeReport, Report, SubjectFacts, Tally, Timing,
 };
-
-/// A percentage for people: two decimals and `%`, or `missing` when there is none.
-pub fn fmt_pct(x: Option<f64>, missing: &str) -> String {
-    x.map_or_else(|| missing.to_string(), |v| format!("{v:.2}%"))
-}
-
-/// A conservatism ratio for people: three decimals, or scientific notation from a million on
-/// (a tiny `L eps` makes the ratio huge but finite).
-pub fn fmt_ratio(r: f64) -> String {
-    if r.abs() >= 1e6 {
-        format!("{r:.3e}")
-    } else {
-        format!("{r:.3}")
-    }
-}
