@@ -2,7 +2,8 @@
 //! `complete_total_s`, `complete_subdomains` and `complete_memory_mib`, validated with errors
 //! that name the key.
 
-use super::{check_attack_request, Radius};
+use super::attack::check_attack_request;
+use super::radius::Radius;
 use crate::bounds::certify::Mode;
 
 /// The limits of branch and bound at a gate's points.

@@ -3,13 +3,17 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{
-    parse_format, CurveGrid, Decision, Gate, Radius, RawData, RawGate, RawModel, Target, Thresholds,
-};
 use crate::arith::runtime::RuntimeKeys;
 use crate::bounds::ball::{BallSpec, InputRange, Norm};
 use crate::bounds::certify::parse_mode_list;
 use crate::error::LipfpError;
+
+use super::attack::check_attack_request;
+use super::decision::Decision;
+use super::radius::{CurveGrid, Radius};
+use super::raw::{parse_format, RawData, RawGate, RawModel};
+use super::spec::{Gate, Target};
+use super::thresholds::Thresholds;
 
 /// What every gate of a policy shares: where errors point, where paths resolve, and the
 /// `[model]` and `[data]` defaults a gate's keys override.
@@ -91,7 +95,7 @@ impl Defaults<'_> {
         let modes = parse_mode_list(mode_text).map_err(|m| self.err(format!("{at} mode: {m}")))?;
         let attack = g.attack.unwrap_or(false);
         if attack {
-            super::check_attack_request(&radius, modes[0])
+            check_attack_request(&radius, modes[0])
                 .map_err(|m| self.err(format!("{at} attack: {m}")))?;
         }
         let local_budget_s = match g.local_budget_s {

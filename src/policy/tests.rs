@@ -1,4 +1,8 @@
+use std::path::PathBuf;
+
 use super::*;
+use crate::arith::format::Format;
+use crate::bounds::certify::Mode;
 use rug::Rational;
 
 const GOOD: &str = r#"
