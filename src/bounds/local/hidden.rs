@@ -3,8 +3,9 @@
 //! bounds may start from ([`Known`]).
 
 use super::interval::Bounds;
+use super::local_net::Undecided;
 use super::relax::{relax_unit, UnitRelaxation};
-use super::{split, Splits, Undecided};
+use super::split::{self, Splits};
 use crate::arith::sound::l2_norm_up;
 
 /// What a subdomain's hidden bounds start from (branch and bound's reuse of earlier bounds).

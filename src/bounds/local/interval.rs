@@ -4,8 +4,8 @@
 
 use ndarray::{Array1, ArrayView1};
 
+use super::local_net::LocalLayer;
 use super::relax::gamma_up;
-use super::LocalLayer;
 use crate::arith::sound::{add_up, div_up, mul_up, sub_down};
 
 /// Componentwise bounds `lo <= v <= hi` of a vector over the ball.

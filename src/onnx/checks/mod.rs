@@ -24,11 +24,7 @@ use proto::attribute_proto::AttributeType;
 use proto::tensor_proto::DataType;
 
 mod storage;
-pub use storage::{check_storage, element_count, MAX_TENSOR_ELEMENTS};
-
-/// The largest tensor rank lipfp reads (NumPy's limit), and the most axes one `Squeeze` or
-/// `Unsqueeze` may name.
-pub const MAX_RANK: usize = 64;
+pub use storage::{check_storage, element_count, MAX_RANK, MAX_TENSOR_ELEMENTS};
 
 /// A node's name, or `op#index` when the node is unnamed.
 pub fn node_label(node: &proto::NodeProto, index: usize) -> String {

@@ -6,9 +6,12 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::MAX_RANK;
 use crate::onnx::reader::{data_type_name, proto};
 use proto::tensor_proto::{DataLocation, DataType};
+
+/// The largest tensor rank lipfp reads (NumPy's limit), and the most axes one `Squeeze` or
+/// `Unsqueeze` may name.
+pub const MAX_RANK: usize = 64;
 
 /// The largest number of elements lipfp reads from one tensor: 2^28 (1 GiB of float32, far
 /// above any dense layer a certificate is practical for). A larger claim is refused before any

@@ -12,8 +12,8 @@ use crate::gate::verdict::pct;
 
 /// Read and merge the certificate file at `path` into a baseline.
 pub fn read_baseline(path: &Path) -> Result<Baseline, LipfpError> {
-    let file = super::read(path)?;
-    let merged = super::merge(&[(path.to_path_buf(), file)])?;
+    let file = super::read::read(path)?;
+    let merged = super::merge::merge(&[(path.to_path_buf(), file)])?;
     Ok(Baseline::from_certificates(
         path,
         merged.into_iter().map(baseline_gate).collect(),

@@ -2,42 +2,15 @@
 //! metadata, written by `--certificates` and merged by `lipfp report` (the basis for sharding a
 //! large test set across CI jobs). `write` writes them; `merge` checks and merges them,
 //! rebuilding the engine's [`crate::engine::run::CertifyOutcome`] so the reports come from the
-//! same code path as a direct run; `baseline` reads one as the baseline of `lipfp check`.
-
-use std::path::Path;
-
-use prost::Message;
-
-use crate::error::LipfpError;
-use crate::proto_gen::CertificateFile;
+//! same code path as a direct run; `read` reads one as untrusted input; `baseline` reads one as the baseline of `lipfp
+//! check`.
 
 mod baseline;
 mod complete;
 mod merge;
+mod read;
 mod write;
 pub use baseline::read_baseline;
 pub use merge::{merge, MergedGate};
+pub use read::read;
 pub use write::{artifact, gate_certificates, GateMeta};
-
-/// Read a certificate file (at most [`crate::files::CERTIFICATES_LIMIT`] bytes). Gate names
-/// with control characters are refused: they would break out of report lines.
-pub fn read(path: &Path) -> Result<CertificateFile, LipfpError> {
-    let bytes =
-        crate::files::read_protobuf(path, "certificate file", crate::files::CERTIFICATES_LIMIT)?;
-    let file = CertificateFile::decode(bytes.as_slice())
-        .map_err(|e| LipfpError::data(path, format!("not a lipfp certificate file: {e}")))?;
-    for (k, g) in file.gates.iter().enumerate() {
-        if let Some(c) = g.gate.chars().find(|c| c.is_control()) {
-            return Err(LipfpError::data(
-                path,
-                format!(
-                    "gate #{} (`{}`): the name contains the control character U+{:04X}",
-                    k + 1,
-                    g.gate.escape_debug(),
-                    c as u32
-                ),
-            ));
-        }
-    }
-    Ok(file)
-}

@@ -12,10 +12,10 @@ use ndarray::{Array1, Array2, Axis, Zip};
 
 use super::deployed::LayerErrorModel;
 use super::interval::{nonneg_sum_up, underflow_slack, Bounds, NonnegSum};
+use super::local_net::LocalNet;
 use super::region::Region;
 use super::relax::{gamma_up, UnitRelaxation, UNIT_ROUNDOFF};
 use super::rows::rows_times;
-use super::LocalNet;
 use crate::arith::sound::{add_down, add_up, div_up, mul_up, sqrt_up, sub_down};
 
 /// The coefficients a substitution carried, in float64 and without their rounding bounds: what
@@ -203,7 +203,7 @@ fn add_unit_errors(lam: &Array2<f64>, eps_l: &[f64], carried: &mut Carried) {
 /// `gamma (|Lambda| (|W_l| |h|max) + |Lambda| |b_l|) + m_l eta sum_j |h_j|max` (plus the
 /// underflow of the absolute-value products themselves).
 fn substitute_layer(
-    layer: &super::LocalLayer,
+    layer: &super::local_net::LocalLayer,
     lam: &Array2<f64>,
     input_mag: &Array1<f64>,
     carried: &mut Carried,
@@ -252,7 +252,7 @@ fn substitute_layer(
 /// smaller coefficient of a nonnegative `h` keeps the form below) and adds `fl(Lambda b_l)` to
 /// the constant and the rest to the error.
 fn substitute_deployed(
-    layer: &super::LocalLayer,
+    layer: &super::local_net::LocalLayer,
     model: &LayerErrorModel,
     lam: &Array2<f64>,
     input_mag: &Array1<f64>,

@@ -22,9 +22,10 @@ use std::cmp::Ordering;
 
 use ndarray::{Array1, Array2, ArrayView1, Axis};
 
+use super::local_net::LocalNet;
 use super::relax::UnitRelaxation;
 use super::rows::rows_times;
-use super::{LocalNet, Phase, Splits};
+use super::split::{Phase, Splits};
 
 /// Adam's step size on the slopes.
 const STEP: f64 = 0.1;
