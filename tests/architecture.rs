@@ -429,3 +429,68 @@ fn the_rule_readers_read_what_they_should() {
     assert_eq!(named, ["a", "b"]);
     assert!(leaves);
 }
+
+/// The items a folder's `mod.rs` defines itself (outside its tests), not those it re-exports.
+fn items_defined_in(mod_rs: &str) -> Vec<String> {
+    let code = mod_rs.split("#[cfg(test)]").next().unwrap_or("");
+    let kinds = ["struct ", "enum ", "fn ", "const ", "type ", "trait ", "static "];
+    let mut names = Vec::new();
+    for line in code.lines() {
+        let mut rest = line;
+        for vis in ["pub(crate) ", "pub(super) ", "pub "] {
+            rest = rest.strip_prefix(vis).unwrap_or(rest);
+        }
+        if let Some(kind) = kinds.iter().find(|k| rest.starts_with(**k)) {
+            names.push(ident(&rest[kind.len()..]).to_string());
+        }
+    }
+    names
+}
+
+/// Inside a folder, the types sit below the code that orchestrates them: `mod.rs` declares the
+/// folder's files and re-exports their items, and no file of the folder imports an item that
+/// `mod.rs` itself defines (through `super::` or the folder's `crate::` path), which would make
+/// the entry point a home that the files below it reach back up to.
+#[test]
+fn no_file_reaches_up_to_its_folders_mod_rs() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut problems = Vec::new();
+    for mod_rs in files.iter().filter(|f| f.ends_with("mod.rs")) {
+        let defined = items_defined_in(&fs::read_to_string(mod_rs).unwrap());
+        let dir = mod_rs.parent().unwrap();
+        let rel = dir.strip_prefix(&src).unwrap();
+        let folder_path = format!("crate::{}::", rel.display()).replace('/', "::");
+        for file in files.iter().filter(|f| f.starts_with(dir) && *f != mod_rs) {
+            let name = file.file_name().unwrap().to_string_lossy();
+            if name.contains("tests") {
+                continue;
+            }
+            let text = fs::read_to_string(file).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            let lines: Vec<&str> = code.lines().collect();
+            let mut heads = paths_after(&lines, &folder_path);
+            if file.parent() == Some(dir) {
+                heads.extend(paths_after(&lines, "super::"));
+            }
+            for (n, head) in heads.into_iter().filter(|(_, h)| defined.contains(h)) {
+                problems.push(format!(
+                    "{}:{}: `{head}` is defined in {}; move it to a file of its own: {}",
+                    file.strip_prefix(&src).unwrap().display(),
+                    n + 1,
+                    mod_rs.strip_prefix(&src).unwrap().display(),
+                    lines[n].trim()
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_mod_rs_reader_sees_definitions_not_re_exports() {
+    let text = "pub mod a;\npub use a::X;\npub struct Y;\nfn helper() {}\npub(crate) const Z: u8 = 0;\n\
+                #[cfg(test)]\nmod tests { struct T; }\n";
+    assert_eq!(items_defined_in(text), ["Y", "helper", "Z"]);
+}
