@@ -433,7 +433,9 @@ fn the_rule_readers_read_what_they_should() {
 /// The items a folder's `mod.rs` defines itself (outside its tests), not those it re-exports.
 fn items_defined_in(mod_rs: &str) -> Vec<String> {
     let code = mod_rs.split("#[cfg(test)]").next().unwrap_or("");
-    let kinds = ["struct ", "enum ", "fn ", "const ", "type ", "trait ", "static "];
+    let kinds = [
+        "struct ", "enum ", "fn ", "const ", "type ", "trait ", "static ",
+    ];
     let mut names = Vec::new();
     for line in code.lines() {
         let mut rest = line;
@@ -490,7 +492,8 @@ fn no_file_reaches_up_to_its_folders_mod_rs() {
 
 #[test]
 fn the_mod_rs_reader_sees_definitions_not_re_exports() {
-    let text = "pub mod a;\npub use a::X;\npub struct Y;\nfn helper() {}\npub(crate) const Z: u8 = 0;\n\
+    let text =
+        "pub mod a;\npub use a::X;\npub struct Y;\nfn helper() {}\npub(crate) const Z: u8 = 0;\n\
                 #[cfg(test)]\nmod tests { struct T; }\n";
     assert_eq!(items_defined_in(text), ["Y", "helper", "Z"]);
 }

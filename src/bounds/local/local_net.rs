@@ -196,7 +196,7 @@ impl<'a> LocalNet<'a> {
     /// intersected with `within`'s for the layer where given (bounds over a set holding the
     /// region, [`Known::Within`]) and clamped to the phases `splits` fix before its units are
     /// relaxed ([`split`]).
-    fn hidden_over(
+    pub(super) fn hidden_over(
         &self,
         region: &Region,
         lip_slack: &[f64],

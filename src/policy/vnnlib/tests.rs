@@ -1,5 +1,6 @@
 //! Unit tests of the VNN-LIB reader: what is read exactly, and what is refused with its line.
 
+use super::assertions::parse_decimal_signed;
 use super::*;
 
 const HEADER: &str = "(declare-const X_0 Real)\n(declare-const X_1 Real)\n(declare-const Y_0 Real)\n(declare-const Y_1 Real)\n(declare-const Y_2 Real)\n";
