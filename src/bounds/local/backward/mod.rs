@@ -8,6 +8,9 @@
 //! coefficients carried back are exact floating-point numbers and the identity they satisfy holds
 //! up to the recorded error.
 
+mod carried;
+mod concretise;
+
 use ndarray::{Array1, Array2, Axis, Zip};
 
 use super::deployed::LayerErrorModel;
@@ -16,7 +19,9 @@ use super::local_net::LocalNet;
 use super::region::Region;
 use super::relax::{gamma_up, UnitRelaxation, UNIT_ROUNDOFF};
 use super::rows::rows_times;
-use crate::arith::sound::{add_down, add_up, div_up, mul_up, sqrt_up, sub_down};
+use crate::arith::sound::{add_up, div_up, mul_up, sub_down};
+use carried::{Carried, RowSums};
+use concretise::concretise;
 
 /// The coefficients a substitution carried, in float64 and without their rounding bounds: what
 /// branch and bound reads to choose a split and a candidate point, never a bound.
@@ -35,36 +40,6 @@ impl Trace {
             hidden: vec![Array2::zeros((0, 0)); hidden],
             input: Array2::zeros((0, 0)),
         }
-    }
-}
-
-/// What the substitution carries per target row besides the coefficients.
-struct Carried {
-    /// The constant term (float64 sums; their rounding is in `err`).
-    cst: Vec<f64>,
-    /// Upper bounds of the rounding errors so far, summed in float64 (inflated at the end).
-    err: Vec<f64>,
-    /// How many terms `err` sums.
-    terms: usize,
-}
-
-impl Carried {
-    /// `cst_r += v_r`, recording the addition's rounding (at most `u` times the exact sum,
-    /// below `2 u |fl(sum)|`).
-    fn add_constant(&mut self, v: &[f64]) {
-        for (r, &t) in v.iter().enumerate() {
-            self.cst[r] += t;
-            self.err[r] += mul_up(2.0 * UNIT_ROUNDOFF, self.cst[r].abs());
-        }
-        self.terms += 1;
-    }
-
-    /// `err_r += v_r` (each an upper bound of a nonnegative error).
-    fn add_error(&mut self, v: impl Iterator<Item = f64>) {
-        for (e, t) in self.err.iter_mut().zip(v) {
-            *e += t;
-        }
-        self.terms += 1;
     }
 }
 
@@ -293,78 +268,6 @@ fn substitute_deployed(
     coef
 }
 
-/// Per row of `Lambda`, the sums the substitution's constants and error bounds need, in one pass
-/// (each a float64 sum of `m` terms in some order, bounded as such).
-struct RowSums {
-    /// `Lambda b`.
-    signed: Vec<f64>,
-    /// `|Lambda| |b|`.
-    abs_b: Vec<f64>,
-    /// `|Lambda| v`.
-    abs_v: Vec<f64>,
-    /// `sum |Lambda|`.
-    abs_lam: Vec<f64>,
-    /// `sum Lambda^2`.
-    squares: Vec<f64>,
-}
-
-impl RowSums {
-    /// The sums for `Lambda`, `(b, |b|)` and `v`.
-    fn of(lam: &Array2<f64>, (b, abs_b): (&Array1<f64>, &Array1<f64>), v: &Array1<f64>) -> Self {
-        let rows = lam.nrows();
-        let mut out = RowSums {
-            signed: Vec::with_capacity(rows),
-            abs_b: Vec::with_capacity(rows),
-            abs_v: Vec::with_capacity(rows),
-            abs_lam: Vec::with_capacity(rows),
-            squares: Vec::with_capacity(rows),
-        };
-        for row in lam.rows() {
-            let [s, sb, sv, sl, sq] =
-                match (row.as_slice(), b.as_slice(), abs_b.as_slice(), v.as_slice()) {
-                    (Some(l), Some(b), Some(ab), Some(v)) => lane_sums(l, b, ab, v),
-                    _ => lane_sums(&row.to_vec(), &b.to_vec(), &abs_b.to_vec(), &v.to_vec()),
-                };
-            out.signed.push(s);
-            out.abs_b.push(sb);
-            out.abs_v.push(sv);
-            out.abs_lam.push(sl);
-            out.squares.push(sq);
-        }
-        out
-    }
-}
-
-/// `[sum l b, sum |l| |b|, sum |l| v, sum |l|, sum l^2]` over equal-length slices, in four
-/// interleaved partial sums per quantity (any order is covered by the bounds) so that the loop
-/// vectorises.
-fn lane_sums(l: &[f64], b: &[f64], ab: &[f64], v: &[f64]) -> [f64; 5] {
-    const LANES: usize = 4;
-    let mut acc = [[0.0; LANES]; 5];
-    let n = l.len().min(b.len()).min(ab.len()).min(v.len());
-    let whole = n - n % LANES;
-    for k in (0..whole).step_by(LANES) {
-        for t in 0..LANES {
-            let (x, a) = (l[k + t], l[k + t].abs());
-            acc[0][t] += x * b[k + t];
-            acc[1][t] += a * ab[k + t];
-            acc[2][t] += a * v[k + t];
-            acc[3][t] += a;
-            acc[4][t] += x * x;
-        }
-    }
-    let mut out = acc.map(|lanes| lanes.iter().sum::<f64>());
-    for k in whole..n {
-        let (x, a) = (l[k], l[k].abs());
-        out[0] += x * b[k];
-        out[1] += a * ab[k];
-        out[2] += a * v[k];
-        out[3] += a;
-        out[4] += x * x;
-    }
-    out
-}
-
 /// `(j, s)` per row when every row of `lam` is `s e_j` with `s = +-1`.
 fn signed_units(lam: &Array2<f64>) -> Option<Vec<(usize, f64)>> {
     lam.rows()
@@ -523,126 +426,6 @@ impl LineTable {
         }
         sums
     }
-}
-
-/// At the input, for `Lambda z_1(x) = M x + Lambda b_1` with `M = Lambda W_1`: the minimum over
-/// the region is `M c - spread` with `c` its centre (the ball's, or the box's midpoint) and
-/// `spread` the ball's `eps ||M_r||_2` ([`ball_spread`], Cauchy-Schwarz, attained) or the box's
-/// `sum_i |M_ri| r_i` ([`box_spread`], attained at a vertex). With `fl(W_1 c)` (within
-/// `e = gamma_n |W_1| |c| + n eta` of `W_1 c`), `M c` is within
-/// `gamma_m |Lambda| |fl(W_1 c)| + |Lambda| e + m eta` of `fl(Lambda fl(W_1 c))`. The result is
-/// `cst + fl(Lambda fl(W_1 c)) - spread_up - err`, rounded down; a deployed input flushed to zero
-/// is within `D_0` of `x` (0 for the real network), which both spreads add.
-fn concretise(
-    net: &LocalNet,
-    lam: &Array2<f64>,
-    mut carried: Carried,
-    region: &Region,
-) -> Vec<f64> {
-    let layer = &net.layers[0];
-    let (m, n) = layer.w.dim();
-    let x0 = region.centre.view();
-    let c = layer.w.dot(&x0);
-    let (g_n, sum_n, slack_n) = (gamma_up(n), NonnegSum::new(n), underflow_slack(n));
-    let c_err: Array1<f64> = layer
-        .abs_w
-        .dot(&x0.mapv(f64::abs))
-        .mapv(|v| add_up(mul_up(g_n, sum_n.up(v)), slack_n));
-    let c_mag = c.mapv(f64::abs);
-    let with_bias = RowSums::of(lam, (&layer.b, &layer.abs_b), &c_mag);
-    let (bias, bias_mag, centre_mag, lam_sums) = (
-        with_bias.signed,
-        with_bias.abs_b,
-        with_bias.abs_v,
-        with_bias.abs_lam,
-    );
-    let with_centre = RowSums::of(lam, (&c, &c_err), &c_mag);
-    let (centre, from_c, lam_squares) =
-        (with_centre.signed, with_centre.abs_b, with_centre.squares);
-    let g = gamma_up(m + 1);
-    let sum_m = NonnegSum::new(m);
-    carried.add_constant(&bias);
-    let slack = underflow_slack(m + n + 2);
-    carried.add_error((0..lam.nrows()).map(|r| {
-        let rounding = mul_up(g, add_up(sum_m.up(centre_mag[r]), sum_m.up(bias_mag[r])));
-        let lam_mass = sum_m.up(lam_sums[r]);
-        add_up(
-            add_up(rounding, sum_m.up(from_c[r])),
-            mul_up(slack, mul_up(4.0, add_up(1.0, lam_mass))),
-        )
-    }));
-    let spread = match &region.boxed {
-        None => ball_spread(
-            net,
-            lam,
-            add_up(region.eps, net.d0),
-            (&lam_squares, &lam_sums),
-        ),
-        Some(b) => box_spread(net, lam, &b.half),
-    };
-    let sum_t = NonnegSum::new(carried.terms);
-    (0..lam.nrows())
-        .map(|r| {
-            let err = sum_t.up(carried.err[r]);
-            let value = add_down(carried.cst[r], centre[r]);
-            sub_down(sub_down(value, spread[r]), err)
-        })
-        .map(|v| if v.is_nan() { f64::NEG_INFINITY } else { v })
-        .collect()
-}
-
-/// `reach ||M_r||_2` rounded up, per row, for the ball: `||M_r||^2 = Lambda_r G Lambda_r^T` with
-/// `G = W_1 W_1^T`, whose float64 value `G_hat` is within `gamma_n |W_1| |W_1|^T + n eta` of it,
-/// so with the quadratic form's own rounding
-/// `||M_r||^2 <= fl(Lambda_r G_hat Lambda_r^T) + (gamma_n + 2 gamma_{2m}) 2 ||W_1||_F^2 ||Lambda_r||^2`
-/// (`|Lambda_r| |W_1| |W_1|^T |Lambda_r|^T = || |W_1|^T |Lambda_r| ||^2 <= ||W_1||_F^2 ||Lambda_r||^2`)
-/// plus the underflow slack; `M` itself is never formed.
-fn ball_spread(
-    net: &LocalNet,
-    lam: &Array2<f64>,
-    reach: f64,
-    (lam_squares, lam_sums): (&[f64], &[f64]),
-) -> Vec<f64> {
-    let (m, n) = net.layers[0].w.dim();
-    let quad = (rows_times(lam, net.input_gram.view()) * lam).sum_axis(Axis(1));
-    let sum_m = NonnegSum::new(m);
-    let g_quad = mul_up(2.0, add_up(gamma_up(n), mul_up(2.0, gamma_up(2 * m + 1))));
-    let slack = underflow_slack(m + n + 2);
-    (0..lam.nrows())
-        .map(|r| {
-            let lam_sq = sum_m.up(lam_squares[r]);
-            let lam_mass = sum_m.up(lam_sums[r]);
-            let quad_err = add_up(
-                mul_up(g_quad, mul_up(net.input_frob2, lam_sq)),
-                mul_up(slack, mul_up(4.0, add_up(1.0, mul_up(lam_mass, lam_mass)))),
-            );
-            mul_up(reach, sqrt_up(add_up(quad[r].max(0.0), quad_err)))
-        })
-        .collect()
-}
-
-/// `sum_i |M_ri| h_i` rounded up, per row, for the box with half-widths `r` around its centre,
-/// `h = r + D_0` (a flushed input moves each coordinate by less than `lambda <= D_0`): with
-/// `M_hat = fl(Lambda W_1)`, `|M_hat - Lambda W_1| <= gamma_m |Lambda| |W_1| + m eta` entrywise,
-/// so the sum is at most `sum_i |M_hat_ri| h_i + gamma_m |Lambda_r| (|W_1| h) + m eta sum_i h_i`,
-/// each a float64 sum of nonnegative terms bounded above as computed ([`NonnegSum`]).
-fn box_spread(net: &LocalNet, lam: &Array2<f64>, half: &Array1<f64>) -> Vec<f64> {
-    let layer = &net.layers[0];
-    let (m, n) = layer.w.dim();
-    let h: Array1<f64> = half.mapv(|r| add_up(r, net.d0));
-    let (sum_n, sum_m) = (NonnegSum::new(n), NonnegSum::new(m));
-    let spread_in = layer.abs_w.dot(&h).mapv(|v| sum_n.up(v));
-    let mass = lam.mapv(f64::abs).dot(&spread_in);
-    let m_hat = rows_times(lam, layer.w.view());
-    let from_m = m_hat.mapv(f64::abs).dot(&h);
-    let floor = mul_up(underflow_slack(m), sum_n.up(h.sum()));
-    let g = gamma_up(m);
-    (0..lam.nrows())
-        .map(|r| {
-            let product = mul_up(g, sum_m.up(mass[r]));
-            add_up(add_up(sum_n.up(from_m[r]), product), floor)
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@
 
 use rug::Rational;
 
+use super::carried::lane_sums;
+use super::concretise::ball_spread;
 use super::*;
 use crate::arith::format::Format;
 use crate::bounds::local::interval::ETA;
