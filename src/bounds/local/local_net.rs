@@ -63,6 +63,17 @@ pub struct SlopeSearch {
     pub target: f64,
 }
 
+/// Hidden layers a bounding pass takes from earlier bounds instead of computing them.
+#[derive(Clone, Copy)]
+struct Reused<'a> {
+    /// How many (from the input).
+    layers: usize,
+    /// The bounds they are taken from (over the same region, without splits).
+    bounds: Option<&'a HiddenBounds>,
+    /// Steps of the slope search for the layers computed.
+    steps: usize,
+}
+
 /// Why hidden bounds were not computed.
 pub(super) enum Undecided {
     /// A bound was not finite.
@@ -203,6 +214,24 @@ impl<'a> LocalNet<'a> {
         splits: &Splits,
         within: Option<&[Bounds]>,
     ) -> Result<HiddenBounds, Undecided> {
+        let from = Reused {
+            layers: 0,
+            bounds: None,
+            steps: self.intermediate_steps,
+        };
+        self.hidden_from(region, lip_slack, (splits, within), from)
+    }
+
+    /// [`LocalNet::hidden_over`] with the first `from.layers` hidden layers taken from
+    /// `from.bounds` (bounds over the same region without splits, `splits` applied) and the
+    /// slope search of the layers above run for `from.steps` steps.
+    fn hidden_from(
+        &self,
+        region: &Region,
+        lip_slack: &[f64],
+        (splits, within): (&Splits, Option<&[Bounds]>),
+        from: Reused<'_>,
+    ) -> Result<HiddenBounds, Undecided> {
         let (x, eps) = (region.centre.view(), region.eps);
         let hidden = self.layers.len() - 1;
         let mut out = HiddenBounds {
@@ -215,6 +244,20 @@ impl<'a> LocalNet<'a> {
         for l in 0..hidden {
             let layer = &self.layers[l];
             let at_centre = layer_box(layer, &centre);
+            if let Some(reused) = from.bounds.filter(|_| l < from.layers) {
+                let mut bounds = reused.pre[l].clone();
+                split::constrain(&mut bounds, splits, l).map_err(Undecided::Infeasible)?;
+                let relax = (bounds.lo.iter().zip(&bounds.hi))
+                    .map(|(lo, hi)| relax_unit(*lo, *hi))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or(Undecided::NotFinite)?;
+                out.errors
+                    .push(reused.errors.get(l).cloned().unwrap_or_default());
+                out.pre.push(bounds);
+                out.relax.push(relax);
+                centre = at_centre.relu();
+                continue;
+            }
             let errors = self.unit_errors(l, &out.pre, region);
             let widen = match (&layer.rounding, l) {
                 (None, _) => 0.0,
@@ -249,7 +292,7 @@ impl<'a> LocalNet<'a> {
             }
             out.errors.push(errors);
             if l > 0 {
-                self.tighten(l, &mut bounds, &out, (region, splits));
+                self.tighten(l, &mut bounds, &out, (region, splits), from.steps);
             }
             split::constrain(&mut bounds, splits, l).map_err(Undecided::Infeasible)?;
             let relax = (bounds.lo.iter().zip(&bounds.hi))
@@ -288,6 +331,7 @@ impl<'a> LocalNet<'a> {
         bounds: &mut Bounds,
         below: &HiddenBounds,
         (region, splits): (&Region, &Splits),
+        steps: usize,
     ) {
         let unstable: Vec<usize> = (0..bounds.lo.len())
             .filter(|&j| bounds.lo[j] < 0.0 && bounds.hi[j] > 0.0)
@@ -303,9 +347,9 @@ impl<'a> LocalNet<'a> {
         let parts = (&below.pre[..], &below.relax[..], &below.errors[..]);
         let mut lower =
             backward::lower_bounds(self, l, c.clone(), parts, (None, false, None), region, None);
-        if self.intermediate_steps > 0 {
+        if steps > 0 {
             let search = SlopeSearch {
-                iterations: self.intermediate_steps,
+                iterations: steps,
                 target: f64::INFINITY,
             };
             let mut searched = lower.clone();
@@ -430,7 +474,17 @@ impl<'a> LocalNet<'a> {
             return SplitOutcome::NotFinite;
         };
         let hidden = match known {
-            Known::Reuse(b) => b.with_splits(splits),
+            Known::Refine(b) => match splits.iter().map(|&(l, _, _)| l).min() {
+                None => b.with_splits(splits),
+                Some(l0) => {
+                    let from = Reused {
+                        layers: l0 + 1,
+                        bounds: Some(b),
+                        steps: 0,
+                    };
+                    self.hidden_from(&region, lip_slack, (splits, Some(&b.pre)), from)
+                }
+            },
             Known::Within(w) => self.hidden_over(&region, lip_slack, splits, Some(w)),
             Known::Nothing => self.hidden_over(&region, lip_slack, splits, None),
         };

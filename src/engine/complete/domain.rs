@@ -110,10 +110,10 @@ impl Subdomain {
     }
 
     /// What its hidden bounds start from: its parent's bounds for an input split (none at the
-    /// root), or `base`, the root's, with its splits applied.
+    /// root), or `base`, the root's, refined above its shallowest split ([`Known::Refine`]).
     pub fn known<'a>(&'a self, base: Option<&'a HiddenBounds>) -> Known<'a> {
         match (base, &self.inherited) {
-            (Some(b), _) => Known::Reuse(b),
+            (Some(b), _) => Known::Refine(b),
             (None, Some(w)) => Known::Within(w),
             (None, None) => Known::Nothing,
         }

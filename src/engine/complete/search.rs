@@ -150,9 +150,9 @@ struct Plan<'a> {
     by_input: bool,
     /// The root box's widths (no coordinate may lag far behind, [`branch::input_to_split`]).
     root_width: Vec<f64>,
-    /// With ReLU splits, the root's hidden bounds, reused in every subdomain with its splits
-    /// applied (beta-CROWN's choice: the split multipliers carry the splits' effect on the
-    /// layers above; every subdomain's box lies inside the root's).
+    /// With ReLU splits, the root's hidden bounds: every subdomain reuses them up to its
+    /// shallowest split's layer and computes the layers above again with its splits
+    /// ([`crate::bounds::local::Known::Refine`]; every subdomain's set is the root's).
     base: Option<HiddenBounds>,
 }
 
