@@ -13,16 +13,43 @@ use crate::arith::sound::l2_norm_up;
 pub enum Known<'a> {
     /// Nothing: computed over the subdomain's set.
     Nothing,
-    /// Bounds computed without splits over the subdomain's set (the root's of a ReLU-splitting
-    /// search): reused, with the subdomain's splits applied, up to the layer of its shallowest
-    /// split; the layers above are computed again over the set with the splits fixing their
-    /// units' phases (CROWN's slopes) and intersected with these (docs/soundness.md B10).
-    Refine(&'a HiddenBounds),
+    /// Bounds computed without splits over the subdomain's set (`root`, the root's of a
+    /// ReLU-splitting search): reused, with the subdomain's splits applied, up to the layer of
+    /// its shallowest split; the layers above are computed again over the set with the splits
+    /// fixing their units' phases (CROWN's slopes) and intersected with the root's
+    /// (docs/soundness.md B10). With its `parent`'s bounds and the layer of the split that made
+    /// it, the parent's are reused up to that layer instead: they are what it would compute
+    /// there (the same splits below each of those layers), so only the layers above are computed.
+    Refine {
+        /// The root's bounds.
+        root: &'a HiddenBounds,
+        /// The parent's bounds and the layer of the subdomain's newest split.
+        parent: Option<(&'a KeptBounds, usize)>,
+    },
     /// Per hidden layer, pre-activation bounds over a set holding the subdomain's (its parent's):
     /// the bounds are computed over the subdomain's set and intersected with them, layer by
     /// layer before the next is computed. Bounds over a larger set hold over a smaller one, and
     /// the intersection of two sound bounds is sound (docs/soundness.md B9).
     Within(&'a [Bounds]),
+}
+
+/// A subdomain's hidden bounds kept for its children: per hidden layer, the pre-activation
+/// bounds and the deployed execution's rounding charges (the relaxations follow from the bounds).
+#[derive(Clone, Debug)]
+pub struct KeptBounds {
+    /// Per hidden layer, bounds on its pre-activations.
+    pub pre: Vec<Bounds>,
+    /// Per hidden layer, the rounding charges (empty for the real network).
+    pub(super) errors: Vec<Vec<f64>>,
+}
+
+impl KeptBounds {
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        let pre: usize = self.pre.iter().map(|l| l.lo.len() + l.hi.len()).sum();
+        let errors: usize = self.errors.iter().map(Vec::len).sum();
+        8 * (pre + errors)
+    }
 }
 
 /// Pre-activation bounds of every hidden layer over the ball, with their relaxations.
@@ -38,6 +65,14 @@ pub struct HiddenBounds {
 }
 
 impl HiddenBounds {
+    /// What its children keep of it.
+    pub fn kept(&self) -> KeptBounds {
+        KeptBounds {
+            pre: self.pre.clone(),
+            errors: self.errors.clone(),
+        }
+    }
+
     /// Per hidden layer, each unit's relaxation.
     pub fn relaxations(&self) -> &[Vec<UnitRelaxation>] {
         &self.relax
@@ -211,7 +246,10 @@ mod tests {
         for phase in [Phase::Active, Phase::Inactive] {
             let splits = Splits::none().with(0, j, phase);
             let set = InputSet::Box { lo: &lo, hi: &hi };
-            let known = Known::Refine(&root);
+            let known = Known::Refine {
+                root: &root,
+                parent: None,
+            };
             let SplitOutcome::Bounded(b) =
                 local.split_lower_bounds(set, (&c, &[]), &splits, (None, None), known)
             else {
@@ -239,5 +277,60 @@ mod tests {
             }
         }
         assert!(tighter, "the split tightens a layer above it");
+    }
+
+    /// A child reusing its parent's bounds below its newest split computes the same bounds as
+    /// one computing every layer above its shallowest split from the root's (the same splits lie
+    /// below each reused layer).
+    #[test]
+    fn a_child_refined_from_its_parent_equals_one_refined_from_the_root() {
+        let dense = seeded_net(5, &[3, 6, 6, 5, 2]);
+        let local = LocalNet::new(&dense, None, None).unwrap();
+        let root = over(&local, 1.0, None);
+        let unstable = |b: &Bounds| (0..b.lo.len()).find(|&j| b.lo[j] < 0.0 && b.hi[j] > 0.0);
+        let (lo, hi) = (vec![-1.0; 3], vec![1.0; 3]);
+        let c = ndarray::Array2::eye(2);
+        let bound = |splits: &Splits, known: Known| -> HiddenBounds {
+            let set = InputSet::Box { lo: &lo, hi: &hi };
+            match local.split_lower_bounds(set, (&c, &[]), splits, (None, None), known) {
+                SplitOutcome::Bounded(b) => b.hidden,
+                _ => panic!("the subdomain holds points of the box"),
+            }
+        };
+        let j = unstable(&root.pre[0]).expect("an unstable unit in layer 0");
+        let mut compared = 0;
+        for phase in [Phase::Active, Phase::Inactive] {
+            let first = Splits::none().with(0, j, phase);
+            let parent = bound(
+                &first,
+                Known::Refine {
+                    root: &root,
+                    parent: None,
+                },
+            );
+            for l in 1..3 {
+                let Some(k) = unstable(&parent.pre[l]) else {
+                    continue;
+                };
+                for second in [Phase::Active, Phase::Inactive] {
+                    let splits = first.with(l, k, second);
+                    let whole = bound(
+                        &splits,
+                        Known::Refine {
+                            root: &root,
+                            parent: None,
+                        },
+                    );
+                    let kept = parent.kept();
+                    let reused = Known::Refine {
+                        root: &root,
+                        parent: Some((&kept, l)),
+                    };
+                    assert_eq!(bound(&splits, reused).pre, whole.pre, "split at {l}");
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared >= 4, "{compared}");
     }
 }

@@ -68,8 +68,9 @@ pub struct SlopeSearch {
 struct Reused<'a> {
     /// How many (from the input).
     layers: usize,
-    /// The bounds they are taken from (over the same region, without splits).
-    bounds: Option<&'a HiddenBounds>,
+    /// The bounds and rounding charges they are taken from (over the same region, with at
+    /// most the splits of the pass below each of those layers).
+    bounds: Option<(&'a [Bounds], &'a [Vec<f64>])>,
     /// Steps of the slope search for the layers computed.
     steps: usize,
 }
@@ -223,7 +224,7 @@ impl<'a> LocalNet<'a> {
     }
 
     /// [`LocalNet::hidden_over`] with the first `from.layers` hidden layers taken from
-    /// `from.bounds` (bounds over the same region without splits, `splits` applied) and the
+    /// `from.bounds` (`splits` applied to them) and the
     /// slope search of the layers above run for `from.steps` steps.
     fn hidden_from(
         &self,
@@ -244,15 +245,14 @@ impl<'a> LocalNet<'a> {
         for l in 0..hidden {
             let layer = &self.layers[l];
             let at_centre = layer_box(layer, &centre);
-            if let Some(reused) = from.bounds.filter(|_| l < from.layers) {
-                let mut bounds = reused.pre[l].clone();
+            if let Some((pre, errors)) = from.bounds.filter(|_| l < from.layers) {
+                let mut bounds = pre.get(l).ok_or(Undecided::NotFinite)?.clone();
                 split::constrain(&mut bounds, splits, l).map_err(Undecided::Infeasible)?;
                 let relax = (bounds.lo.iter().zip(&bounds.hi))
                     .map(|(lo, hi)| relax_unit(*lo, *hi))
                     .collect::<Option<Vec<_>>>()
                     .ok_or(Undecided::NotFinite)?;
-                out.errors
-                    .push(reused.errors.get(l).cloned().unwrap_or_default());
+                out.errors.push(errors.get(l).cloned().unwrap_or_default());
                 out.pre.push(bounds);
                 out.relax.push(relax);
                 centre = at_centre.relu();
@@ -474,15 +474,19 @@ impl<'a> LocalNet<'a> {
             return SplitOutcome::NotFinite;
         };
         let hidden = match known {
-            Known::Refine(b) => match splits.iter().map(|&(l, _, _)| l).min() {
-                None => b.with_splits(splits),
+            Known::Refine { root, parent } => match splits.iter().map(|&(l, _, _)| l).min() {
+                None => root.with_splits(splits),
                 Some(l0) => {
+                    let (layers, bounds) = match parent {
+                        Some((p, newest)) => (newest + 1, (&p.pre[..], &p.errors[..])),
+                        None => (l0 + 1, (&root.pre[..], &root.errors[..])),
+                    };
                     let from = Reused {
-                        layers: l0 + 1,
-                        bounds: Some(b),
+                        layers,
+                        bounds: Some(bounds),
                         steps: 0,
                     };
-                    self.hidden_from(&region, lip_slack, (splits, Some(&b.pre)), from)
+                    self.hidden_from(&region, lip_slack, (splits, Some(&root.pre)), from)
                 }
             },
             Known::Within(w) => self.hidden_over(&region, lip_slack, splits, Some(w)),

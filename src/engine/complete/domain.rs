@@ -6,8 +6,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use crate::bounds::local::interval::Bounds;
-use crate::bounds::local::{HiddenBounds, Known, Phase, Splits, StoredMultipliers};
+use crate::bounds::local::{HiddenBounds, KeptBounds, Known, Phase, Splits, StoredMultipliers};
 
 /// How a subdomain is to be split, chosen when it was bounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,15 +43,22 @@ pub struct Subdomain {
     /// The slopes and split multipliers its bounds were found with, and the objective's rows
     /// they are for (its children's search starts there; shared between siblings).
     pub warm: Option<Arc<(Vec<usize>, StoredMultipliers)>>,
-    /// Its parent's hidden pre-activation bounds, for an input split (its own are intersected
-    /// with them, [`Known::Within`]; shared between siblings).
-    pub inherited: Option<Arc<Vec<Bounds>>>,
+    /// Its parent's hidden bounds: for an input split its own are intersected with them
+    /// ([`Known::Within`]), for a ReLU split reused below its newest split ([`Known::Refine`]);
+    /// shared between siblings.
+    pub inherited: Option<Arc<KeptBounds>>,
+    /// The hidden layer of the split that made it (a ReLU split's child).
+    pub newest: Option<usize>,
 }
 
 impl Subdomain {
     /// The two children `branch` makes (none when exhausted), numbered from `next_id`. Their
     /// union is the subdomain: two halves of a box, or the two phases of a unit.
     pub fn children(&self, next_id: &mut u64) -> Vec<Subdomain> {
+        let newest = match self.branch {
+            Branch::Relu(l, _) => Some(l),
+            _ => None,
+        };
         let mut child = |lo: Arc<Vec<f64>>, hi: Arc<Vec<f64>>, splits: Splits| {
             *next_id += 1;
             Subdomain {
@@ -66,6 +72,7 @@ impl Subdomain {
                 id: *next_id,
                 warm: self.warm.clone(),
                 inherited: self.inherited.clone(),
+                newest,
             }
         };
         match self.branch {
@@ -103,8 +110,7 @@ impl Subdomain {
             parts.push((Arc::as_ptr(w) as usize, 8 * w.0.len() + w.1.bytes()));
         }
         if let Some(b) = &self.inherited {
-            let bytes = b.iter().map(|l| 8 * (l.lo.len() + l.hi.len())).sum();
-            parts.push((Arc::as_ptr(b) as usize, bytes));
+            parts.push((Arc::as_ptr(b) as usize, b.bytes()));
         }
         parts
     }
@@ -113,8 +119,11 @@ impl Subdomain {
     /// root), or `base`, the root's, refined above its shallowest split ([`Known::Refine`]).
     pub fn known<'a>(&'a self, base: Option<&'a HiddenBounds>) -> Known<'a> {
         match (base, &self.inherited) {
-            (Some(b), _) => Known::Refine(b),
-            (None, Some(w)) => Known::Within(w),
+            (Some(root), kept) => Known::Refine {
+                root,
+                parent: kept.as_deref().zip(self.newest),
+            },
+            (None, Some(w)) => Known::Within(&w.pre),
             (None, None) => Known::Nothing,
         }
     }
@@ -228,6 +237,7 @@ mod tests {
             id,
             warm: None,
             inherited: None,
+            newest: None,
         }
     }
 

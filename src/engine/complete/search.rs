@@ -234,6 +234,7 @@ fn search<C: Send>(
         id: 0,
         warm: None,
         inherited: None,
+        newest: None,
     };
     let root_search = SlopeSearch {
         iterations: ROOT_SLOPE_STEPS,
@@ -436,9 +437,7 @@ fn bound<C>(
         None => (branch::input_to_split(a, &d.lo, &d.hi, &plan.root_width))
             .map_or(Branch::Exhausted, Branch::Input),
     };
-    if plan.by_input {
-        d.inherited = Some(Arc::new(b.hidden.pre.clone()));
-    }
+    d.inherited = Some(Arc::new(b.hidden.kept()));
     let found = confirm(&candidate);
     Bounded {
         hidden: Some(b.hidden),
