@@ -18,8 +18,9 @@ pub enum Known<'a> {
     /// its shallowest split; the layers above are computed again over the set with the splits
     /// fixing their units' phases (CROWN's slopes) and intersected with the root's
     /// (docs/soundness.md B10). With its `parent`'s bounds and the layer of the split that made
-    /// it, the parent's are reused up to that layer instead: they are what it would compute
-    /// there (the same splits below each of those layers), so only the layers above are computed.
+    /// it, the parent's are reused up to that layer instead (they are what it would compute
+    /// there: the same splits lie below each of those layers), and the layers above are computed
+    /// and intersected with the parent's (which hold over the child and lie inside the root's).
     Refine {
         /// The root's bounds.
         root: &'a HiddenBounds,
@@ -279,11 +280,12 @@ mod tests {
         assert!(tighter, "the split tightens a layer above it");
     }
 
-    /// A child reusing its parent's bounds below its newest split computes the same bounds as
-    /// one computing every layer above its shallowest split from the root's (the same splits lie
-    /// below each reused layer).
+    /// A child reusing its parent's bounds up to its newest split's layer has there the bounds
+    /// it would compute from the root's (the same splits lie below each of those layers); above,
+    /// intersected with its parent's instead of the root's, its bounds lie inside those and
+    /// hold at every point of a grid over the box in the phases of its splits.
     #[test]
-    fn a_child_refined_from_its_parent_equals_one_refined_from_the_root() {
+    fn a_child_refined_from_its_parent_is_sound_and_inside_one_from_the_root() {
         let dense = seeded_net(5, &[3, 6, 6, 5, 2]);
         let local = LocalNet::new(&dense, None, None).unwrap();
         let root = over(&local, 1.0, None);
@@ -326,7 +328,28 @@ mod tests {
                         root: &root,
                         parent: Some((&kept, l)),
                     };
-                    assert_eq!(bound(&splits, reused).pre, whole.pre, "split at {l}");
+                    let child = bound(&splits, reused);
+                    for (at, (a, b)) in child.pre.iter().zip(&whole.pre).enumerate() {
+                        match at <= l {
+                            true => assert_eq!(a, b, "layer {at}, split at {l}"),
+                            false => assert!(inside(a, b), "layer {at}, split at {l}"),
+                        }
+                    }
+                    let steps = 10;
+                    for g in 0..(steps + 1usize).pow(3) {
+                        let t = [g % 11, (g / 11) % 11, g / 121].map(|i| i as f64 / 10.0);
+                        let x: Vec<f64> = (0..3).map(|i| -1.0 + 2.0 * t[i]).collect();
+                        let z = pre_activations(&dense, &x);
+                        let holds = |v: f64, p: Phase| (p == Phase::Active) == (v >= 0.0);
+                        if !holds(z[0][j], phase) || !holds(z[l][k], second) {
+                            continue;
+                        }
+                        for (zl, b) in z.iter().zip(&child.pre) {
+                            for (u, v) in zl.iter().enumerate() {
+                                assert!(b.lo[u] - 1e-9 <= *v && *v <= b.hi[u] + 1e-9);
+                            }
+                        }
+                    }
                     compared += 1;
                 }
             }

@@ -486,7 +486,8 @@ impl<'a> LocalNet<'a> {
                         bounds: Some(bounds),
                         steps: 0,
                     };
-                    self.hidden_from(&region, lip_slack, (splits, Some(&root.pre)), from)
+                    // the parent's bounds hold over the child and lie inside the root's
+                    self.hidden_from(&region, lip_slack, (splits, Some(bounds.0)), from)
                 }
             },
             Known::Within(w) => self.hidden_over(&region, lip_slack, splits, Some(w)),
