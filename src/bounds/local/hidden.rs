@@ -63,6 +63,9 @@ pub struct HiddenBounds {
     /// Per hidden layer, the deployed execution's componentwise rounding bound (empty for the
     /// real network).
     pub(super) errors: Vec<Vec<f64>>,
+    /// Per hidden layer, an enclosure of the pre-activations at the set's centre (the same for
+    /// every subdomain of a ReLU-splitting search, whose set is the root's).
+    pub(super) at_centre: Vec<Bounds>,
 }
 
 impl HiddenBounds {

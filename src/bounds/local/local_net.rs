@@ -73,6 +73,9 @@ struct Reused<'a> {
     bounds: Option<(&'a [Bounds], &'a [Vec<f64>])>,
     /// Steps of the slope search for the layers computed.
     steps: usize,
+    /// Per hidden layer, the enclosures of the pre-activations at the set's centre, where known
+    /// (computed over the same set).
+    at_centre: Option<&'a [Bounds]>,
 }
 
 /// Why hidden bounds were not computed.
@@ -219,6 +222,7 @@ impl<'a> LocalNet<'a> {
             layers: 0,
             bounds: None,
             steps: self.intermediate_steps,
+            at_centre: None,
         };
         self.hidden_from(region, lip_slack, (splits, within), from)
     }
@@ -239,12 +243,17 @@ impl<'a> LocalNet<'a> {
             pre: Vec::with_capacity(hidden),
             relax: Vec::with_capacity(hidden),
             errors: Vec::with_capacity(hidden),
+            at_centre: Vec::with_capacity(hidden),
         };
         // enclosure of the centre's activations h_{l-1}(x0)
         let mut centre = point(x);
         for l in 0..hidden {
             let layer = &self.layers[l];
-            let at_centre = layer_box(layer, &centre);
+            let at_centre = match from.at_centre.and_then(|c| c.get(l)) {
+                Some(known) => known.clone(),
+                None => layer_box(layer, &centre),
+            };
+            out.at_centre.push(at_centre.clone());
             if let Some((pre, errors)) = from.bounds.filter(|_| l < from.layers) {
                 let mut bounds = pre.get(l).ok_or(Undecided::NotFinite)?.clone();
                 split::constrain(&mut bounds, splits, l).map_err(Undecided::Infeasible)?;
@@ -485,6 +494,7 @@ impl<'a> LocalNet<'a> {
                         layers,
                         bounds: Some(bounds),
                         steps: 0,
+                        at_centre: Some(&root.at_centre),
                     };
                     // the parent's bounds hold over the child and lie inside the root's
                     self.hidden_from(&region, lip_slack, (splits, Some(bounds.0)), from)
