@@ -14,6 +14,7 @@
 mod backward;
 mod deployed;
 mod hidden;
+mod hidden_pass;
 pub mod interval;
 mod local_net;
 mod region;

@@ -1,0 +1,232 @@
+//! The layer-by-layer pass that bounds a set's hidden pre-activations
+//! ([`LocalNet::hidden_over`]), and a branch-and-bound subdomain's from what it knows
+//! ([`LocalNet::hidden_of`]): each layer's centre enclosure widened by the Lipschitz reach, the
+//! interval over the layer below, CROWN's substitution for the units still unstable, the given
+//! bounds intersected and the splits clamped.
+
+use ndarray::{Array1, Array2};
+
+use super::backward;
+use super::hidden::{HiddenBounds, Known};
+use super::interval::{layer_box, point, Bounds};
+use super::local_net::{LocalNet, SlopeSearch, Undecided};
+use super::region::Region;
+use super::relax::relax_unit;
+use super::split::{self, Splits};
+use crate::arith::sound::{add_up, mul_up, sub_down};
+
+/// Hidden layers a bounding pass takes from earlier bounds instead of computing them.
+#[derive(Clone, Copy)]
+struct Reused<'a> {
+    /// How many (from the input).
+    layers: usize,
+    /// The bounds and rounding charges they are taken from (over the same region, with at
+    /// most the splits of the pass below each of those layers).
+    bounds: Option<(&'a [Bounds], &'a [Vec<f64>])>,
+    /// Steps of the slope search for the layers computed.
+    steps: usize,
+    /// Per hidden layer, the enclosures of the pre-activations at the set's centre, where known
+    /// (computed over the same set).
+    at_centre: Option<&'a [Bounds]>,
+}
+
+impl LocalNet<'_> {
+    /// A subdomain's hidden bounds over `region` with its `splits`, from what is `known`
+    /// ([`Known`]; docs/soundness.md B2, B9, B10).
+    pub(super) fn hidden_of(
+        &self,
+        known: Known<'_>,
+        region: &Region,
+        lip_slack: &[f64],
+        splits: &Splits,
+    ) -> Result<HiddenBounds, Undecided> {
+        match known {
+            Known::Refine { root, parent } => match splits.iter().map(|&(l, _, _)| l).min() {
+                None => root.with_splits(splits),
+                Some(l0) => {
+                    let (layers, bounds) = match parent {
+                        Some((p, newest)) => (newest + 1, (&p.pre[..], &p.errors[..])),
+                        None => (l0 + 1, (&root.pre[..], &root.errors[..])),
+                    };
+                    let from = Reused {
+                        layers,
+                        bounds: Some(bounds),
+                        steps: 0,
+                        at_centre: Some(&root.at_centre),
+                    };
+                    // the parent's bounds hold over the child and lie inside the root's
+                    self.hidden_from(region, lip_slack, (splits, Some(bounds.0)), from)
+                }
+            },
+            Known::Within(w) => self.hidden_over(region, lip_slack, splits, Some(w)),
+            Known::Nothing => self.hidden_over(region, lip_slack, splits, None),
+        }
+    }
+
+    /// [`LocalNet::hidden_bounds`] over `region`: around its centre within its covering radius,
+    /// and for a box also the first layer's interval over the box itself; each layer's bounds
+    /// intersected with `within`'s for the layer where given (bounds over a set holding the
+    /// region, [`Known::Within`]) and clamped to the phases `splits` fix before its units are
+    /// relaxed ([`split`]).
+    pub(super) fn hidden_over(
+        &self,
+        region: &Region,
+        lip_slack: &[f64],
+        splits: &Splits,
+        within: Option<&[Bounds]>,
+    ) -> Result<HiddenBounds, Undecided> {
+        let from = Reused {
+            layers: 0,
+            bounds: None,
+            steps: self.intermediate_steps,
+            at_centre: None,
+        };
+        self.hidden_from(region, lip_slack, (splits, within), from)
+    }
+
+    /// [`LocalNet::hidden_over`] with the first `from.layers` hidden layers taken from
+    /// `from.bounds` (`splits` applied to them) and the
+    /// slope search of the layers above run for `from.steps` steps.
+    fn hidden_from(
+        &self,
+        region: &Region,
+        lip_slack: &[f64],
+        (splits, within): (&Splits, Option<&[Bounds]>),
+        from: Reused<'_>,
+    ) -> Result<HiddenBounds, Undecided> {
+        let (x, eps) = (region.centre.view(), region.eps);
+        let hidden = self.layers.len() - 1;
+        let mut out = HiddenBounds {
+            pre: Vec::with_capacity(hidden),
+            relax: Vec::with_capacity(hidden),
+            errors: Vec::with_capacity(hidden),
+            at_centre: Vec::with_capacity(hidden),
+        };
+        // enclosure of the centre's activations h_{l-1}(x0)
+        let mut centre = point(x);
+        for l in 0..hidden {
+            let layer = &self.layers[l];
+            let at_centre = match from.at_centre.and_then(|c| c.get(l)) {
+                Some(known) => known.clone(),
+                None => layer_box(layer, &centre),
+            };
+            out.at_centre.push(at_centre.clone());
+            if let Some((pre, errors)) = from.bounds.filter(|_| l < from.layers) {
+                let mut bounds = pre.get(l).ok_or(Undecided::NotFinite)?.clone();
+                split::constrain(&mut bounds, splits, l).map_err(Undecided::Infeasible)?;
+                let relax = (bounds.lo.iter().zip(&bounds.hi))
+                    .map(|(lo, hi)| relax_unit(*lo, *hi))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or(Undecided::NotFinite)?;
+                out.errors.push(errors.get(l).cloned().unwrap_or_default());
+                out.pre.push(bounds);
+                out.relax.push(relax);
+                centre = at_centre.relu();
+                continue;
+            }
+            let errors = self.unit_errors(l, &out.pre, region);
+            let widen = match (&layer.rounding, l) {
+                (None, _) => 0.0,
+                (Some(_), 0) => 0.0,
+                (Some(_), _) => lip_slack.get(l).copied().unwrap_or(f64::INFINITY),
+            };
+            let spread = mul_up(eps, self.lip_prefix[l]);
+            let reach: Vec<f64> = (layer.row_norms.iter())
+                .map(|n| add_up(mul_up(spread, *n), widen))
+                .collect();
+            let mut bounds = at_centre.widen(&reach);
+            if l == 0 && layer.rounding.is_some() {
+                // the deployed first layer: its rounding, and a flushed input within D_0
+                let flushed: Vec<f64> = (errors.iter().zip(&layer.row_norms))
+                    .map(|(e, n)| add_up(*e, mul_up(self.d0, *n)))
+                    .collect();
+                bounds = bounds.widen(&flushed);
+            }
+            if let (0, Some(b)) = (l, &region.boxed) {
+                // the first layer over the box itself (a flushed input within D_0 per coordinate)
+                let input = Bounds {
+                    lo: b.lo.iter().map(|v| sub_down(*v, self.d0)).collect(),
+                    hi: b.hi.iter().map(|v| add_up(*v, self.d0)).collect(),
+                };
+                bounds = bounds.intersect(&layer_box(layer, &input).widen(&errors));
+            }
+            if let Some(prev) = out.pre.last() {
+                bounds = bounds.intersect(&layer_box(layer, &prev.relu()).widen(&errors));
+            }
+            if let Some(known) = within.and_then(|w| w.get(l)) {
+                bounds = bounds.intersect(known);
+            }
+            out.errors.push(errors);
+            if l > 0 {
+                self.tighten(l, &mut bounds, &out, (region, splits), from.steps);
+            }
+            split::constrain(&mut bounds, splits, l).map_err(Undecided::Infeasible)?;
+            let relax = (bounds.lo.iter().zip(&bounds.hi))
+                .map(|(lo, hi)| relax_unit(*lo, *hi))
+                .collect::<Option<Vec<_>>>()
+                .ok_or(Undecided::NotFinite)?;
+            out.pre.push(bounds);
+            out.relax.push(relax);
+            centre = at_centre.relu();
+        }
+        Ok(out)
+    }
+
+    /// The deployed execution's rounding bound `eps_l` for layer `l`, whose inputs are the region
+    /// (`l = 0`) or the ReLU of `pre[l - 1]`; empty for the real network.
+    fn unit_errors(&self, l: usize, pre: &[Bounds], region: &Region) -> Vec<f64> {
+        let Some(model) = &self.layers[l].rounding else {
+            return Vec::new();
+        };
+        match l.checked_sub(1).and_then(|p| pre.get(p)) {
+            None => model.region_errors(region),
+            Some(below) => {
+                let mag: Array1<f64> = below.hi.iter().map(|h| h.max(0.0)).collect();
+                model.unit_errors(mag.view())
+            }
+        }
+    }
+
+    /// CROWN bounds for the units of hidden layer `l` that `bounds` leaves unstable: one
+    /// backward substitution with rows `e_j` and `-e_j` per such unit; then, with
+    /// [`LocalNet::with_intermediate_search`], one with searched slopes (and the multipliers of
+    /// `splits` below `l`), each bound the better of the two (both sound).
+    fn tighten(
+        &self,
+        l: usize,
+        bounds: &mut Bounds,
+        below: &HiddenBounds,
+        (region, splits): (&Region, &Splits),
+        steps: usize,
+    ) {
+        let unstable: Vec<usize> = (0..bounds.lo.len())
+            .filter(|&j| bounds.lo[j] < 0.0 && bounds.hi[j] > 0.0)
+            .collect();
+        if unstable.is_empty() {
+            return;
+        }
+        let mut c = Array2::zeros((2 * unstable.len(), bounds.lo.len()));
+        for (t, &j) in unstable.iter().enumerate() {
+            c[[2 * t, j]] = 1.0;
+            c[[2 * t + 1, j]] = -1.0;
+        }
+        let parts = (&below.pre[..], &below.relax[..], &below.errors[..]);
+        let mut lower =
+            backward::lower_bounds(self, l, c.clone(), parts, (None, false, None), region, None);
+        if steps > 0 {
+            let search = SlopeSearch {
+                iterations: steps,
+                target: f64::INFINITY,
+            };
+            let mut searched = lower.clone();
+            self.search_slopes((search, None), &c, &mut searched, (below, region, splits));
+            for (v, s) in lower.iter_mut().zip(searched) {
+                *v = v.max(s);
+            }
+        }
+        for (t, &j) in unstable.iter().enumerate() {
+            bounds.lo[j] = bounds.lo[j].max(lower[2 * t]);
+            bounds.hi[j] = bounds.hi[j].min(-lower[2 * t + 1]);
+        }
+    }
+}
