@@ -2,6 +2,8 @@
 //! units' relaxations and the deployed execution's rounding charges; and what a subdomain's
 //! bounds may start from ([`Known`]).
 
+use ndarray::Array1;
+
 use super::interval::Bounds;
 use super::local_net::Undecided;
 use super::relax::{relax_unit, UnitRelaxation};
@@ -63,8 +65,10 @@ pub struct HiddenBounds {
     /// Per hidden layer, the deployed execution's componentwise rounding bound (empty for the
     /// real network).
     pub(super) errors: Vec<Vec<f64>>,
-    /// Per hidden layer, an enclosure of the pre-activations at the set's centre (the same for
-    /// every subdomain of a ReLU-splitting search, whose set is the root's).
+    /// The centre of the set they were computed over.
+    pub(super) centre: Array1<f64>,
+    /// Per hidden layer, an enclosure of the pre-activations at `centre` (shared by the
+    /// subdomains of a ReLU-splitting search whose set has the same centre).
     pub(super) at_centre: Vec<Bounds>,
 }
 

@@ -52,7 +52,9 @@ impl LocalNet<'_> {
                         layers,
                         bounds: Some(bounds),
                         steps: 0,
-                        at_centre: Some(&root.at_centre),
+                        // a subdomain whose box was halved (no unstable unit left) has
+                        // another centre
+                        at_centre: (root.centre == region.centre).then_some(&root.at_centre[..]),
                     };
                     // the parent's bounds hold over the child and lie inside the root's
                     self.hidden_from(region, lip_slack, (splits, Some(bounds.0)), from)
@@ -100,6 +102,7 @@ impl LocalNet<'_> {
             pre: Vec::with_capacity(hidden),
             relax: Vec::with_capacity(hidden),
             errors: Vec::with_capacity(hidden),
+            centre: region.centre.clone(),
             at_centre: Vec::with_capacity(hidden),
         };
         // enclosure of the centre's activations h_{l-1}(x0)
