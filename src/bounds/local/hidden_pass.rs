@@ -11,7 +11,7 @@ use super::hidden::{HiddenBounds, Known};
 use super::interval::{layer_box, point, Bounds};
 use super::local_net::{LocalNet, SlopeSearch, Undecided};
 use super::region::Region;
-use super::relax::relax_unit;
+use super::relax::{relax_unit, UnitRelaxation};
 use super::split::{self, Splits};
 use crate::arith::sound::{add_up, mul_up, sub_down};
 
@@ -116,11 +116,7 @@ impl LocalNet<'_> {
             out.at_centre.push(at_centre.clone());
             if let Some((pre, errors)) = from.bounds.filter(|_| l < from.layers) {
                 let mut bounds = pre.get(l).ok_or(Undecided::NotFinite)?.clone();
-                split::constrain(&mut bounds, splits, l).map_err(Undecided::Infeasible)?;
-                let relax = (bounds.lo.iter().zip(&bounds.hi))
-                    .map(|(lo, hi)| relax_unit(*lo, *hi))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or(Undecided::NotFinite)?;
+                let relax = clamped_relaxation(&mut bounds, splits, l)?;
                 out.errors.push(errors.get(l).cloned().unwrap_or_default());
                 out.pre.push(bounds);
                 out.relax.push(relax);
@@ -163,11 +159,7 @@ impl LocalNet<'_> {
             if l > 0 {
                 self.tighten(l, &mut bounds, &out, (region, splits), from.steps);
             }
-            split::constrain(&mut bounds, splits, l).map_err(Undecided::Infeasible)?;
-            let relax = (bounds.lo.iter().zip(&bounds.hi))
-                .map(|(lo, hi)| relax_unit(*lo, *hi))
-                .collect::<Option<Vec<_>>>()
-                .ok_or(Undecided::NotFinite)?;
+            let relax = clamped_relaxation(&mut bounds, splits, l)?;
             out.pre.push(bounds);
             out.relax.push(relax);
             centre = at_centre.relu();
@@ -232,4 +224,19 @@ impl LocalNet<'_> {
             bounds.hi[j] = bounds.hi[j].min(-lower[2 * t + 1]);
         }
     }
+}
+
+/// Clamps hidden layer `l`'s `bounds` to the phases `splits` fix there and relaxes its units
+/// (docs/soundness.md B2): [`Undecided::Infeasible`] where a split's half-line misses the bounds,
+/// [`Undecided::NotFinite`] where a bound is not finite.
+fn clamped_relaxation(
+    bounds: &mut Bounds,
+    splits: &Splits,
+    l: usize,
+) -> Result<Vec<UnitRelaxation>, Undecided> {
+    split::constrain(bounds, splits, l).map_err(Undecided::Infeasible)?;
+    (bounds.lo.iter().zip(&bounds.hi))
+        .map(|(lo, hi)| relax_unit(*lo, *hi))
+        .collect::<Option<Vec<_>>>()
+        .ok_or(Undecided::NotFinite)
 }
