@@ -28,6 +28,10 @@ pub enum Known<'a> {
         root: &'a HiddenBounds,
         /// The parent's bounds and the layer of the subdomain's newest split.
         parent: Option<(&'a KeptBounds, usize)>,
+        /// Whether the layers above the split are computed again; if not, every layer is
+        /// reused (the parent's, else the root's) with the splits applied, which is sound the
+        /// same way and cheaper where computing again stabilises few units.
+        refine: bool,
     },
     /// Per hidden layer, pre-activation bounds over a set holding the subdomain's (its parent's):
     /// the bounds are computed over the subdomain's set and intersected with them, layer by
@@ -68,8 +72,35 @@ pub struct HiddenBounds {
     /// The centre of the set they were computed over.
     pub(super) centre: Array1<f64>,
     /// Per hidden layer, an enclosure of the pre-activations at `centre` (shared by the
-    /// subdomains of a ReLU-splitting search whose set has the same centre).
+    /// subdomains of a ReLU-splitting search whose set has the same centre; empty for a
+    /// subdomain of a halved box, which leaves the centre's bound out).
     pub(super) at_centre: Vec<Bounds>,
+    /// What computing layers again above a subdomain's split did ([`Known::Refine`]).
+    pub refined: Refined,
+}
+
+/// What computing a subdomain's layers again above its split did: over the layers computed,
+/// the units left unstable by the bounds they started from (the parent's or the root's, with
+/// the splits applied) and by the computed bounds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refined {
+    /// Hidden layers computed again.
+    pub layers: usize,
+    /// Units unstable in the bounds they started from (split units not counted).
+    pub unstable_before: usize,
+    /// Units unstable after.
+    pub unstable_after: usize,
+}
+
+impl Refined {
+    /// The sum of two tallies.
+    pub fn plus(self, other: Refined) -> Refined {
+        Refined {
+            layers: self.layers + other.layers,
+            unstable_before: self.unstable_before + other.unstable_before,
+            unstable_after: self.unstable_after + other.unstable_after,
+        }
+    }
 }
 
 impl HiddenBounds {
@@ -100,6 +131,7 @@ impl HiddenBounds {
     /// The rounding charges are kept (they were computed from wider bounds).
     pub(super) fn with_splits(&self, splits: &Splits) -> Result<HiddenBounds, Undecided> {
         let mut out = self.clone();
+        out.refined = Refined::default();
         for (l, pre) in out.pre.iter_mut().enumerate() {
             split::constrain(pre, splits, l).map_err(Undecided::Infeasible)?;
         }
@@ -257,6 +289,7 @@ mod tests {
             let known = Known::Refine {
                 root: &root,
                 parent: None,
+                refine: true,
             };
             let SplitOutcome::Bounded(b) =
                 local.split_lower_bounds(set, (&c, &[]), &splits, (None, None), known)
@@ -265,6 +298,31 @@ mod tests {
             };
             let reused = root.with_splits(&splits).ok().unwrap();
             assert_eq!(b.hidden.pre[0], reused.pre[0]);
+            // the tally of layer 1, computed again: its unstable units before and after
+            let count = |b: &Bounds| {
+                (0..b.lo.len())
+                    .filter(|&u| b.lo[u] < 0.0 && b.hi[u] > 0.0)
+                    .count()
+            };
+            let tally = Refined {
+                layers: 1,
+                unstable_before: count(&reused.pre[1]),
+                unstable_after: count(&b.hidden.pre[1]),
+            };
+            assert_eq!(b.hidden.refined, tally);
+            // not computed again: every layer is the root's with the split applied
+            let kept = Known::Refine {
+                root: &root,
+                parent: None,
+                refine: false,
+            };
+            let SplitOutcome::Bounded(same) =
+                local.split_lower_bounds(set, (&c, &[]), &splits, (None, None), kept)
+            else {
+                panic!("both halves hold points of the box")
+            };
+            assert_eq!(same.hidden.pre, reused.pre);
+            assert_eq!(same.hidden.refined, Refined::default());
             for (r, u) in b.hidden.pre.iter().zip(&reused.pre) {
                 assert!(inside(r, u), "{r:?} {u:?}");
             }
@@ -315,6 +373,7 @@ mod tests {
                 Known::Refine {
                     root: &root,
                     parent: None,
+                    refine: true,
                 },
             );
             for l in 1..3 {
@@ -328,14 +387,32 @@ mod tests {
                         Known::Refine {
                             root: &root,
                             parent: None,
+                            refine: true,
                         },
                     );
                     let kept = parent.kept();
                     let reused = Known::Refine {
                         root: &root,
                         parent: Some((&kept, l)),
+                        refine: true,
                     };
                     let child = bound(&splits, reused);
+                    // not computed again: the parent's bounds with the splits applied, which
+                    // hold the computed ones
+                    let lazy = Known::Refine {
+                        root: &root,
+                        parent: Some((&kept, l)),
+                        refine: false,
+                    };
+                    let lazy = bound(&splits, lazy);
+                    let mut clamped = parent.pre.clone();
+                    for (at, b) in clamped.iter_mut().enumerate() {
+                        split::constrain(b, &splits, at).unwrap();
+                    }
+                    assert_eq!(lazy.pre, clamped);
+                    for (a, b) in child.pre.iter().zip(&lazy.pre) {
+                        assert!(inside(a, b), "split at {l}");
+                    }
                     for (at, (a, b)) in child.pre.iter().zip(&whole.pre).enumerate() {
                         match at <= l {
                             true => assert_eq!(a, b, "layer {at}, split at {l}"),

@@ -7,7 +7,7 @@
 use ndarray::{Array1, Array2};
 
 use super::backward;
-use super::hidden::{HiddenBounds, Known};
+use super::hidden::{HiddenBounds, Known, Refined};
 use super::interval::{layer_box, point, Bounds};
 use super::local_net::{LocalNet, SlopeSearch, Undecided};
 use super::region::Region;
@@ -41,15 +41,19 @@ impl LocalNet<'_> {
         splits: &Splits,
     ) -> Result<HiddenBounds, Undecided> {
         match known {
-            Known::Refine { root, parent } => match splits.iter().map(|&(l, _, _)| l).min() {
+            Known::Refine {
+                root,
+                parent,
+                refine,
+            } => match splits.iter().map(|&(l, _, _)| l).min() {
                 None => root.with_splits(splits),
                 Some(l0) => {
-                    let (layers, bounds) = match parent {
+                    let (reused, bounds) = match parent {
                         Some((p, newest)) => (newest + 1, (&p.pre[..], &p.errors[..])),
                         None => (l0 + 1, (&root.pre[..], &root.errors[..])),
                     };
                     let from = Reused {
-                        layers,
+                        layers: if refine { reused } else { bounds.0.len() },
                         bounds: Some(bounds),
                         steps: 0,
                         // a subdomain whose box was halved (no unstable unit left) has
@@ -96,7 +100,7 @@ impl LocalNet<'_> {
         (splits, within): (&Splits, Option<&[Bounds]>),
         from: Reused<'_>,
     ) -> Result<HiddenBounds, Undecided> {
-        let (x, eps) = (region.centre.view(), region.eps);
+        let x = region.centre.view();
         let hidden = self.layers.len() - 1;
         let mut out = HiddenBounds {
             pre: Vec::with_capacity(hidden),
@@ -104,54 +108,54 @@ impl LocalNet<'_> {
             errors: Vec::with_capacity(hidden),
             centre: region.centre.clone(),
             at_centre: Vec::with_capacity(hidden),
+            refined: Refined::default(),
         };
+        // a subdomain of a halved box (another centre than the root's, whose enclosures it
+        // cannot share) starts its computed layers from the interval over the layer below
+        // instead: the centre's bound is one sound bound of an intersection (B10)
+        let with_centre =
+            from.bounds.is_none() || from.at_centre.is_some() || region.boxed.is_none();
         // enclosure of the centre's activations h_{l-1}(x0)
         let mut centre = point(x);
         for l in 0..hidden {
             let layer = &self.layers[l];
-            let at_centre = match from.at_centre.and_then(|c| c.get(l)) {
-                Some(known) => known.clone(),
-                None => layer_box(layer, &centre),
+            let at_centre = match (with_centre, from.at_centre.and_then(|c| c.get(l))) {
+                (false, _) => None,
+                (true, Some(known)) => Some(known.clone()),
+                (true, None) => Some(layer_box(layer, &centre)),
             };
-            out.at_centre.push(at_centre.clone());
+            if let Some(c) = &at_centre {
+                out.at_centre.push(c.clone());
+                centre = c.relu();
+            }
             if let Some((pre, errors)) = from.bounds.filter(|_| l < from.layers) {
                 let mut bounds = pre.get(l).ok_or(Undecided::NotFinite)?.clone();
                 let relax = clamped_relaxation(&mut bounds, splits, l)?;
                 out.errors.push(errors.get(l).cloned().unwrap_or_default());
                 out.pre.push(bounds);
                 out.relax.push(relax);
-                centre = at_centre.relu();
                 continue;
             }
             let errors = self.unit_errors(l, &out.pre, region);
-            let widen = match (&layer.rounding, l) {
-                (None, _) => 0.0,
-                (Some(_), 0) => 0.0,
-                (Some(_), _) => lip_slack.get(l).copied().unwrap_or(f64::INFINITY),
-            };
-            let spread = mul_up(eps, self.lip_prefix[l]);
-            let reach: Vec<f64> = (layer.row_norms.iter())
-                .map(|n| add_up(mul_up(spread, *n), widen))
-                .collect();
-            let mut bounds = at_centre.widen(&reach);
-            if l == 0 && layer.rounding.is_some() {
-                // the deployed first layer: its rounding, and a flushed input within D_0
-                let flushed: Vec<f64> = (errors.iter().zip(&layer.row_norms))
-                    .map(|(e, n)| add_up(*e, mul_up(self.d0, *n)))
-                    .collect();
-                bounds = bounds.widen(&flushed);
-            }
-            if let (0, Some(b)) = (l, &region.boxed) {
+            let mut bounds = (at_centre.as_ref())
+                .map(|c| self.centre_reach(l, c, (region, lip_slack), &errors));
+            let below = match (l, &region.boxed, out.pre.last()) {
                 // the first layer over the box itself (a flushed input within D_0 per coordinate)
-                let input = Bounds {
+                (0, Some(b), _) => Some(Bounds {
                     lo: b.lo.iter().map(|v| sub_down(*v, self.d0)).collect(),
                     hi: b.hi.iter().map(|v| add_up(*v, self.d0)).collect(),
-                };
-                bounds = bounds.intersect(&layer_box(layer, &input).widen(&errors));
+                }),
+                (_, _, Some(prev)) => Some(prev.relu()),
+                _ => None,
+            };
+            if let Some(input) = below {
+                let interval = layer_box(layer, &input).widen(&errors);
+                bounds = Some(match bounds {
+                    Some(b) => b.intersect(&interval),
+                    None => interval,
+                });
             }
-            if let Some(prev) = out.pre.last() {
-                bounds = bounds.intersect(&layer_box(layer, &prev.relu()).widen(&errors));
-            }
+            let mut bounds = bounds.ok_or(Undecided::NotFinite)?;
             if let Some(known) = within.and_then(|w| w.get(l)) {
                 bounds = bounds.intersect(known);
             }
@@ -160,11 +164,49 @@ impl LocalNet<'_> {
                 self.tighten(l, &mut bounds, &out, (region, splits), from.steps);
             }
             let relax = clamped_relaxation(&mut bounds, splits, l)?;
+            if let (Some(_), Some(known)) = (from.bounds, within.and_then(|w| w.get(l))) {
+                out.refined = out.refined.plus(Refined {
+                    layers: 1,
+                    unstable_before: unstable_unsplit(known, splits, l),
+                    unstable_after: unstable_unsplit(&bounds, splits, l),
+                });
+            }
             out.pre.push(bounds);
             out.relax.push(relax);
-            centre = at_centre.relu();
         }
         Ok(out)
+    }
+
+    /// Hidden layer `l`'s pre-activations over the region from their enclosure at its centre
+    /// (`at_centre`): widened by the Lipschitz reach `eps * L_l * ||W_l row||` (plus the
+    /// deployed execution's slack above the first layer), and for the deployed first layer by
+    /// its rounding `errors` and a flushed input within `D_0`.
+    fn centre_reach(
+        &self,
+        l: usize,
+        at_centre: &Bounds,
+        (region, lip_slack): (&Region, &[f64]),
+        errors: &[f64],
+    ) -> Bounds {
+        let layer = &self.layers[l];
+        let widen = match (&layer.rounding, l) {
+            (None, _) => 0.0,
+            (Some(_), 0) => 0.0,
+            (Some(_), _) => lip_slack.get(l).copied().unwrap_or(f64::INFINITY),
+        };
+        let spread = mul_up(region.eps, self.lip_prefix[l]);
+        let reach: Vec<f64> = (layer.row_norms.iter())
+            .map(|n| add_up(mul_up(spread, *n), widen))
+            .collect();
+        let bounds = at_centre.widen(&reach);
+        if l == 0 && layer.rounding.is_some() {
+            // the deployed first layer: its rounding, and a flushed input within D_0
+            let flushed: Vec<f64> = (errors.iter().zip(&layer.row_norms))
+                .map(|(e, n)| add_up(*e, mul_up(self.d0, *n)))
+                .collect();
+            return bounds.widen(&flushed);
+        }
+        bounds
     }
 
     /// The deployed execution's rounding bound `eps_l` for layer `l`, whose inputs are the region
@@ -239,4 +281,14 @@ fn clamped_relaxation(
         .map(|(lo, hi)| relax_unit(*lo, *hi))
         .collect::<Option<Vec<_>>>()
         .ok_or(Undecided::NotFinite)
+}
+
+/// The units of hidden layer `l` that `bounds` leaves unstable (`lo < 0 < hi`) and `splits`
+/// does not fix.
+fn unstable_unsplit(bounds: &Bounds, splits: &Splits, l: usize) -> usize {
+    (bounds.lo.iter().zip(&bounds.hi).enumerate())
+        .filter(|(j, (lo, hi))| {
+            **lo < 0.0 && **hi > 0.0 && !splits.iter().any(|s| (s.0, s.1) == (l, *j))
+        })
+        .count()
 }

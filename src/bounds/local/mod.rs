@@ -26,7 +26,7 @@ mod slopes;
 mod split;
 pub use backward::Trace;
 pub use deployed::{Deployment, LayerRounding};
-pub use hidden::{HiddenBounds, KeptBounds, Known};
+pub use hidden::{HiddenBounds, KeptBounds, Known, Refined};
 pub use local_net::{LocalLayer, LocalNet, SlopeSearch, SplitBounds, SplitOutcome};
 pub use region::InputSet;
 pub use slopes::{Multipliers, StoredMultipliers};

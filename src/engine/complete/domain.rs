@@ -116,12 +116,14 @@ impl Subdomain {
     }
 
     /// What its hidden bounds start from: its parent's bounds for an input split (none at the
-    /// root), or `base`, the root's, refined above its shallowest split ([`Known::Refine`]).
-    pub fn known<'a>(&'a self, base: Option<&'a HiddenBounds>) -> Known<'a> {
+    /// root), or `base`, the root's, computed again above its shallowest split where `refine`
+    /// says so ([`Known::Refine`]).
+    pub fn known<'a>(&'a self, base: Option<&'a HiddenBounds>, refine: bool) -> Known<'a> {
         match (base, &self.inherited) {
             (Some(root), kept) => Known::Refine {
                 root,
                 parent: kept.as_deref().zip(self.newest),
+                refine,
             },
             (None, Some(w)) => Known::Within(&w.pre),
             (None, None) => Known::Nothing,

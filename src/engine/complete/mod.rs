@@ -18,6 +18,7 @@
 pub mod branch;
 pub mod domain;
 pub mod points;
+pub mod refinement;
 pub mod search;
 pub use search::{
     decide, excluded, Budget, CompleteOutcome, Decision, Objective, SearchSet, INPUT_SPLIT_MAX_DIM,

@@ -9,9 +9,10 @@ use rayon::prelude::*;
 
 use super::branch;
 use super::domain::{Branch, Queue, Subdomain};
+use super::refinement::RefinementRule;
 use crate::arith::format::Format;
 use crate::arith::sound::{add_down, add_up, l2_norm_up};
-use crate::bounds::local::{HiddenBounds, InputSet, SlopeSearch, SplitOutcome, Splits};
+use crate::bounds::local::{HiddenBounds, InputSet, Refined, SlopeSearch, SplitOutcome, Splits};
 use crate::engine::run::{box_norm_up, with_bounded_net, BoundedNet, Subject};
 
 /// Subdomains bounded together (a fixed number: the batches, hence the result, do not depend on
@@ -165,6 +166,8 @@ struct Bounded<C> {
     found: Option<C>,
     /// The hidden bounds it rested on (kept at the root only).
     hidden: Option<HiddenBounds>,
+    /// What computing its layers again above its split did.
+    refined: Refined,
 }
 
 /// Decides whether some execution of the subject's deployed model on an input of `[lo, hi]` puts
@@ -248,7 +251,7 @@ fn search<C: Send>(
     let mut first = bound(
         (net, format),
         objective,
-        root,
+        (root, true),
         Some(root_search),
         &plan,
         confirm,
@@ -258,8 +261,10 @@ fn search<C: Send>(
     }
     let mut batch = vec![first];
     let (mut next_id, mut stuck) = (0u64, false);
+    let mut rule = RefinementRule::default();
     loop {
         for b in batch {
+            rule.record(b.refined);
             out.bounded += 1;
             out.depth = out.depth.max(b.domain.depth);
             out.infeasible += usize::from(b.infeasible);
@@ -300,7 +305,13 @@ fn search<C: Send>(
             stuck |= c.is_empty();
             children.extend(c);
         }
-        batch = (children.into_par_iter())
+        let chosen: Vec<(Subdomain, bool)> = (children.into_iter())
+            .map(|d| {
+                let refine = rule.refine(d.id);
+                (d, refine)
+            })
+            .collect();
+        batch = (chosen.into_par_iter())
             .map(|d| {
                 bound(
                     (net, format),
@@ -322,12 +333,13 @@ fn finish<C>(mut out: CompleteOutcome<C>, queue: &Queue, start: Instant) -> Comp
     out
 }
 
-/// Bounds subdomain `d` (its box first shrunk to the values of the deployment `format`): closes
-/// the disjuncts its bounds exclude, chooses its branch, and checks its candidate point.
+/// Bounds subdomain `d` (its box first shrunk to the values of the deployment `format`), with
+/// its layers above its split computed again where `refine` says so: closes the disjuncts its
+/// bounds exclude, chooses its branch, and checks its candidate point.
 fn bound<C>(
     (net, format): (&BoundedNet<'_>, Format),
     objective: &Objective,
-    mut d: Subdomain,
+    (mut d, refine): (Subdomain, bool),
     search: Option<SlopeSearch>,
     plan: &Plan,
     confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
@@ -338,6 +350,7 @@ fn bound<C>(
         infeasible,
         found: None,
         hidden: None,
+        refined: Refined::default(),
     };
     match branch::onto_grid(format, &d.lo, &d.hi).filter(|_| plan.ball.is_none()) {
         None if plan.ball.is_none() => return done(d, true),
@@ -371,7 +384,7 @@ fn bound<C>(
         (&c, &net.slack),
         &d.splits,
         (search, warm.as_ref()),
-        d.known(plan.base.as_ref()),
+        d.known(plan.base.as_ref(), refine),
     ) {
         SplitOutcome::Infeasible(_) => return done(d, true),
         SplitOutcome::NotFinite => {
@@ -401,7 +414,10 @@ fn bound<C>(
         .map(|(k, _)| *k)
         .collect();
     if keep.is_empty() {
-        return done(d, false);
+        return Bounded {
+            refined: b.hidden.refined,
+            ..done(d, false)
+        };
     }
     // the row to improve: of the open disjunct furthest from excluded, the row nearest to
     // excluding it (a disjunct is excluded by any one of its rows)
@@ -440,6 +456,7 @@ fn bound<C>(
     d.inherited = Some(Arc::new(b.hidden.kept()));
     let found = confirm(&candidate);
     Bounded {
+        refined: b.hidden.refined,
         hidden: Some(b.hidden),
         ..open(d, found)
     }
@@ -458,6 +475,7 @@ fn open<C>(domain: Subdomain, found: Option<C>) -> Bounded<C> {
         infeasible: false,
         found,
         hidden: None,
+        refined: Refined::default(),
     }
 }
 
