@@ -77,6 +77,16 @@ pub fn runner_up(logits: &[f64], c: usize) -> usize {
     best
 }
 
+/// `z m` for `z` of `[rows, k]` and `m` of `[k, n]`, with `m_t` its transpose: for one row the
+/// product of `m_t`'s rows (contiguous) with the row, which packs no matrix (the falsifier's
+/// descents take one row at a time); else the matrix product.
+fn rows_times(z: &Array2<f64>, m: &Array2<f64>, m_t: &Array2<f64>) -> Array2<f64> {
+    match z.nrows() {
+        1 => m_t.dot(&z.row(0)).insert_axis(Axis(0)),
+        _ => z.dot(m),
+    }
+}
+
 impl GradNet {
     /// The network of `net` in `f64`.
     pub fn new(net: &DenseNet) -> GradNet {
@@ -125,7 +135,7 @@ impl GradNet {
         let mut masks: Vec<Option<Array2<bool>>> = Vec::with_capacity(self.layers.len());
         for (layer, relu) in &self.layers {
             z = match layer {
-                Layer::Dense { wt, b, .. } => z.dot(wt) + b,
+                Layer::Dense { w, wt, b } => rows_times(&z, wt, w) + b,
                 Layer::Affine { step, .. } => {
                     let mut z = z;
                     for mut row in z.rows_mut() {
@@ -160,7 +170,7 @@ impl GradNet {
                 });
             }
             g = match layer {
-                Layer::Dense { w, .. } => g.dot(w),
+                Layer::Dense { w, wt, .. } => rows_times(&g, w, wt),
                 Layer::Affine { slope, .. } => g * slope,
             };
         }

@@ -137,8 +137,8 @@ impl LocalNet<'_> {
                 continue;
             }
             let errors = self.unit_errors(l, &out.pre, region);
-            let mut bounds = (at_centre.as_ref())
-                .map(|c| self.centre_reach(l, c, (region, lip_slack), &errors));
+            let mut bounds =
+                (at_centre.as_ref()).map(|c| self.centre_reach(l, c, (region, lip_slack), &errors));
             let below = match (l, &region.boxed, out.pre.last()) {
                 // the first layer over the box itself (a flushed input within D_0 per coordinate)
                 (0, Some(b), _) => Some(Bounds {

@@ -14,11 +14,12 @@
 //!   closes, **violated** when a leaf's candidate is confirmed as above;
 //! * otherwise **unknown**, or **timeout** when the budget ran out first.
 //!
-//! The falsifier is a projected sign-gradient descent on the largest constraint value of each
-//! disjunct not excluded, from the box's centre and seeded random points of it (`SURE_STARTS`
-//! per disjunct, up to `STARTS` for low-dimensional inputs within `FALSIFIER_SHARE` of the
-//! budget); it runs before branch and bound.
+//! The falsifier ([`falsifier`]) is a projected sign-gradient descent on the largest constraint
+//! value of each disjunct not excluded, from the box's centre and seeded random points of it
+//! (`SURE_STARTS` per disjunct, all in lockstep, then up to `STARTS` for low-dimensional inputs
+//! within `FALSIFIER_SHARE` of the budget); it runs before branch and bound.
 
+pub mod falsifier;
 pub mod instance;
 pub mod property;
 pub use property::{

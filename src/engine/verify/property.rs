@@ -6,18 +6,14 @@ use std::time::Instant;
 use ndarray::Array2;
 use rug::Rational;
 
+use super::falsifier::Falsifier;
 use crate::arith::format::Format;
 use crate::arith::sound::{rational_to_f64_down, rational_to_f64_up};
 use crate::bounds::ball::conversion_end;
-use crate::engine::attack::SplitMix;
 use crate::engine::complete::{self, Budget, Decision, Objective, SearchSet};
-use crate::engine::exec::Executor;
-use crate::engine::gradient::GradNet;
 use crate::engine::run::{box_lower_bounds, Subject};
 use crate::policy::vnnlib::{InputBox, OutputConstraint, Property};
 
-/// Sign-gradient steps per start of the falsifier.
-const STEPS: usize = 60;
 /// Starts per disjunct for inputs of at most [`complete::INPUT_SPLIT_MAX_DIM`] coordinates
 /// (cheap, and where random starts find what a descent from the centre misses): the centre,
 /// then random points of the box.
@@ -169,22 +165,30 @@ pub fn verify(
         return outcome(Verdict::Holds, &searches);
     }
     let over = || start.elapsed().as_secs_f64() > budget_s;
+    let low_dim = subject.net.input_dim() <= complete::INPUT_SPLIT_MAX_DIM;
     for (b, excluded) in property.boxes.iter().zip(&per_box) {
         let search = Falsifier::new(subject, property, b);
-        for (d, _) in excluded.iter().enumerate().filter(|(_, e)| !**e) {
-            let starts = if subject.net.input_dim() <= complete::INPUT_SPLIT_MAX_DIM {
-                STARTS
-            } else {
-                SURE_STARTS
-            };
-            for s in 0..starts {
+        let open: Vec<usize> = (0..disjuncts).filter(|&d| !excluded[d]).collect();
+        if over() {
+            return outcome(Verdict::Timeout, &searches);
+        }
+        // the sure starts of every open disjunct, in lockstep
+        let sure: Vec<(usize, u64)> = (open.iter())
+            .flat_map(|&d| (0..SURE_STARTS as u64).map(move |s| (d, s)))
+            .collect();
+        if let Some(cx) = search.run(&sure) {
+            return outcome(Verdict::Violated(cx), &searches);
+        }
+        let further = if low_dim { STARTS } else { SURE_STARTS };
+        for &d in &open {
+            for s in SURE_STARTS..further {
                 if over() {
                     return outcome(Verdict::Timeout, &searches);
                 }
-                if s >= SURE_STARTS && start.elapsed().as_secs_f64() > FALSIFIER_SHARE * budget_s {
+                if start.elapsed().as_secs_f64() > FALSIFIER_SHARE * budget_s {
                     break;
                 }
-                if let Some(cx) = search.run(d, s as u64) {
+                if let Some(cx) = search.run(&[(d, s as u64)]) {
                     return outcome(Verdict::Violated(cx), &searches);
                 }
             }
@@ -295,170 +299,4 @@ fn excluded_disjuncts(
     let rows: Vec<usize> = (0..o.disjunct.len()).collect();
     let bounds = o.disjunct_bounds(&all, &rows, &lower);
     Ok(bounds.into_iter().map(complete::excluded).collect())
-}
-
-/// The falsifier's fixed parts.
-struct Falsifier<'a> {
-    subject: &'a Subject,
-    property: &'a Property,
-    /// The input box searched.
-    input: &'a InputBox,
-    grad: GradNet,
-    exec: Executor,
-    /// The smallest and largest format values inside the real box, per input.
-    inside: Vec<(f64, f64)>,
-}
-
-impl<'a> Falsifier<'a> {
-    fn new(subject: &'a Subject, property: &'a Property, input: &'a InputBox) -> Self {
-        let f = subject.net.format;
-        let inside = (input.lower.iter().zip(&input.upper))
-            .map(|(l, u)| {
-                let lo = format_value_at(l, f, true);
-                let hi = format_value_at(u, f, false);
-                match (lo, hi) {
-                    (Some(a), Some(b)) if a <= b => (a, b),
-                    _ => (f64::NAN, f64::NAN),
-                }
-            })
-            .collect();
-        Falsifier {
-            subject,
-            property,
-            input,
-            grad: GradNet::new(&subject.net),
-            exec: Executor::new(&subject.net, &subject.execution),
-            inside,
-        }
-    }
-
-    /// One start (`seed` 0: the centre) of the descent on disjunct `d`; the first candidate that
-    /// lipfp's execution places in the unsafe region.
-    fn run(&self, d: usize, seed: u64) -> Option<Counterexample> {
-        if self.inside.iter().any(|(a, _)| a.is_nan()) {
-            return None;
-        }
-        let constraints = &self.property.disjuncts[d];
-        let dim = self.inside.len();
-        let mut rng = SplitMix::new(d, seed as usize);
-        let mut x: Vec<f64> = (self.inside.iter())
-            .map(|(a, b)| {
-                let t = if seed == 0 { 0.5 } else { rng.uniform() };
-                a + (b - a) * t
-            })
-            .collect();
-        let coef: Vec<Vec<f64>> = (constraints.iter())
-            .map(|k| {
-                let mut a = vec![0.0; self.subject.net.classes()];
-                for (j, v) in &k.coef {
-                    if let Some(slot) = a.get_mut(*j) {
-                        *slot = v.to_f64();
-                    }
-                }
-                a
-            })
-            .collect();
-        let consts: Vec<f64> = constraints.iter().map(|k| k.constant.to_f64()).collect();
-        for step in 0..STEPS {
-            let candidate = self.snap(&x);
-            if let Some(cx) = self.confirm(&candidate, d) {
-                return Some(cx);
-            }
-            let rows = Array2::from_shape_vec((1, dim), candidate).ok()?;
-            // the largest constraint value leads: push it down
-            let (_, g) = self.grad.objective_gradient(&rows, |_, y| {
-                let value =
-                    |k: usize| coef[k].iter().zip(y).map(|(a, v)| a * v).sum::<f64>() + consts[k];
-                let lead = (0..coef.len())
-                    .max_by(|&a, &b| value(a).total_cmp(&value(b)))
-                    .unwrap_or(0);
-                coef.get(lead).cloned().unwrap_or_default()
-            });
-            let frac = 0.5 * (1.0 - step as f64 / STEPS as f64) + 0.02;
-            for (i, xi) in x.iter_mut().enumerate() {
-                let (a, b) = self.inside[i];
-                *xi = (*xi - frac * (b - a) * g[[0, i]].signum()).clamp(a, b);
-            }
-        }
-        None
-    }
-
-    /// `x` rounded to the format and kept inside the box's format values.
-    fn snap(&self, x: &[f64]) -> Vec<f64> {
-        let f = self.subject.net.format;
-        (x.iter().zip(&self.inside))
-            .map(|(v, (a, b))| f.round(*v).clamp(*a, *b))
-            .collect()
-    }
-
-    /// The counterexample at `x` when it is in the real box and lipfp's execution puts its
-    /// outputs in disjunct `d` (both checked in rationals).
-    fn confirm(&self, x: &[f64], d: usize) -> Option<Counterexample> {
-        self.confirm_any(x, &[d])
-    }
-
-    /// The counterexample at `x` for the first of the disjuncts `ds` whose region lipfp's
-    /// execution puts the outputs in, when `x` is in the real box (both checked in rationals).
-    fn confirm_any(&self, x: &[f64], ds: &[usize]) -> Option<Counterexample> {
-        if self.inside.iter().any(|(a, _)| a.is_nan()) {
-            return None;
-        }
-        let (p, b) = (self.property, self.input);
-        let inside = (x.iter().zip(b.lower.iter().zip(&b.upper)))
-            .all(|(v, (l, u))| Rational::from_f64(*v).is_some_and(|q| *l <= q && q <= *u));
-        if !inside {
-            return None;
-        }
-        let y = self.exec.logits(x, x.len());
-        let exact: Option<Vec<Rational>> = y.iter().map(|v| Rational::from_f64(*v)).collect();
-        let exact = exact?;
-        let holds = |d: usize| {
-            p.disjuncts[d].iter().all(|k| {
-                let value: Rational = (k.coef.iter())
-                    .map(|(j, a)| {
-                        exact
-                            .get(*j)
-                            .map_or(Rational::new(), |v| Rational::from(a * v))
-                    })
-                    .sum::<Rational>()
-                    + &k.constant;
-                value <= 0
-            })
-        };
-        let d = ds.iter().copied().find(|&d| holds(d))?;
-        Some(Counterexample {
-            input: x.to_vec(),
-            outputs: y,
-            disjunct: d,
-        })
-    }
-}
-
-/// The smallest value of `format` at or above `q` (`up`) or the largest at or below it, when the
-/// format is one whose neighbours lipfp steps through (float32, float64).
-fn format_value_at(q: &Rational, format: Format, up: bool) -> Option<f64> {
-    let mut v = format.round(q.to_f64());
-    for _ in 0..4 {
-        let e = Rational::from_f64(v)?;
-        match (up, e.cmp(q)) {
-            (_, std::cmp::Ordering::Equal) => return Some(v),
-            (true, std::cmp::Ordering::Greater) | (false, std::cmp::Ordering::Less) => {
-                return Some(v)
-            }
-            (true, _) => v = format_next(v, format, true)?,
-            (false, _) => v = format_next(v, format, false)?,
-        }
-    }
-    None
-}
-
-/// The neighbour of a value of `format` (float32 and float64 only).
-fn format_next(v: f64, format: Format, up: bool) -> Option<f64> {
-    match (format, up) {
-        (Format::Float32, true) => Some(f64::from((v as f32).next_up())),
-        (Format::Float32, false) => Some(f64::from((v as f32).next_down())),
-        (Format::Float64, true) => Some(v.next_up()),
-        (Format::Float64, false) => Some(v.next_down()),
-        _ => None,
-    }
 }

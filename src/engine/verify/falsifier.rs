@@ -1,0 +1,222 @@
+//! The falsifier of a VNN-LIB property: projected sign-gradient descents on the largest
+//! constraint value of a disjunct, each candidate counted only when lipfp's execution places it
+//! in the unsafe region (checked in rationals). Many descents run in lockstep, so each step's
+//! gradient is one matrix product for all of them.
+
+use ndarray::Array2;
+use rug::Rational;
+
+use super::property::Counterexample;
+use crate::arith::format::Format;
+use crate::engine::attack::SplitMix;
+use crate::engine::exec::Executor;
+use crate::engine::gradient::GradNet;
+use crate::engine::run::Subject;
+use crate::policy::vnnlib::{InputBox, Property};
+
+/// Sign-gradient steps per start of the falsifier.
+pub const STEPS: usize = 60;
+/// A candidate goes to lipfp's execution only when the largest constraint value of its disjunct,
+/// at the float64 network's outputs `y`, is at most this times `1 + max |y_j|` (a far larger
+/// allowance than the deployed execution's difference from the float64 network; the filter only
+/// saves executions, it never decides anything).
+const CONFIRM_SLACK: f64 = 1e-3;
+
+/// The falsifier's fixed parts.
+pub struct Falsifier<'a> {
+    subject: &'a Subject,
+    property: &'a Property,
+    /// The input box searched.
+    input: &'a InputBox,
+    grad: GradNet,
+    exec: Executor,
+    /// The smallest and largest format values inside the real box, per input.
+    inside: Vec<(f64, f64)>,
+}
+
+/// One descent: its disjunct, its point, and its disjunct's constraints as float64 rows over
+/// the outputs with their constants.
+struct Descent {
+    disjunct: usize,
+    x: Vec<f64>,
+    coef: Vec<Vec<f64>>,
+    consts: Vec<f64>,
+}
+
+impl Descent {
+    /// The index and value of the largest constraint value at the outputs `y`.
+    fn lead(&self, y: &[f64]) -> (usize, f64) {
+        let value =
+            |k: usize| self.coef[k].iter().zip(y).map(|(a, v)| a * v).sum::<f64>() + self.consts[k];
+        (0..self.coef.len())
+            .map(|k| (k, value(k)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((0, f64::NEG_INFINITY))
+    }
+}
+
+impl<'a> Falsifier<'a> {
+    /// The falsifier of `property` over its input box `input`.
+    pub fn new(subject: &'a Subject, property: &'a Property, input: &'a InputBox) -> Self {
+        let f = subject.net.format;
+        let inside = (input.lower.iter().zip(&input.upper))
+            .map(|(l, u)| {
+                let lo = format_value_at(l, f, true);
+                let hi = format_value_at(u, f, false);
+                match (lo, hi) {
+                    (Some(a), Some(b)) if a <= b => (a, b),
+                    _ => (f64::NAN, f64::NAN),
+                }
+            })
+            .collect();
+        Falsifier {
+            subject,
+            property,
+            input,
+            grad: GradNet::new(&subject.net),
+            exec: Executor::new(&subject.net, &subject.execution),
+            inside,
+        }
+    }
+
+    /// The descents from `starts` (disjunct, seed; seed 0 is the box's centre), run in lockstep
+    /// for [`STEPS`] steps: the first candidate lipfp's execution places in its disjunct's
+    /// region, the earliest step first, then the first in `starts`' order.
+    pub fn run(&self, starts: &[(usize, u64)]) -> Option<Counterexample> {
+        if self.inside.iter().any(|(a, _)| a.is_nan()) || starts.is_empty() {
+            return None;
+        }
+        let mut descents: Vec<Descent> = starts.iter().map(|&(d, s)| self.descent(d, s)).collect();
+        let dim = self.inside.len();
+        for step in 0..STEPS {
+            let candidates: Vec<Vec<f64>> = descents.iter().map(|t| self.snap(&t.x)).collect();
+            let flat: Vec<f64> = candidates.iter().flatten().copied().collect();
+            let rows = Array2::from_shape_vec((descents.len(), dim), flat).ok()?;
+            // the largest constraint value leads: push it down
+            let (logits, g) = self.grad.objective_gradient(&rows, |r, y| {
+                let (lead, _) = descents[r].lead(y);
+                descents[r].coef.get(lead).cloned().unwrap_or_default()
+            });
+            for (r, (t, candidate)) in descents.iter().zip(&candidates).enumerate() {
+                let y = logits.row(r).to_vec();
+                let scale = y.iter().fold(1.0f64, |m, v| m.max(1.0 + v.abs()));
+                if t.lead(&y).1 > CONFIRM_SLACK * scale {
+                    continue;
+                }
+                if let Some(cx) = self.confirm_any(candidate, &[t.disjunct]) {
+                    return Some(cx);
+                }
+            }
+            let frac = 0.5 * (1.0 - step as f64 / STEPS as f64) + 0.02;
+            for (r, t) in descents.iter_mut().enumerate() {
+                for (i, xi) in t.x.iter_mut().enumerate() {
+                    let (a, b) = self.inside[i];
+                    *xi = (*xi - frac * (b - a) * g[[r, i]].signum()).clamp(a, b);
+                }
+            }
+        }
+        None
+    }
+
+    /// A descent on disjunct `d` from `seed`'s start.
+    fn descent(&self, d: usize, seed: u64) -> Descent {
+        let constraints = &self.property.disjuncts[d];
+        let mut rng = SplitMix::new(d, seed as usize);
+        let x: Vec<f64> = (self.inside.iter())
+            .map(|(a, b)| {
+                let t = if seed == 0 { 0.5 } else { rng.uniform() };
+                a + (b - a) * t
+            })
+            .collect();
+        let coef: Vec<Vec<f64>> = (constraints.iter())
+            .map(|k| {
+                let mut a = vec![0.0; self.subject.net.classes()];
+                for (j, v) in &k.coef {
+                    if let Some(slot) = a.get_mut(*j) {
+                        *slot = v.to_f64();
+                    }
+                }
+                a
+            })
+            .collect();
+        let consts: Vec<f64> = constraints.iter().map(|k| k.constant.to_f64()).collect();
+        Descent {
+            disjunct: d,
+            x,
+            coef,
+            consts,
+        }
+    }
+
+    /// `x` rounded to the format and kept inside the box's format values.
+    pub fn snap(&self, x: &[f64]) -> Vec<f64> {
+        let f = self.subject.net.format;
+        (x.iter().zip(&self.inside))
+            .map(|(v, (a, b))| f.round(*v).clamp(*a, *b))
+            .collect()
+    }
+
+    /// The counterexample at `x` for the first of the disjuncts `ds` whose region lipfp's
+    /// execution puts the outputs in, when `x` is in the real box (both checked in rationals).
+    pub fn confirm_any(&self, x: &[f64], ds: &[usize]) -> Option<Counterexample> {
+        if self.inside.iter().any(|(a, _)| a.is_nan()) {
+            return None;
+        }
+        let (p, b) = (self.property, self.input);
+        let inside = (x.iter().zip(b.lower.iter().zip(&b.upper)))
+            .all(|(v, (l, u))| Rational::from_f64(*v).is_some_and(|q| *l <= q && q <= *u));
+        if !inside {
+            return None;
+        }
+        let y = self.exec.logits(x, x.len());
+        let exact: Option<Vec<Rational>> = y.iter().map(|v| Rational::from_f64(*v)).collect();
+        let exact = exact?;
+        let holds = |d: usize| {
+            p.disjuncts[d].iter().all(|k| {
+                let value: Rational = (k.coef.iter())
+                    .map(|(j, a)| {
+                        exact
+                            .get(*j)
+                            .map_or(Rational::new(), |v| Rational::from(a * v))
+                    })
+                    .sum::<Rational>()
+                    + &k.constant;
+                value <= 0
+            })
+        };
+        let d = ds.iter().copied().find(|&d| holds(d))?;
+        Some(Counterexample {
+            input: x.to_vec(),
+            outputs: y,
+            disjunct: d,
+        })
+    }
+}
+/// The smallest value of `format` at or above `q` (`up`) or the largest at or below it, when the
+/// format is one whose neighbours lipfp steps through (float32, float64).
+fn format_value_at(q: &Rational, format: Format, up: bool) -> Option<f64> {
+    let mut v = format.round(q.to_f64());
+    for _ in 0..4 {
+        let e = Rational::from_f64(v)?;
+        match (up, e.cmp(q)) {
+            (_, std::cmp::Ordering::Equal) => return Some(v),
+            (true, std::cmp::Ordering::Greater) | (false, std::cmp::Ordering::Less) => {
+                return Some(v)
+            }
+            (true, _) => v = format_next(v, format, true)?,
+            (false, _) => v = format_next(v, format, false)?,
+        }
+    }
+    None
+}
+
+/// The neighbour of a value of `format` (float32 and float64 only).
+fn format_next(v: f64, format: Format, up: bool) -> Option<f64> {
+    match (format, up) {
+        (Format::Float32, true) => Some(f64::from((v as f32).next_up())),
+        (Format::Float32, false) => Some(f64::from((v as f32).next_down())),
+        (Format::Float64, true) => Some(v.next_up()),
+        (Format::Float64, false) => Some(v.next_down()),
+        _ => None,
+    }
+}
