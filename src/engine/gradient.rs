@@ -123,14 +123,17 @@ impl GradNet {
         })
     }
 
-    /// The logits `[rows, classes]` at the rows of `x` and the gradient `[rows, n_1]` of each
-    /// row's linear objective `a . z`, `a = objective(row, logits of the row)` (in the linear
-    /// region of the row: ReLUs at 0 count as off).
-    pub fn objective_gradient(
-        &self,
-        x: &Array2<f64>,
-        objective: impl Fn(usize, &[f64]) -> Vec<f64>,
-    ) -> (Array2<f64>, Array2<f64>) {
+    /// The float64 network's logits at the point `x`.
+    pub fn logits(&self, x: &[f64]) -> Vec<f64> {
+        let rows = Array2::from_shape_vec((1, x.len()), x.to_vec());
+        match rows {
+            Ok(rows) => self.forward(&rows).0.iter().copied().collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// The logits `[rows, classes]` at the rows of `x`, and per ReLU layer which units are on.
+    fn forward(&self, x: &Array2<f64>) -> (Array2<f64>, Vec<Option<Array2<bool>>>) {
         let mut z = x.clone();
         let mut masks: Vec<Option<Array2<bool>>> = Vec::with_capacity(self.layers.len());
         for (layer, relu) in &self.layers {
@@ -153,7 +156,18 @@ impl GradNet {
                 masks.push(None);
             }
         }
-        let logits = z;
+        (z, masks)
+    }
+
+    /// The logits `[rows, classes]` at the rows of `x` and the gradient `[rows, n_1]` of each
+    /// row's linear objective `a . z`, `a = objective(row, logits of the row)` (in the linear
+    /// region of the row: ReLUs at 0 count as off).
+    pub fn objective_gradient(
+        &self,
+        x: &Array2<f64>,
+        objective: impl Fn(usize, &[f64]) -> Vec<f64>,
+    ) -> (Array2<f64>, Array2<f64>) {
+        let (logits, masks) = self.forward(x);
         let mut g = Array2::<f64>::zeros(logits.raw_dim());
         for (r, row) in logits.axis_iter(Axis(0)).enumerate() {
             let seed = objective(r, &row.to_vec());
@@ -187,6 +201,21 @@ mod tests {
         assert_eq!(runner_up(&[3.0, 1.0, 2.0], 0), 2);
         assert_eq!(runner_up(&[3.0, 1.0, 2.0], 2), 0);
         assert_eq!(runner_up(&[1.0, 1.0], 0), 1);
+    }
+
+    /// `z m` for one row (the matrix-vector path) and for two rows (the matrix product), against
+    /// sums done by hand: `m = [[1, 2], [3, 4], [5, 6]]`.
+    #[test]
+    fn a_single_row_and_many_rows_multiply_alike() {
+        let m = ndarray::array![[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]];
+        let m_t = m.t().to_owned();
+        let one = ndarray::array![[1.0, -1.0, 2.0]];
+        assert_eq!(rows_times(&one, &m, &m_t), ndarray::array![[8.0, 10.0]]);
+        let two = ndarray::array![[1.0, -1.0, 2.0], [0.0, 1.0, 0.0]];
+        assert_eq!(
+            rows_times(&two, &m, &m_t),
+            ndarray::array![[8.0, 10.0], [3.0, 4.0]]
+        );
     }
 
     #[test]

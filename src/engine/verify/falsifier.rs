@@ -12,7 +12,7 @@ use crate::engine::attack::SplitMix;
 use crate::engine::exec::Executor;
 use crate::engine::gradient::GradNet;
 use crate::engine::run::Subject;
-use crate::policy::vnnlib::{InputBox, Property};
+use crate::policy::vnnlib::{InputBox, OutputConstraint, Property};
 
 /// Sign-gradient steps per start of the falsifier.
 pub const STEPS: usize = 60;
@@ -32,18 +32,35 @@ pub struct Falsifier<'a> {
     exec: Executor,
     /// The smallest and largest format values inside the real box, per input.
     inside: Vec<(f64, f64)>,
+    /// Per disjunct, its constraints in float64.
+    disjuncts: Vec<DisjunctRows>,
 }
 
-/// One descent: its disjunct, its point, and its disjunct's constraints as float64 rows over
-/// the outputs with their constants.
-struct Descent {
-    disjunct: usize,
-    x: Vec<f64>,
+/// A disjunct's constraints as float64 rows over the outputs, with their constants (what the
+/// descents steer by; only the rational check decides).
+struct DisjunctRows {
     coef: Vec<Vec<f64>>,
     consts: Vec<f64>,
 }
 
-impl Descent {
+impl DisjunctRows {
+    /// The rows of `constraints` over `classes` outputs.
+    fn new(constraints: &[OutputConstraint], classes: usize) -> DisjunctRows {
+        let coef: Vec<Vec<f64>> = (constraints.iter())
+            .map(|k| {
+                let mut a = vec![0.0; classes];
+                for (j, v) in &k.coef {
+                    if let Some(slot) = a.get_mut(*j) {
+                        *slot = v.to_f64();
+                    }
+                }
+                a
+            })
+            .collect();
+        let consts = constraints.iter().map(|k| k.constant.to_f64()).collect();
+        DisjunctRows { coef, consts }
+    }
+
     /// The index and value of the largest constraint value at the outputs `y`.
     fn lead(&self, y: &[f64]) -> (usize, f64) {
         let value =
@@ -53,6 +70,18 @@ impl Descent {
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .unwrap_or((0, f64::NEG_INFINITY))
     }
+
+    /// Whether the float64 outputs `y` come within [`CONFIRM_SLACK`] of the region.
+    fn near(&self, y: &[f64]) -> bool {
+        let scale = y.iter().fold(1.0f64, |m, v| m.max(1.0 + v.abs()));
+        self.lead(y).1 <= CONFIRM_SLACK * scale
+    }
+}
+
+/// One descent: its disjunct and its point.
+struct Descent {
+    disjunct: usize,
+    x: Vec<f64>,
 }
 
 impl<'a> Falsifier<'a> {
@@ -76,6 +105,9 @@ impl<'a> Falsifier<'a> {
             grad: GradNet::new(&subject.net),
             exec: Executor::new(&subject.net, &subject.execution),
             inside,
+            disjuncts: (property.disjuncts.iter())
+                .map(|d| DisjunctRows::new(d, subject.net.classes()))
+                .collect(),
         }
     }
 
@@ -94,13 +126,13 @@ impl<'a> Falsifier<'a> {
             let rows = Array2::from_shape_vec((descents.len(), dim), flat).ok()?;
             // the largest constraint value leads: push it down
             let (logits, g) = self.grad.objective_gradient(&rows, |r, y| {
-                let (lead, _) = descents[r].lead(y);
-                descents[r].coef.get(lead).cloned().unwrap_or_default()
+                let rows = &self.disjuncts[descents[r].disjunct];
+                let (lead, _) = rows.lead(y);
+                rows.coef.get(lead).cloned().unwrap_or_default()
             });
             for (r, (t, candidate)) in descents.iter().zip(&candidates).enumerate() {
                 let y = logits.row(r).to_vec();
-                let scale = y.iter().fold(1.0f64, |m, v| m.max(1.0 + v.abs()));
-                if t.lead(&y).1 > CONFIRM_SLACK * scale {
+                if !self.disjuncts[t.disjunct].near(&y) {
                     continue;
                 }
                 if let Some(cx) = self.confirm_any(candidate, &[t.disjunct]) {
@@ -120,7 +152,6 @@ impl<'a> Falsifier<'a> {
 
     /// A descent on disjunct `d` from `seed`'s start.
     fn descent(&self, d: usize, seed: u64) -> Descent {
-        let constraints = &self.property.disjuncts[d];
         let mut rng = SplitMix::new(d, seed as usize);
         let x: Vec<f64> = (self.inside.iter())
             .map(|(a, b)| {
@@ -128,24 +159,19 @@ impl<'a> Falsifier<'a> {
                 a + (b - a) * t
             })
             .collect();
-        let coef: Vec<Vec<f64>> = (constraints.iter())
-            .map(|k| {
-                let mut a = vec![0.0; self.subject.net.classes()];
-                for (j, v) in &k.coef {
-                    if let Some(slot) = a.get_mut(*j) {
-                        *slot = v.to_f64();
-                    }
-                }
-                a
-            })
-            .collect();
-        let consts: Vec<f64> = constraints.iter().map(|k| k.constant.to_f64()).collect();
-        Descent {
-            disjunct: d,
-            x,
-            coef,
-            consts,
-        }
+        Descent { disjunct: d, x }
+    }
+
+    /// [`Falsifier::confirm_any`] at `x` snapped to the format, tried only when the float64
+    /// network's outputs there come near one of the disjuncts `ds` (branch and bound's leaf
+    /// candidates: the filter saves executions and decides nothing).
+    pub fn confirm_near(&self, x: &[f64], ds: &[usize]) -> Option<Counterexample> {
+        let x = self.snap(x);
+        let y = self.grad.logits(&x);
+        let near = ds
+            .iter()
+            .any(|&d| self.disjuncts.get(d).is_some_and(|r| r.near(&y)));
+        near.then(|| self.confirm_any(&x, ds)).flatten()
     }
 
     /// `x` rounded to the format and kept inside the box's format values.
@@ -218,5 +244,43 @@ fn format_next(v: f64, format: Format, up: bool) -> Option<f64> {
         (Format::Float64, true) => Some(v.next_up()),
         (Format::Float64, false) => Some(v.next_down()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn constraint(coef: &[(usize, i64)], constant: i64) -> OutputConstraint {
+        OutputConstraint {
+            coef: coef.iter().map(|(j, a)| (*j, Rational::from(*a))).collect(),
+            constant: Rational::from(constant),
+            line: 1,
+        }
+    }
+
+    /// `Y_1 - Y_0 <= 0` and `Y_2 - 3 <= 0`: at `y = (1, 3, 4)` the values are 2 and 1 (the first
+    /// leads), at `(1, 0, 5)` they are -1 and 2 (the second).
+    #[test]
+    fn the_lead_is_the_largest_constraint_value() {
+        let rows = DisjunctRows::new(
+            &[constraint(&[(1, 1), (0, -1)], 0), constraint(&[(2, 1)], -3)],
+            3,
+        );
+        assert_eq!(rows.lead(&[1.0, 3.0, 4.0]), (0, 2.0));
+        assert_eq!(rows.lead(&[1.0, 0.0, 5.0]), (1, 2.0));
+        // a coefficient on an output the network lacks is dropped
+        let short = DisjunctRows::new(&[constraint(&[(7, 1)], -1)], 3);
+        assert_eq!(short.lead(&[9.0, 9.0, 9.0]), (0, -1.0));
+    }
+
+    /// Near: the lead at most `1e-3 (1 + max |y_j|)`. At `y = (0, 999)` with `Y_0 - Y_1 + c`,
+    /// the allowance is 1; `c = 1000` gives lead 1 (near), `c = 1001` lead 2 (not).
+    #[test]
+    fn a_candidate_is_near_within_the_relative_slack() {
+        let near = |c: i64| DisjunctRows::new(&[constraint(&[(0, 1), (1, -1)], c)], 2);
+        assert!(near(1000).near(&[0.0, 999.0]));
+        assert!(!near(1001).near(&[0.0, 999.0]));
+        assert!(near(0).near(&[0.0, 0.0]) && !near(1).near(&[0.0, 0.0]));
     }
 }

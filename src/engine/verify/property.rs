@@ -228,7 +228,7 @@ fn search_box(
     let bx = bounded_box(b, subject.net.format);
     let falsifier = Falsifier::new(subject, property, b);
     let objective = objective(subject, property, open);
-    let confirm = |x: &[f64]| falsifier.confirm_any(&falsifier.snap(x), open);
+    let confirm = |x: &[f64]| falsifier.confirm_near(x, open);
     let budget = Budget {
         seconds: budget_s,
         subdomains: options.subdomains,
