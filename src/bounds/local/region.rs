@@ -1,6 +1,8 @@
 //! The input set local bounds hold over (docs/soundness.md "Local bounds", L6): an l2 ball, or a
 //! box (an l_inf ball clipped to the valid input range, or a VNN-LIB property's input bounds).
 
+use std::sync::{Arc, OnceLock};
+
 use ndarray::Array1;
 
 use crate::arith::sound::{add_up, l2_norm_up};
@@ -34,6 +36,21 @@ pub(super) struct Region {
     pub(super) eps: f64,
     /// The box, `None` for a ball.
     pub(super) boxed: Option<BoxSet>,
+    /// What the first layer computes from the centre, kept for the region's bound passes (a
+    /// subdomain's slope search runs several), with the address of the weights it is for.
+    first: OnceLock<(usize, Arc<FirstLayerAtCentre>)>,
+}
+
+/// The first layer's products with the region's centre `c`, as every backward pass over the
+/// region concretises them ([`Region::first_layer`]): functions of the weights and `c` alone.
+#[derive(Debug)]
+pub(super) struct FirstLayerAtCentre {
+    /// `fl(W_1 c)`.
+    pub(super) c: Array1<f64>,
+    /// Per unit, a bound on `|fl(W_1 c) - W_1 c|`.
+    pub(super) c_err: Array1<f64>,
+    /// The deployed first layer's rounding charges over the region (none for the real one).
+    pub(super) errors: Option<Vec<f64>>,
 }
 
 /// A box `[lo, hi]` with half-widths `r_i >= max(hi_i - c_i, c_i - lo_i)` (rounded up) around
@@ -59,6 +76,7 @@ impl Region {
                     centre: Array1::from(x0.to_vec()),
                     eps,
                     boxed: None,
+                    first: OnceLock::new(),
                 })
             }
             InputSet::Box { lo, hi } => {
@@ -89,6 +107,26 @@ impl Region {
                 hi: hi.to_vec(),
                 half,
             }),
+            first: OnceLock::new(),
+        }
+    }
+
+    /// The first layer's products with the centre for the layer whose weights start at
+    /// `weights` (an address): computed by `compute` once, then kept; for other weights,
+    /// computed again each time (never mixed up).
+    pub(super) fn first_layer(
+        &self,
+        weights: usize,
+        compute: impl FnOnce() -> FirstLayerAtCentre,
+    ) -> Arc<FirstLayerAtCentre> {
+        match self.first.get() {
+            Some((at, kept)) if *at == weights => kept.clone(),
+            Some(_) => Arc::new(compute()),
+            None => self
+                .first
+                .get_or_init(|| (weights, Arc::new(compute())))
+                .1
+                .clone(),
         }
     }
 }
@@ -118,6 +156,35 @@ mod tests {
         // a degenerate coordinate keeps its value as the centre, and at most one subnormal width
         assert_eq!(r.centre[4], 3.0);
         assert!(half[4] <= f64::from_bits(1));
+    }
+
+    /// Kept for the weights it was first computed for; for other weights, computed each time.
+    #[test]
+    fn the_first_layer_at_the_centre_is_kept_for_its_weights_only() {
+        let r = Region::new(
+            InputSet::Ball {
+                x0: &[1.0],
+                eps: 0.5,
+            },
+            1,
+        )
+        .unwrap();
+        let calls = std::cell::Cell::new(0);
+        let value = |v: f64| {
+            calls.set(calls.get() + 1);
+            FirstLayerAtCentre {
+                c: Array1::from(vec![v]),
+                c_err: Array1::zeros(1),
+                errors: None,
+            }
+        };
+        assert_eq!(r.first_layer(8, || value(1.0)).c[0], 1.0);
+        assert_eq!(r.first_layer(8, || value(2.0)).c[0], 1.0);
+        assert_eq!(calls.get(), 1);
+        assert_eq!(r.first_layer(16, || value(3.0)).c[0], 3.0);
+        assert_eq!(r.first_layer(16, || value(4.0)).c[0], 4.0);
+        assert_eq!(r.first_layer(8, || value(5.0)).c[0], 1.0);
+        assert_eq!(calls.get(), 3);
     }
 
     #[test]

@@ -6,7 +6,9 @@ use ndarray::{Array1, Array2, Axis};
 use crate::arith::sound::{add_down, add_up, mul_up, sqrt_up, sub_down};
 use crate::bounds::local::interval::{underflow_slack, NonnegSum};
 use crate::bounds::local::local_net::LocalNet;
-use crate::bounds::local::region::Region;
+use std::sync::Arc;
+
+use crate::bounds::local::region::{FirstLayerAtCentre, Region};
 use crate::bounds::local::relax::gamma_up;
 use crate::bounds::local::rows::rows_times;
 
@@ -28,13 +30,8 @@ pub(super) fn concretise(
 ) -> Vec<f64> {
     let layer = &net.layers[0];
     let (m, n) = layer.w.dim();
-    let x0 = region.centre.view();
-    let c = layer.w.dot(&x0);
-    let (g_n, sum_n, slack_n) = (gamma_up(n), NonnegSum::new(n), underflow_slack(n));
-    let c_err: Array1<f64> = layer
-        .abs_w
-        .dot(&x0.mapv(f64::abs))
-        .mapv(|v| add_up(mul_up(g_n, sum_n.up(v)), slack_n));
+    let first = first_layer_at_centre(net, region);
+    let (c, c_err) = (&first.c, &first.c_err);
     let c_mag = c.mapv(f64::abs);
     let with_bias = RowSums::of(lam, (&layer.b, &layer.abs_b), &c_mag);
     let (bias, bias_mag, centre_mag, lam_sums) = (
@@ -43,7 +40,7 @@ pub(super) fn concretise(
         with_bias.abs_v,
         with_bias.abs_lam,
     );
-    let with_centre = RowSums::of(lam, (&c, &c_err), &c_mag);
+    let with_centre = RowSums::of(lam, (c, c_err), &c_mag);
     let (centre, from_c, lam_squares) =
         (with_centre.signed, with_centre.abs_b, with_centre.squares);
     let g = gamma_up(m + 1);
@@ -76,6 +73,26 @@ pub(super) fn concretise(
         })
         .map(|v| if v.is_nan() { f64::NEG_INFINITY } else { v })
         .collect()
+}
+
+/// The first layer's products with the region's centre `c` ([`FirstLayerAtCentre`]), kept by
+/// the region for its later passes: `fl(W_1 c)`, its error bound
+/// `gamma_n (|W_1| |c|) + n eta` (the sum rounded up), and the deployed first layer's rounding
+/// charges over the region.
+pub(super) fn first_layer_at_centre(net: &LocalNet, region: &Region) -> Arc<FirstLayerAtCentre> {
+    let layer = &net.layers[0];
+    region.first_layer(layer.w.as_ptr() as usize, || {
+        let n = layer.w.ncols();
+        let x0 = region.centre.view();
+        let (g_n, sum_n, slack_n) = (gamma_up(n), NonnegSum::new(n), underflow_slack(n));
+        let c_err: Array1<f64> = (layer.abs_w.dot(&x0.mapv(f64::abs)))
+            .mapv(|v| add_up(mul_up(g_n, sum_n.up(v)), slack_n));
+        FirstLayerAtCentre {
+            c: layer.w.dot(&x0),
+            c_err,
+            errors: (layer.rounding.as_ref()).map(|model| model.region_errors(region)),
+        }
+    })
 }
 
 /// `reach ||M_r||_2` rounded up, per row, for the ball: `||M_r||^2 = Lambda_r G Lambda_r^T` with

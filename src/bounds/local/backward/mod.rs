@@ -105,10 +105,10 @@ pub(super) fn lower_bounds(
     if let Some(t) = trace {
         t.input = rows_times(&lam, net.layers[0].w.view());
     }
-    if let Some(model) = &net.layers[0].rounding {
+    if let Some(errors) = &concretise::first_layer_at_centre(net, region).errors {
         // the first layer's rounding over the ball, charged here for every `k`: with no hidden
         // layer (`k = 0`) the loop above is empty and this is the only layer's rounding
-        add_unit_errors(&lam, &model.region_errors(region), &mut carried);
+        add_unit_errors(&lam, errors, &mut carried);
     }
     concretise(net, &lam, carried, region)
 }
