@@ -123,13 +123,17 @@ impl GradNet {
         })
     }
 
-    /// The float64 network's logits at the point `x`.
-    pub fn logits(&self, x: &[f64]) -> Vec<f64> {
-        let rows = Array2::from_shape_vec((1, x.len()), x.to_vec());
-        match rows {
-            Ok(rows) => self.forward(&rows).0.iter().copied().collect(),
-            Err(_) => Vec::new(),
-        }
+    /// The float64 network's logits at the point `x` (`None` when `x` is not the network's
+    /// input width).
+    pub fn logits(&self, x: &[f64]) -> Option<Vec<f64>> {
+        let width = match self.layers.first() {
+            Some((Layer::Dense { w, .. }, _)) => w.ncols(),
+            Some((Layer::Affine { step, .. }, _)) => step.width,
+            None => x.len(),
+        };
+        let rows = Array2::from_shape_vec((1, x.len()), x.to_vec()).ok();
+        let rows = rows.filter(|_| x.len() == width)?;
+        Some(self.forward(&rows).0.iter().copied().collect())
     }
 
     /// The logits `[rows, classes]` at the rows of `x`, and per ReLU layer which units are on.

@@ -20,9 +20,10 @@ pub enum Known<'a> {
     /// its shallowest split; the layers above are computed again over the set with the splits
     /// fixing their units' phases (CROWN's slopes) and intersected with the root's
     /// (docs/soundness.md B10). With its `parent`'s bounds and the layer of the split that made
-    /// it, the parent's are reused up to that layer instead (they are what it would compute
-    /// there: the same splits lie below each of those layers), and the layers above are computed
-    /// and intersected with the parent's (which hold over the child and lie inside the root's).
+    /// it, the parent's are reused up to that layer instead (they hold over the child, whose
+    /// executions are some of the parent's: what it would compute there where the parent computed
+    /// its own, its parent's clamped where it kept them), and the layers above are computed and
+    /// intersected with the parent's (which lie inside the root's).
     Refine {
         /// The root's bounds.
         root: &'a HiddenBounds,

@@ -37,9 +37,13 @@ pub(super) struct Region {
     /// The box, `None` for a ball.
     pub(super) boxed: Option<BoxSet>,
     /// What the first layer computes from the centre, kept for the region's bound passes (a
-    /// subdomain's slope search runs several), with the address of the weights it is for.
-    first: OnceLock<(usize, Arc<FirstLayerAtCentre>)>,
+    /// subdomain's slope search runs several), with the key of the layer it is for.
+    first: OnceLock<(LayerKey, Arc<FirstLayerAtCentre>)>,
 }
+
+/// Which first layer a region's kept products are for: the layer's address and whether it is
+/// deployed (has a rounding model).
+pub(super) type LayerKey = (usize, bool);
 
 /// The first layer's products with the region's centre `c`, as every backward pass over the
 /// region concretises them ([`Region::first_layer`]): functions of the weights and `c` alone.
@@ -111,20 +115,22 @@ impl Region {
         }
     }
 
-    /// The first layer's products with the centre for the layer whose weights start at
-    /// `weights` (an address): computed by `compute` once, then kept; for other weights,
-    /// computed again each time (never mixed up).
+    /// The first layer's products with the centre for the layer `key` names: computed by
+    /// `compute` once, then kept; for another key, computed again each time. A region lives
+    /// inside one call of one network's bound computation, so the layer a key names cannot
+    /// change while it is kept; the key's deployment flag keeps a real and a deployed layer
+    /// over the same weights apart all the same.
     pub(super) fn first_layer(
         &self,
-        weights: usize,
+        key: LayerKey,
         compute: impl FnOnce() -> FirstLayerAtCentre,
     ) -> Arc<FirstLayerAtCentre> {
         match self.first.get() {
-            Some((at, kept)) if *at == weights => kept.clone(),
+            Some((at, kept)) if *at == key => kept.clone(),
             Some(_) => Arc::new(compute()),
             None => self
                 .first
-                .get_or_init(|| (weights, Arc::new(compute())))
+                .get_or_init(|| (key, Arc::new(compute())))
                 .1
                 .clone(),
         }
@@ -158,7 +164,7 @@ mod tests {
         assert!(half[4] <= f64::from_bits(1));
     }
 
-    /// Kept for the weights it was first computed for; for other weights, computed each time.
+    /// Kept for the layer it was first computed for; for another, computed each time.
     #[test]
     fn the_first_layer_at_the_centre_is_kept_for_its_weights_only() {
         let r = Region::new(
@@ -178,13 +184,15 @@ mod tests {
                 errors: None,
             }
         };
-        assert_eq!(r.first_layer(8, || value(1.0)).c[0], 1.0);
-        assert_eq!(r.first_layer(8, || value(2.0)).c[0], 1.0);
+        assert_eq!(r.first_layer((8, true), || value(1.0)).c[0], 1.0);
+        assert_eq!(r.first_layer((8, true), || value(2.0)).c[0], 1.0);
         assert_eq!(calls.get(), 1);
-        assert_eq!(r.first_layer(16, || value(3.0)).c[0], 3.0);
-        assert_eq!(r.first_layer(16, || value(4.0)).c[0], 4.0);
-        assert_eq!(r.first_layer(8, || value(5.0)).c[0], 1.0);
-        assert_eq!(calls.get(), 3);
+        assert_eq!(r.first_layer((16, true), || value(3.0)).c[0], 3.0);
+        assert_eq!(r.first_layer((16, true), || value(4.0)).c[0], 4.0);
+        // the same address, real instead of deployed
+        assert_eq!(r.first_layer((8, false), || value(6.0)).c[0], 6.0);
+        assert_eq!(r.first_layer((8, true), || value(5.0)).c[0], 1.0);
+        assert_eq!(calls.get(), 4);
     }
 
     #[test]

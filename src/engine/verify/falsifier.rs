@@ -7,6 +7,7 @@ use ndarray::Array2;
 use rug::Rational;
 
 use super::property::Counterexample;
+use crate::arith::execution::ExecutionModel;
 use crate::arith::format::Format;
 use crate::engine::attack::SplitMix;
 use crate::engine::exec::Executor;
@@ -16,10 +17,12 @@ use crate::policy::vnnlib::{InputBox, OutputConstraint, Property};
 
 /// Sign-gradient steps per start of the falsifier.
 pub const STEPS: usize = 60;
-/// A candidate goes to lipfp's execution only when the largest constraint value of its disjunct,
-/// at the float64 network's outputs `y`, is at most this times `1 + max |y_j|` (a far larger
-/// allowance than the deployed execution's difference from the float64 network; the filter only
-/// saves executions, it never decides anything).
+/// Where the deployed execution is IEEE float32 or float64 throughout, a candidate goes to lipfp's
+/// execution only when every constraint `a_k . y + c_k` of its disjunct, at the float64
+/// network's outputs `y`, is at most this times `(1 + max |y_j|)(1 + ||a_k||_1)`: a far larger
+/// allowance than such an execution's difference from the float64 network (`u` at most `2^-24`
+/// per operation). Narrower arithmetic (float16, bfloat16, TF32 operands, tensor cores) is not
+/// filtered. The filter only saves executions; it never decides anything.
 const CONFIRM_SLACK: f64 = 1e-3;
 
 /// The falsifier's fixed parts.
@@ -34,6 +37,9 @@ pub struct Falsifier<'a> {
     inside: Vec<(f64, f64)>,
     /// Per disjunct, its constraints in float64.
     disjuncts: Vec<DisjunctRows>,
+    /// Whether candidates far from their disjunct at the float64 outputs are skipped
+    /// ([`CONFIRM_SLACK`]).
+    filter: bool,
 }
 
 /// A disjunct's constraints as float64 rows over the outputs, with their constants (what the
@@ -71,10 +77,15 @@ impl DisjunctRows {
             .unwrap_or((0, f64::NEG_INFINITY))
     }
 
-    /// Whether the float64 outputs `y` come within [`CONFIRM_SLACK`] of the region.
+    /// Whether the float64 outputs `y` come within [`CONFIRM_SLACK`] of the region: every
+    /// constraint's value at most `CONFIRM_SLACK (1 + max |y_j|)(1 + ||a_k||_1)`.
     fn near(&self, y: &[f64]) -> bool {
         let scale = y.iter().fold(1.0f64, |m, v| m.max(1.0 + v.abs()));
-        self.lead(y).1 <= CONFIRM_SLACK * scale
+        (self.coef.iter().zip(&self.consts)).all(|(a, c)| {
+            let value = a.iter().zip(y).map(|(a, v)| a * v).sum::<f64>() + c;
+            let size = 1.0 + a.iter().map(|v| v.abs()).sum::<f64>();
+            value <= CONFIRM_SLACK * scale * size
+        })
     }
 }
 
@@ -108,19 +119,24 @@ impl<'a> Falsifier<'a> {
             disjuncts: (property.disjuncts.iter())
                 .map(|d| DisjunctRows::new(d, subject.net.classes()))
                 .collect(),
+            filter: wide_ieee(&subject.execution),
         }
     }
 
     /// The descents from `starts` (disjunct, seed; seed 0 is the box's centre), run in lockstep
-    /// for [`STEPS`] steps: the first candidate lipfp's execution places in its disjunct's
-    /// region, the earliest step first, then the first in `starts`' order.
-    pub fn run(&self, starts: &[(usize, u64)]) -> Option<Counterexample> {
+    /// for [`STEPS`] steps or until `over` says the budget is spent: the first candidate lipfp's
+    /// execution places in its disjunct's region, the earliest step first, then the first in
+    /// `starts`' order (so a disjunct after the first may be reported).
+    pub fn run(&self, starts: &[(usize, u64)], over: &dyn Fn() -> bool) -> Option<Counterexample> {
         if self.inside.iter().any(|(a, _)| a.is_nan()) || starts.is_empty() {
             return None;
         }
         let mut descents: Vec<Descent> = starts.iter().map(|&(d, s)| self.descent(d, s)).collect();
         let dim = self.inside.len();
         for step in 0..STEPS {
+            if over() {
+                return None;
+            }
             let candidates: Vec<Vec<f64>> = descents.iter().map(|t| self.snap(&t.x)).collect();
             let flat: Vec<f64> = candidates.iter().flatten().copied().collect();
             let rows = Array2::from_shape_vec((descents.len(), dim), flat).ok()?;
@@ -132,7 +148,7 @@ impl<'a> Falsifier<'a> {
             });
             for (r, (t, candidate)) in descents.iter().zip(&candidates).enumerate() {
                 let y = logits.row(r).to_vec();
-                if !self.disjuncts[t.disjunct].near(&y) {
+                if self.filter && !self.disjuncts[t.disjunct].near(&y) {
                     continue;
                 }
                 if let Some(cx) = self.confirm_any(candidate, &[t.disjunct]) {
@@ -167,11 +183,12 @@ impl<'a> Falsifier<'a> {
     /// candidates: the filter saves executions and decides nothing).
     pub fn confirm_near(&self, x: &[f64], ds: &[usize]) -> Option<Counterexample> {
         let x = self.snap(x);
-        let y = self.grad.logits(&x);
-        let near = ds
-            .iter()
-            .any(|&d| self.disjuncts.get(d).is_some_and(|r| r.near(&y)));
-        near.then(|| self.confirm_any(&x, ds)).flatten()
+        let near = |y: Vec<f64>| {
+            ds.iter()
+                .any(|&d| self.disjuncts.get(d).is_some_and(|r| r.near(&y)))
+        };
+        let skip = self.filter && self.grad.logits(&x).is_some_and(|y| !near(y));
+        (!skip).then(|| self.confirm_any(&x, ds)).flatten()
     }
 
     /// `x` rounded to the format and kept inside the box's format values.
@@ -218,6 +235,16 @@ impl<'a> Falsifier<'a> {
         })
     }
 }
+/// Whether an execution is IEEE float32 or float64 in storage and every accumulation, with no
+/// operand conversion, tensor cores, split-K or extra output rounding (where [`CONFIRM_SLACK`]
+/// holds).
+fn wide_ieee(execution: &ExecutionModel) -> bool {
+    let wide = |f: Format| matches!(f, Format::Float32 | Format::Float64);
+    execution.is_ieee()
+        && wide(execution.storage)
+        && execution.accumulations().into_iter().all(wide)
+}
+
 /// The smallest value of `format` at or above `q` (`up`) or the largest at or below it, when the
 /// format is one whose neighbours lipfp steps through (float32, float64).
 fn format_value_at(q: &Rational, format: Format, up: bool) -> Option<f64> {
@@ -274,13 +301,31 @@ mod tests {
         assert_eq!(short.lead(&[9.0, 9.0, 9.0]), (0, -1.0));
     }
 
-    /// Near: the lead at most `1e-3 (1 + max |y_j|)`. At `y = (0, 999)` with `Y_0 - Y_1 + c`,
-    /// the allowance is 1; `c = 1000` gives lead 1 (near), `c = 1001` lead 2 (not).
+    /// Near: every constraint at most `1e-3 (1 + max |y_j|)(1 + ||a_k||_1)`. At `y = (0, 999)`
+    /// with `Y_0 - Y_1 + c` the allowance is `1e-3 * 1000 * 3 = 3`: `c = 1002` gives 3 (near),
+    /// `c = 1003` gives 4 (not); a second constraint far off makes the disjunct far.
     #[test]
     fn a_candidate_is_near_within_the_relative_slack() {
         let near = |c: i64| DisjunctRows::new(&[constraint(&[(0, 1), (1, -1)], c)], 2);
-        assert!(near(1000).near(&[0.0, 999.0]));
-        assert!(!near(1001).near(&[0.0, 999.0]));
+        assert!(near(1002).near(&[0.0, 999.0]));
+        assert!(!near(1003).near(&[0.0, 999.0]));
         assert!(near(0).near(&[0.0, 0.0]) && !near(1).near(&[0.0, 0.0]));
+        let both = DisjunctRows::new(&[constraint(&[(0, 1)], 0), constraint(&[(1, 1)], -500)], 2);
+        assert!(both.near(&[0.0, 500.0]) && !both.near(&[0.0, 600.0]));
+    }
+
+    /// The filter holds for IEEE float32 and float64 executions only.
+    #[test]
+    fn only_wide_ieee_executions_are_filtered() {
+        let mut e = ExecutionModel::float64_reference();
+        assert!(wide_ieee(&e));
+        e.storage = Format::Float32;
+        e.accumulate = Some(Format::Float32);
+        assert!(wide_ieee(&e));
+        e.accumulate = Some(Format::Float16);
+        assert!(!wide_ieee(&e));
+        e.accumulate = None;
+        e.storage = Format::Bfloat16;
+        assert!(!wide_ieee(&e));
     }
 }

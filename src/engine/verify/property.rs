@@ -176,7 +176,7 @@ pub fn verify(
         let sure: Vec<(usize, u64)> = (open.iter())
             .flat_map(|&d| (0..SURE_STARTS as u64).map(move |s| (d, s)))
             .collect();
-        if let Some(cx) = search.run(&sure) {
+        if let Some(cx) = search.run(&sure, &over) {
             return outcome(Verdict::Violated(cx), &searches);
         }
         let further = if low_dim { STARTS } else { SURE_STARTS };
@@ -188,7 +188,7 @@ pub fn verify(
                 if start.elapsed().as_secs_f64() > FALSIFIER_SHARE * budget_s {
                     break;
                 }
-                if let Some(cx) = search.run(&[(d, s as u64)]) {
+                if let Some(cx) = search.run(&[(d, s as u64)], &over) {
                     return outcome(Verdict::Violated(cx), &searches);
                 }
             }

@@ -81,7 +81,9 @@ pub(super) fn concretise(
 /// charges over the region.
 pub(super) fn first_layer_at_centre(net: &LocalNet, region: &Region) -> Arc<FirstLayerAtCentre> {
     let layer = &net.layers[0];
-    region.first_layer(layer.w.as_ptr() as usize, || {
+    // the layer itself (of this network, alive while the region is) and its rounding model
+    let key = (std::ptr::from_ref(layer) as usize, layer.rounding.is_some());
+    region.first_layer(key, || {
         let n = layer.w.ncols();
         let x0 = region.centre.view();
         let (g_n, sum_n, slack_n) = (gamma_up(n), NonnegSum::new(n), underflow_slack(n));
