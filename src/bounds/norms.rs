@@ -186,7 +186,7 @@ fn composed_map(net: &DenseNet, k: usize) -> Option<Array2<f64>> {
     }
 }
 
-/// Upper bounds on the norms of the composed maps of [`composed_map`]: `||diag(a) W|| <=
+/// Upper bounds on the norms of the composed maps of `composed_map`: `||diag(a) W|| <=
 /// ||diag(A) W||` (the norm grows with each `|a_i|`), and the rounded `M'` is within
 /// `2^-53 |M'|` entrywise of `diag(A) W`, so `||diag(A) W|| <= ||M'|| + 2^-52 ||M'||_F`.
 pub fn merged_step_norms(net: &DenseNet, iterations: u32) -> Result<Vec<Option<f64>>, NormError> {

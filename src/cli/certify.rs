@@ -33,7 +33,7 @@ pub struct CertifyArgs {
     /// header row).
     #[arg(long)]
     pub inputs: PathBuf,
-    /// Test labels (.npy, any integer dtype, [N]); default: a .npz's array y, a .csv's
+    /// Test labels (.npy, any integer dtype, `[N]`); default: a .npz's array y, a .csv's
     /// --label-column.
     #[arg(long)]
     pub labels: Option<PathBuf>,
@@ -43,7 +43,7 @@ pub struct CertifyArgs {
     /// Radius as a decimal (read exactly); or --epsilons for per-instance radii.
     #[arg(long)]
     pub epsilon: Option<String>,
-    /// Per-instance radii (.npy float64 [N]); or --epsilon for one radius.
+    /// Per-instance radii (.npy float64 `[N]`); or --epsilon for one radius.
     #[arg(long)]
     pub epsilons: Option<PathBuf>,
     /// The declared deployment.

@@ -67,7 +67,7 @@ pub struct Cli {
 // one value per run: the size difference of the variants does not matter
 #[allow(clippy::large_enum_variant)]
 pub enum Command {
-    /// Evaluate every [[gate]] of a policy; exit 0 pass, 1 a gate failed, 2 error.
+    /// Evaluate every `[[gate]]` of a policy; exit 0 pass, 1 a gate failed, 2 error.
     Check(CheckArgs),
     /// Certify one model on one test set and print the figures.
     Certify(certify::CertifyArgs),

@@ -50,7 +50,7 @@ impl Radius {
 const MAX_DECIMAL_DIGITS: usize = 10_000;
 
 /// Parse `[-]digits[.digits][e[-+]digits]` into an exact rational (`None` beyond
-/// [`MAX_DECIMAL_DIGITS`] digits or a scale of `10^±MAX_DECIMAL_DIGITS`).
+/// `MAX_DECIMAL_DIGITS` digits or a scale of `10^±MAX_DECIMAL_DIGITS`).
 pub fn parse_decimal_exact(s: &str) -> Option<Rational> {
     let s = s.trim();
     let (mant, exp) = match s.find(['e', 'E']) {

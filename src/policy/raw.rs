@@ -90,7 +90,7 @@ pub(super) struct RawData {
 }
 
 /// One `[[gate]]` as written: the gate's own keys, then one key per threshold of each level,
-/// generated from [`thresholds::threshold_rows!`] so that serde rejects unknown keys with their
+/// generated from `threshold_rows!` so that serde rejects unknown keys with their
 /// position.
 macro_rules! raw_gate {
     ($($(#[doc = $doc:literal])* $key:ident / $warn:ident => $figure:ident, $direction:ident,

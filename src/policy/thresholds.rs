@@ -1,7 +1,7 @@
-//! The threshold registry: every threshold a gate can set is one row of [`threshold_rows!`],
+//! The threshold registry: every threshold a gate can set is one row of `threshold_rows!`,
 //! with its policy key and warn-level key, the figure it judges, its direction and unit,
 //! whether it needs labels, and where certificate files of earlier versions kept it. The policy
-//! schema ([`super::RawGate`]), the limits' validation, the gate's evaluation
+//! schema (`RawGate`), the limits' validation, the gate's evaluation
 //! (`gate::verdict`, by [`Figure`]), every reporter's rendering and certificate files
 //! (`limits`, keyed by the policy key) all follow from the rows. Adding a threshold over a
 //! figure the gate computes is one row; over a new figure, one row and its arm in
@@ -157,7 +157,7 @@ macro_rules! legacy_reader {
 macro_rules! registry {
     ($($(#[doc = $doc:literal])* $key:ident / $warn:ident => $figure:ident, $direction:ident,
        $unit:ident, labels: $labels:literal, legacy: $legacy:ident;)*) => {
-        /// Every threshold, in the policy's order (see [`threshold_rows!`]).
+        /// Every threshold, in the policy's order (see `threshold_rows!`).
         pub static THRESHOLDS: &[ThresholdDef] = &[$(ThresholdDef {
             key: stringify!($key),
             warn_key: stringify!($warn),

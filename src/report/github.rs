@@ -66,7 +66,7 @@ pub(super) fn md(s: &str) -> String {
     out
 }
 
-/// A percentage cell: [`super::fmt_pct`], `n/a` when there is none.
+/// A percentage cell: `fmt_pct`, `n/a` when there is none.
 pub(super) fn pct(x: Option<f64>) -> String {
     super::figure_text::fmt_pct(x, "n/a")
 }
@@ -425,7 +425,7 @@ fn output_entry(out: &mut String, key: &str, value: &str) {
 /// `<key>_passed=` (`true`, `false`, or empty for a gate without thresholds or an errored
 /// gate) and `<key>_status=` (`pass`, `warn`, `fail`, `report` or `error`), with `<key>` from
 /// [`output_key`]; last `gates=`, one line of JSON holding all of them by gate name (see
-/// [`gates_json`]). An unavailable rate (VRA without labels, an errored gate) is empty. When
+/// `gates_json`). An unavailable rate (VRA without labels, an errored gate) is empty. When
 /// two gate names map to the same key, the later one gets `_2`, `_3`, … appended. Every value
 /// is a single line (a value with a line break would use the `key<<delimiter` form with a
 /// random delimiter).

@@ -325,7 +325,7 @@ fn to_string(report: &junit_report::Report) -> String {
 /// with one testcase per gate.
 ///
 /// Testcase name = gate name; classname = the model as the policy names it, without the
-/// extension, dots replaced by `_` (see [`classname`]); time = norms + certify seconds. A gate
+/// extension, dots replaced by `_` (see `classname`); time = norms + certify seconds. A gate
 /// that could not be evaluated (`status == error`) has an `error` whose `message` is the
 /// error (on one line) and whose body is the error, then the thresholds it did not evaluate. A failing gate (`passed == Some(false)`) has a `failure`
 /// whose `message` is the one-line verdict (its failed thresholds joined with `"; "`) and whose

@@ -41,7 +41,7 @@ pub struct Centre<'a> {
 }
 
 /// `best`'s verdict at a point, decided at radius `eps` without the float64 reference
-/// ([`Certifier::best_without_reference`]).
+/// (`Certifier::best_without_reference`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Decided {
     /// The radius (upper bound) it was decided at.

@@ -23,7 +23,7 @@ pub struct LayerBounds {
     /// `||W_l||` (upper bound).
     pub spectral: f64,
     /// `alpha_l = ||W_l|| + rel_w |||W_l|||` (sec. 5, the paper's `kappa_{n_l}` generalised to
-    /// the execution model's [`LayerError`]).
+    /// the execution model's `LayerError`).
     pub alpha: f64,
     /// `rel_w |||W_l|||`, the coefficient of `r` in `beta_l(r)`.
     pub kappa_abs: f64,

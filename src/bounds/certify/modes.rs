@@ -197,7 +197,7 @@ impl Certifier<'_> {
 
     /// `best`'s verdict at centre `c` (whose `hi` and `decided` are not read) and radius `eps`
     /// when it needs no float64 reference: where the standard certificate decides the point
-    /// ([`Certifier::standard_decision`]), or every mode refuses it before any bound
+    /// (`Certifier::standard_decision`), or every mode refuses it before any bound
     /// (non-finite logits, a vacuous model). `None`: the reference is needed.
     pub fn best_without_reference(&self, c: &Centre<'_>, eps: f64) -> Option<Verdict> {
         let Some(i) = predicted_class(c.logits) else {

@@ -18,7 +18,7 @@ use crate::onnx::model::{Activation, DenseNet};
 pub struct LocalLayer<'a> {
     /// `W_l` (`m_l x n_l`).
     pub(super) w: &'a Array2<f64>,
-    /// `W_l^T`, laid out by its own rows (a layer applied to a few inputs, [`rows`]).
+    /// `W_l^T`, laid out by its own rows (a layer applied to a few inputs, `rows`).
     pub(super) w_t: Array2<f64>,
     /// `|W_l|`.
     pub(super) abs_w: Array2<f64>,
@@ -50,7 +50,7 @@ pub struct LocalNet<'a> {
     pub(super) intermediate_steps: usize,
 }
 
-/// Optimised lower slopes for the final margins ([`slopes`], alpha-CROWN): for the margins whose
+/// Optimised lower slopes for the final margins (`slopes`, alpha-CROWN): for the margins whose
 /// CROWN bound is at most `target` (the bound they must exceed), `iterations` steps of
 /// projected gradient ascent; each such margin keeps the better of the two sound bounds.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -96,7 +96,7 @@ impl<'a> LocalNet<'a> {
     /// Prepares `net`; `lip_prefix` as in [`crate::bounds::certify::ModelBounds::lip_prefix`]
     /// (upper bounds of the products of the layers' spectral norms), `None` when the norms are
     /// unknown. With a `deployment`, the bounds are of the deployed execution's margins (its
-    /// rounding errors enter as bounded inputs, [`deployed`]); without, of the real network's.
+    /// rounding errors enter as bounded inputs, `deployed`); without, of the real network's.
     /// Refused, with the reason, for what local bounds do not cover: affine steps.
     pub fn new(
         net: &'a DenseNet,

@@ -4,7 +4,7 @@
 //! bounded (docs/soundness.md "Local bounds").
 //!
 //! The network is the real one, or, with a [`Deployment`], the deployed execution: each layer's
-//! rounding error enters as a bounded input ([`deployed`]), so the bounds hold for every execution
+//! rounding error enters as a bounded input (`deployed`), so the bounds hold for every execution
 //! the model covers and the certificate of mode `local` subtracts nothing more. Pre-activation
 //! bounds of each hidden layer are the
 //! intersection of three sound sources: the per-unit Lipschitz bound around the centre

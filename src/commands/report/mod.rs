@@ -1,5 +1,5 @@
 //! `lipfp report`: certificate files (e.g. the shards of a CI matrix) merged per gate, checked
-//! against a policy when one is given ([`audit`]), compared with a
+//! against a policy when one is given (`audit`), compared with a
 //! baseline report and judged against each gate's thresholds, into one [`Report`] — without
 //! recomputing the certificates.
 //!
@@ -82,7 +82,7 @@ fn policy_name(files: &[(PathBuf, CertificateFile)]) -> Option<String> {
 
 /// One merged gate judged: its thresholds evaluated (the drop thresholds against `baseline`),
 /// with the notes on fractional thresholds (also warned), and a baseline that does not compare
-/// as the policy's `[baseline] required` says ([`Unusable`]).
+/// as the policy's `[baseline] required` says (`Unusable`).
 fn gate_report(
     m: &MergedGate,
     (baseline, required): (Option<&Baseline>, bool),

@@ -98,7 +98,7 @@ const RECHECK_SLACK: f64 = 10.0;
 
 /// Whether each of the points `indices` is certified by mode `complete` under `budget`'s
 /// subdomains and memory: `best`'s certificate with local bounds ([`run::certify_points`]), then
-/// branch and bound where it leaves a point, within [`RECHECK_SLACK`] times the per-point
+/// branch and bound where it leaves a point, within `RECHECK_SLACK` times the per-point
 /// seconds. Within time, a search's decision depends only on its subdomain budget (never on the
 /// thread count or the clock), so a point a run verified is verified again; one not confirmed in
 /// time counts as not certified (a policy or file cannot make the re-check run without end). The

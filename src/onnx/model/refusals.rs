@@ -120,7 +120,7 @@ impl Builder<'_> {
     }
 
     /// `Sub`, `Mul`, `Div` or `BatchNormalization`: a step with constants on the activation
-    /// (see [`Self::refuse_constant_step`]) or an operation the chain of layers cannot hold.
+    /// (see `refuse_constant_step`) or an operation the chain of layers cannot hold.
     fn why_elementwise(&self, node: &proto::NodeProto) -> String {
         let op = node.op_type.as_str();
         let values: Vec<Option<&Value>> = node
