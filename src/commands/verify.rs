@@ -15,7 +15,8 @@ use crate::files::{self, Artifact};
 use crate::progress::Progress;
 
 /// What branch and bound did, for the line printed per instance: `; branch and bound: N
-/// subdomains (K infeasible), depth D, queue Q` summed over the boxes searched, and why it
+/// subdomains (K infeasible), depth D, queue Q` summed over the boxes searched, the hardest
+/// open subdomain's bound where one was left (`hardest open bound G`), and why it
 /// decided nothing where it did not; empty when it did not run.
 pub fn search_note(o: &VerifyOutcome) -> String {
     if o.searches.is_empty() {
@@ -24,13 +25,17 @@ pub fn search_note(o: &VerifyOutcome) -> String {
     let sum = |f: fn(&SearchSummary) -> usize| o.searches.iter().map(f).sum::<usize>();
     let depth = o.searches.iter().map(|s| s.depth).max().unwrap_or(0);
     let peak = o.searches.iter().map(|s| s.peak_queue).max().unwrap_or(0);
+    let open = (o.searches.iter())
+        .filter_map(|s| s.hardest_open)
+        .reduce(f64::min)
+        .map_or(String::new(), |g| format!(", hardest open bound {g:.4e}"));
     let why: Vec<&str> = o
         .searches
         .iter()
         .filter_map(|s| s.unknown.as_deref())
         .collect();
     format!(
-        "; branch and bound: {} subdomains ({} infeasible), depth {depth}, queue {peak}{}",
+        "; branch and bound: {} subdomains ({} infeasible), depth {depth}, queue {peak}{open}{}",
         sum(|s| s.bounded),
         sum(|s| s.infeasible),
         if why.is_empty() {
@@ -101,4 +106,50 @@ pub fn instances(
 /// Write `text` to `path` all-or-nothing.
 pub fn write_result(path: &Path, text: String) -> Result<(), LipfpError> {
     files::stage(&[Artifact::new(path, text.into_bytes(), "result file")])?.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(bounded: usize, hardest_open: Option<f64>, unknown: Option<&str>) -> SearchSummary {
+        SearchSummary {
+            bounded,
+            infeasible: 1,
+            peak_queue: bounded / 2,
+            depth: bounded / 10,
+            hardest_open,
+            seconds: 1.0,
+            unknown: unknown.map(String::from),
+        }
+    }
+
+    /// Summed over the boxes searched: subdomains and infeasible ones; the deepest and the
+    /// largest queue; the lowest hardest open bound of the boxes that left one; every reason.
+    #[test]
+    fn the_search_note_sums_the_boxes_and_names_the_hardest_open_bound() {
+        let outcome = |searches| VerifyOutcome {
+            verdict: Verdict::Timeout,
+            excluded: 0,
+            searches,
+            disjuncts: 9,
+            bounds_note: None,
+        };
+        assert_eq!(search_note(&outcome(vec![])), "");
+        let two = vec![
+            summary(30, Some(-0.5), None),
+            summary(100, Some(-1.25), Some("100 subdomains bounded")),
+            summary(20, None, None),
+        ];
+        assert_eq!(
+            search_note(&outcome(two)),
+            "; branch and bound: 150 subdomains (3 infeasible), depth 10, queue 50, \
+             hardest open bound -1.2500e0, 100 subdomains bounded"
+        );
+        let closed = vec![summary(40, None, None)];
+        assert_eq!(
+            search_note(&outcome(closed)),
+            "; branch and bound: 40 subdomains (1 infeasible), depth 4, queue 20"
+        );
+    }
 }

@@ -221,6 +221,12 @@ impl Queue {
     pub fn peak(&self) -> usize {
         self.peak
     }
+
+    /// The gap of the hardest subdomain held (the smallest: every open subdomain's bounds are
+    /// at least this far from closing it); `None` when none is held.
+    pub fn hardest_gap(&self) -> Option<f64> {
+        self.heap.peek().map(|h| h.0.gap)
+    }
 }
 
 #[cfg(test)]

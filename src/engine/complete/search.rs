@@ -12,7 +12,9 @@ use super::domain::{Branch, Queue, Subdomain};
 use super::refinement::RefinementRule;
 use crate::arith::format::Format;
 use crate::arith::sound::{add_down, add_up, l2_norm_up};
-use crate::bounds::local::{HiddenBounds, InputSet, Refined, SlopeSearch, SplitOutcome, Splits};
+use crate::bounds::local::{
+    HiddenBounds, InputSet, LocalNet, Refined, SlopeSearch, SplitBounds, SplitOutcome, Splits,
+};
 use crate::engine::run::{box_norm_up, with_bounded_net, BoundedNet, Subject};
 
 /// Subdomains bounded together (a fixed number: the batches, hence the result, do not depend on
@@ -24,6 +26,9 @@ pub const INPUT_SPLIT_MAX_DIM: usize = 16;
 const ROOT_SLOPE_STEPS: usize = 20;
 /// The same in every other subdomain (where the split multipliers first appear).
 const CHILD_SLOPE_STEPS: usize = 5;
+/// Units whose children's bounds are computed to choose a ReLU split (filtered smart
+/// branching: the best of these by [`branch::best_candidate`]).
+const FSB_CANDIDATES: usize = 5;
 
 /// The unsafe region as rows of linear forms of the outputs: disjunct `d` is excluded over a
 /// subdomain when some usable row `r` of it has `lower_r + offset_r > 0`.
@@ -104,6 +109,9 @@ pub struct CompleteOutcome<C> {
     pub peak_queue: usize,
     /// The deepest subdomain bounded.
     pub depth: usize,
+    /// The gap of the hardest subdomain left open when the search stopped (how far its bounds
+    /// were from closing every subdomain); `None` when none was left.
+    pub hardest_open: Option<f64>,
     /// Wall-clock seconds.
     pub seconds: f64,
 }
@@ -194,6 +202,7 @@ pub fn decide<C: Send>(
         infeasible: 0,
         peak_queue: 0,
         depth: 0,
+        hardest_open: None,
         seconds: start.elapsed().as_secs_f64(),
     })
 }
@@ -214,6 +223,7 @@ fn search<C: Send>(
         infeasible: 0,
         peak_queue: 0,
         depth: 0,
+        hardest_open: None,
         seconds: 0.0,
     };
     let ball = match set {
@@ -329,6 +339,7 @@ fn search<C: Send>(
 /// The outcome with the queue's peak and the time.
 fn finish<C>(mut out: CompleteOutcome<C>, queue: &Queue, start: Instant) -> CompleteOutcome<C> {
     out.peak_queue = queue.peak();
+    out.hardest_open = queue.hardest_gap();
     out.seconds = start.elapsed().as_secs_f64();
     out
 }
@@ -394,7 +405,9 @@ fn bound<C>(
         }
         SplitOutcome::Bounded(b) => *b,
     };
-    d.warm = (b.optimised.take()).map(|m| Arc::new((rows.clone(), m.stored())));
+    d.warm = (b.optimised.take())
+        .and_then(|m| m.stored(b.hidden.relaxations(), &d.splits))
+        .map(|m| Arc::new((rows.clone(), m)));
     let r0 = match plan.ball {
         Some((x0, eps)) => SearchSet::Ball {
             x0,
@@ -445,7 +458,7 @@ fn bound<C>(
         None => branch::linear_minimiser(a, &d.lo, &d.hi),
     };
     let relu = (!plan.by_input)
-        .then(|| branch::relu_to_split(b.hidden.relaxations(), &b.trace.hidden, worst))
+        .then(|| relu_to_split(&net.net, (set, &c, worst), (&b, &d)))
         .flatten();
     d.branch = match relu {
         Some((l, j)) => Branch::Relu(l, j),
@@ -460,6 +473,36 @@ fn bound<C>(
         hidden: Some(b.hidden),
         ..open(d, found)
     }
+}
+
+/// The unit to split for row `worst` of `c`: of the [`FSB_CANDIDATES`] best by
+/// [`branch::relu_candidates`], the one whose children's bounds (from the subdomain's bounds
+/// `b` and the slopes its search found, [`crate::bounds::local::LocalNet::split_child_bounds`])
+/// are best by [`branch::best_candidate`] (filtered smart branching).
+fn relu_to_split(
+    net: &LocalNet<'_>,
+    (set, c, worst): (InputSet<'_>, &Array2<f64>, usize),
+    (b, d): (&SplitBounds, &Subdomain),
+) -> Option<(usize, usize)> {
+    let candidates = branch::relu_candidates(
+        b.hidden.relaxations(),
+        &b.trace.hidden,
+        worst,
+        FSB_CANDIDATES,
+    );
+    if candidates.len() < 2 {
+        return candidates.first().copied();
+    }
+    let row = c.select(Axis(0), &[worst]);
+    let lines = d.warm.as_ref().map(|w| w.1.select_rows(&[worst]));
+    let children = net.split_child_bounds(
+        set,
+        &row,
+        (&b.hidden, &d.splits),
+        lines.as_ref(),
+        &candidates,
+    );
+    branch::best_candidate(&candidates, &children)
 }
 
 /// Whether a disjunct's bound `v` excludes it: strictly above zero (NaN excludes nothing).

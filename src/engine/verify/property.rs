@@ -87,6 +87,8 @@ pub struct SearchSummary {
     pub peak_queue: usize,
     /// The deepest.
     pub depth: usize,
+    /// The gap of the hardest subdomain left open, where one was.
+    pub hardest_open: Option<f64>,
     /// Seconds.
     pub seconds: f64,
     /// Why it decided nothing, where it did not.
@@ -241,6 +243,7 @@ fn search_box(
         infeasible: o.infeasible,
         peak_queue: o.peak_queue,
         depth: o.depth,
+        hardest_open: o.hardest_open,
         seconds: o.seconds,
         unknown: None,
     };

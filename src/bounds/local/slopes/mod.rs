@@ -26,6 +26,7 @@ use super::local_net::LocalNet;
 use super::relax::UnitRelaxation;
 use super::rows::rows_times;
 use super::split::{Phase, Splits};
+pub use stored::StoredMultipliers;
 
 /// Adam's step size on the slopes.
 const STEP: f64 = 0.1;
@@ -83,49 +84,6 @@ impl Multipliers {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         8 * (self.slopes.iter().chain(&self.betas))
-            .map(|a| a.len())
-            .sum::<usize>()
-    }
-
-    /// These multipliers kept in single precision, for a later search to start from.
-    pub fn stored(&self) -> StoredMultipliers {
-        let narrow = |v: &Vec<Array2<f64>>| -> Vec<Array2<f32>> {
-            v.iter().map(|a| a.mapv(|x| x as f32)).collect()
-        };
-        StoredMultipliers {
-            slopes: narrow(&self.slopes),
-            betas: narrow(&self.betas),
-        }
-    }
-}
-
-/// [`Multipliers`] kept for a later search's start (branch and bound's children start from
-/// their parent's) in single precision: half the memory of a subdomain's largest part. Only a
-/// search's starting point is rounded, and a search projects its start onto `[0, 1]` and
-/// `[0, inf)` (which rounding to nearest keeps values in anyway), so every bound stays sound.
-#[derive(Clone, Debug)]
-pub struct StoredMultipliers {
-    slopes: Vec<Array2<f32>>,
-    betas: Vec<Array2<f32>>,
-}
-
-impl StoredMultipliers {
-    /// The rows `rows` (of the rows these were found for), in that order, in double precision.
-    pub fn select_rows(&self, rows: &[usize]) -> Multipliers {
-        let pick = |v: &Vec<Array2<f32>>| -> Vec<Array2<f64>> {
-            (v.iter())
-                .map(|a| a.select(Axis(0), rows).mapv(f64::from))
-                .collect()
-        };
-        Multipliers {
-            slopes: pick(&self.slopes),
-            betas: pick(&self.betas),
-        }
-    }
-
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        4 * (self.slopes.iter().chain(&self.betas))
             .map(|a| a.len())
             .sum::<usize>()
     }
@@ -431,5 +389,6 @@ fn gradients(
     (grads, beta_grads)
 }
 
+mod stored;
 #[cfg(test)]
 mod tests;
