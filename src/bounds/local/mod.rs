@@ -12,7 +12,6 @@
 //! previous layer, and CROWN's backward substitution for the units the first two leave unstable.
 
 mod backward;
-mod children;
 mod deployed;
 mod hidden;
 mod hidden_pass;

@@ -8,60 +8,30 @@ use ndarray::{Array2, ArrayView1};
 use crate::arith::format::Format;
 use crate::bounds::local::relax::UnitRelaxation;
 
-/// The unstable hidden units whose split most helps row `row`'s bound, best first, at most
-/// `k` of them (a BaBSR-style score, Bunel et al. 2020): the loss the unit's upper line costs
-/// the bound, `max(0, -m_j) t_j` with `m_j` the row's coefficient on the unit's output and `t_j`
-/// the line's offset, then `|m_j| t_j` (which orders the units where nothing costs, every
-/// coefficient nonnegative). `(hidden layer, unit)`; equals in layer-then-unit order; empty
-/// when no unit is unstable.
-pub fn relu_candidates(
+/// The unstable hidden unit whose split most helps row `row`'s bound (a BaBSR-style score,
+/// Bunel et al. 2020): the loss the unit's upper line costs the bound, `max(0, -m_j) t_j` with
+/// `m_j` the row's coefficient on the unit's output and `t_j` the line's offset; where no unit
+/// costs anything (every coefficient nonnegative), the unit with the largest `|m_j| t_j`.
+/// `(hidden layer, unit)`, the first of equals in layer-then-unit order; `None` when no unit is
+/// unstable.
+pub fn relu_to_split(
     relax: &[Vec<UnitRelaxation>],
     coef: &[Array2<f64>],
     row: usize,
-    k: usize,
-) -> Vec<(usize, usize)> {
-    let mut scored: Vec<((usize, usize), (f64, f64))> = Vec::new();
+) -> Option<(usize, usize)> {
+    let mut best: Option<((usize, usize), (f64, f64))> = None;
     for (l, (units, m)) in relax.iter().zip(coef).enumerate() {
         for (j, unit) in units.iter().enumerate() {
             let UnitRelaxation::Unstable { offset, .. } = *unit else {
                 continue;
             };
             let v = m.get((row, j)).copied().unwrap_or(0.0);
-            scored.push(((l, j), ((-v).max(0.0) * offset, v.abs() * offset)));
-        }
-    }
-    // a stable sort: equals keep layer-then-unit order
-    scored.sort_by(|a, b| (b.1 .0.total_cmp(&a.1 .0)).then(b.1 .1.total_cmp(&a.1 .1)));
-    scored.into_iter().take(k).map(|(at, _)| at).collect()
-}
-
-/// Of the `candidates` (best first by [`relu_candidates`]), the one whose children's bounds
-/// (`[active, inactive]` per candidate, [`crate::bounds::local::LocalNet::split_child_bounds`])
-/// have the largest sum, the first of equals (filtered smart branching, De Palma et al. 2021,
-/// with the sum of the children's bounds as the score: on mnistfc it left the hardest open
-/// subdomains closer to closing than the minimum or the maximum did, docs/performance.md). A
-/// split with more children shown infeasible (`+inf`) goes first, its feasible children's sum
-/// ordering equals; NaN counts as `-inf`; the first candidate where the bounds are missing.
-pub fn best_candidate(
-    candidates: &[(usize, usize)],
-    children: &[[f64; 2]],
-) -> Option<(usize, usize)> {
-    if children.len() != candidates.len() {
-        return candidates.first().copied();
-    }
-    let score = |b: &[f64; 2]| {
-        let infeasible = b.iter().filter(|v| **v == f64::INFINITY).count();
-        let sum: f64 = (b.iter())
-            .filter(|v| **v != f64::INFINITY)
-            .map(|v| if v.is_nan() { f64::NEG_INFINITY } else { *v })
-            .sum();
-        (infeasible, sum)
-    };
-    let mut best: Option<((usize, usize), (usize, f64))> = None;
-    for (at, b) in candidates.iter().zip(children) {
-        let v = score(b);
-        if best.is_none_or(|(_, s)| v.0 > s.0 || (v.0 == s.0 && v.1 > s.1)) {
-            best = Some((*at, v));
+            let score = ((-v).max(0.0) * offset, v.abs() * offset);
+            let better =
+                best.is_none_or(|(_, s)| score.0 > s.0 || (score.0 == s.0 && score.1 > s.1));
+            if better {
+                best = Some(((l, j), score));
+            }
         }
     }
     best.map(|(at, _)| at)
@@ -195,61 +165,27 @@ mod tests {
     }
 
     #[test]
-    fn the_relu_candidates_are_the_costliest_upper_lines() {
+    fn the_relu_split_is_the_costliest_upper_line() {
         let relax = vec![
             vec![unstable(1.0), UnitRelaxation::Active, unstable(3.0)],
             vec![unstable(2.0), UnitRelaxation::Inactive],
         ];
-        // row 0: costs 0.5 * 1, 0 (m >= 0), 2 * 2 = 4 -> (1, 0), (0, 0), then (0, 2) (no
-        // cost; |m| t = 3)
+        // row 0: costs 0.5 * 1, 0 (m >= 0), 2 * 2 = 4 -> (1, 0)
         let coef = vec![
             array![[-0.5, -9.0, 1.0], [0.0, 0.0, -1.0]],
             array![[-2.0, -9.0], [0.0, 0.0]],
         ];
-        assert_eq!(relu_candidates(&relax, &coef, 0, 1), vec![(1, 0)]);
-        assert_eq!(
-            relu_candidates(&relax, &coef, 0, 9),
-            vec![(1, 0), (0, 0), (0, 2)]
-        );
-        // row 1: only (0, 2) costs; the others cost nothing and weigh nothing: layer order
-        assert_eq!(
-            relu_candidates(&relax, &coef, 1, 3),
-            vec![(0, 2), (0, 0), (1, 0)]
-        );
+        assert_eq!(relu_to_split(&relax, &coef, 0), Some((1, 0)));
+        // row 1: only (0, 2) costs
+        assert_eq!(relu_to_split(&relax, &coef, 1), Some((0, 2)));
         // nothing costs: the largest |m| t, here (0, 2) with 1 * 3
         let free = vec![array![[0.5, 0.0, 1.0]], array![[0.0, 0.0]]];
-        assert_eq!(relu_candidates(&relax, &free, 0, 1), vec![(0, 2)]);
+        assert_eq!(relu_to_split(&relax, &free, 0), Some((0, 2)));
         // equal scores: the first
         let tie = vec![array![[-3.0, 0.0, -1.0]], array![[0.0, 0.0]]];
-        assert_eq!(relu_candidates(&relax, &tie, 0, 2), vec![(0, 0), (0, 2)]);
+        assert_eq!(relu_to_split(&relax, &tie, 0), Some((0, 0)));
         let stable = vec![vec![UnitRelaxation::Active], vec![UnitRelaxation::Inactive]];
-        assert!(relu_candidates(&stable, &coef, 0, 5).is_empty());
-        assert!(relu_candidates(&relax, &coef, 0, 0).is_empty());
-    }
-
-    #[test]
-    fn the_best_candidate_has_the_largest_sum_of_child_bounds() {
-        let c = [(0, 1), (1, 4), (2, 0)];
-        // sums: 2, -0.5, -4 -> (0, 1)
-        let b = [[-3.0, 5.0], [0.5, -1.0], [-2.0, -2.0]];
-        assert_eq!(best_candidate(&c, &b), Some((0, 1)));
-        // a split with an infeasible child goes first; its sibling orders two such splits
-        let b = [[f64::INFINITY, -1.0], [-0.5, f64::INFINITY], [9.0, 9.0]];
-        assert_eq!(best_candidate(&c, &b), Some((1, 4)));
-        let b = [
-            [f64::INFINITY, -1.0],
-            [f64::INFINITY, f64::INFINITY],
-            [9.0, 9.0],
-        ];
-        assert_eq!(best_candidate(&c, &b), Some((1, 4)));
-        // NaN as -inf; equals: the first
-        let b = [[f64::NAN, 1.0], [2.0, -3.0], [f64::NAN, 3.0]];
-        assert_eq!(best_candidate(&c, &b), Some((1, 4)));
-        let b = [[f64::NAN, 1.0], [f64::NAN, 2.0], [f64::NAN, 3.0]];
-        assert_eq!(best_candidate(&c, &b), Some((0, 1)));
-        // missing bounds: the first candidate
-        assert_eq!(best_candidate(&c, &[]), Some((0, 1)));
-        assert_eq!(best_candidate(&[], &[]), None);
+        assert_eq!(relu_to_split(&stable, &coef, 0), None);
     }
 
     #[test]

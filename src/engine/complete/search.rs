@@ -12,9 +12,7 @@ use super::domain::{Branch, Queue, Subdomain};
 use super::refinement::RefinementRule;
 use crate::arith::format::Format;
 use crate::arith::sound::{add_down, add_up, l2_norm_up};
-use crate::bounds::local::{
-    HiddenBounds, InputSet, LocalNet, Refined, SlopeSearch, SplitBounds, SplitOutcome, Splits,
-};
+use crate::bounds::local::{HiddenBounds, InputSet, Refined, SlopeSearch, SplitOutcome, Splits};
 use crate::engine::run::{box_norm_up, with_bounded_net, BoundedNet, Subject};
 
 /// Subdomains bounded together (a fixed number: the batches, hence the result, do not depend on
@@ -26,9 +24,6 @@ pub const INPUT_SPLIT_MAX_DIM: usize = 16;
 const ROOT_SLOPE_STEPS: usize = 20;
 /// The same in every other subdomain (where the split multipliers first appear).
 const CHILD_SLOPE_STEPS: usize = 5;
-/// Units whose children's bounds are computed to choose a ReLU split (filtered smart
-/// branching: the best of these by [`branch::best_candidate`]).
-const FSB_CANDIDATES: usize = 5;
 
 /// The unsafe region as rows of linear forms of the outputs: disjunct `d` is excluded over a
 /// subdomain when some usable row `r` of it has `lower_r + offset_r > 0`.
@@ -458,7 +453,7 @@ fn bound<C>(
         None => branch::linear_minimiser(a, &d.lo, &d.hi),
     };
     let relu = (!plan.by_input)
-        .then(|| relu_to_split(&net.net, (set, &c, worst), (&b, &d)))
+        .then(|| branch::relu_to_split(b.hidden.relaxations(), &b.trace.hidden, worst))
         .flatten();
     d.branch = match relu {
         Some((l, j)) => Branch::Relu(l, j),
@@ -473,36 +468,6 @@ fn bound<C>(
         hidden: Some(b.hidden),
         ..open(d, found)
     }
-}
-
-/// The unit to split for row `worst` of `c`: of the [`FSB_CANDIDATES`] best by
-/// [`branch::relu_candidates`], the one whose children's bounds (from the subdomain's bounds
-/// `b` and the slopes its search found, [`crate::bounds::local::LocalNet::split_child_bounds`])
-/// are best by [`branch::best_candidate`] (filtered smart branching).
-fn relu_to_split(
-    net: &LocalNet<'_>,
-    (set, c, worst): (InputSet<'_>, &Array2<f64>, usize),
-    (b, d): (&SplitBounds, &Subdomain),
-) -> Option<(usize, usize)> {
-    let candidates = branch::relu_candidates(
-        b.hidden.relaxations(),
-        &b.trace.hidden,
-        worst,
-        FSB_CANDIDATES,
-    );
-    if candidates.len() < 2 {
-        return candidates.first().copied();
-    }
-    let row = c.select(Axis(0), &[worst]);
-    let lines = d.warm.as_ref().map(|w| w.1.select_rows(&[worst]));
-    let children = net.split_child_bounds(
-        set,
-        &row,
-        (&b.hidden, &d.splits),
-        lines.as_ref(),
-        &candidates,
-    );
-    branch::best_candidate(&candidates, &children)
 }
 
 /// Whether a disjunct's bound `v` excludes it: strictly above zero (NaN excludes nothing).

@@ -26,6 +26,7 @@ use super::local_net::LocalNet;
 use super::relax::UnitRelaxation;
 use super::rows::rows_times;
 use super::split::{Phase, Splits};
+pub use multipliers::Multipliers;
 pub use stored::StoredMultipliers;
 
 /// Adam's step size on the slopes.
@@ -56,37 +57,6 @@ struct Pass {
     norm: Vec<f64>,
     /// Per row, the minimiser's offset from the centre, `-half sign(Lambda_1 W_1)` (a box).
     offset: Option<Array2<f64>>,
-}
-
-/// What the search found: per hidden layer, rows x units, the lower slopes and the split
-/// constraints' multipliers (zero where no split is). A search may start from another's
-/// (branch and bound's children from their parent's), rows selected alike.
-#[derive(Clone, Debug)]
-pub struct Multipliers {
-    /// Lower slopes in `[0, 1]`.
-    pub(super) slopes: Vec<Array2<f64>>,
-    /// Multipliers `>= 0`.
-    pub(super) betas: Vec<Array2<f64>>,
-}
-
-impl Multipliers {
-    /// The rows `rows` (of the rows these were found for), in that order.
-    pub fn select_rows(&self, rows: &[usize]) -> Multipliers {
-        let pick = |v: &Vec<Array2<f64>>| -> Vec<Array2<f64>> {
-            v.iter().map(|a| a.select(Axis(0), rows)).collect()
-        };
-        Multipliers {
-            slopes: pick(&self.slopes),
-            betas: pick(&self.betas),
-        }
-    }
-
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        8 * (self.slopes.iter().chain(&self.betas))
-            .map(|a| a.len())
-            .sum::<usize>()
-    }
 }
 
 /// Per hidden layer, slopes (and multipliers of `splits`) for every row of `c` (rows x units; only entries of unstable units
@@ -389,6 +359,7 @@ fn gradients(
     (grads, beta_grads)
 }
 
+mod multipliers;
 mod stored;
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 
 use ndarray::{Array2, Axis};
 
-use super::Multipliers;
+use super::multipliers::Multipliers;
 use crate::bounds::local::relax::UnitRelaxation;
 use crate::bounds::local::split::Splits;
 
