@@ -390,9 +390,7 @@ fn bench_subdomains(list: &Path, progress: &Progress) -> Result<Phase, LipfpErro
     let bounded: usize = r.outcome.searches.iter().map(|s| s.bounded).sum();
     let seconds: f64 = r.outcome.searches.iter().map(|s| s.seconds).sum();
     // how far the budget's search got: a better split choice shows here, not in the rate
-    let hardest = (r.outcome.searches.iter())
-        .filter_map(|s| s.hardest_open)
-        .reduce(f64::min)
+    let hardest = (r.outcome.hardest_open())
         .map_or(String::new(), |g| format!(", hardest open bound {g:.3e}"));
     Ok(Phase {
         suite: "vnncomp2021-mnistfc".into(),

@@ -25,10 +25,8 @@ pub fn search_note(o: &VerifyOutcome) -> String {
     let sum = |f: fn(&SearchSummary) -> usize| o.searches.iter().map(f).sum::<usize>();
     let depth = o.searches.iter().map(|s| s.depth).max().unwrap_or(0);
     let peak = o.searches.iter().map(|s| s.peak_queue).max().unwrap_or(0);
-    let open = (o.searches.iter())
-        .filter_map(|s| s.hardest_open)
-        .reduce(f64::min)
-        .map_or(String::new(), |g| format!(", hardest open bound {g:.4e}"));
+    let open =
+        (o.hardest_open()).map_or(String::new(), |g| format!(", hardest open bound {g:.4e}"));
     let why: Vec<&str> = o
         .searches
         .iter()

@@ -76,6 +76,16 @@ pub struct VerifyOutcome {
     pub bounds_note: Option<String>,
 }
 
+impl VerifyOutcome {
+    /// The lowest of the hardest open bounds its searches left (how far branch and bound was
+    /// from closing every box); `None` where none left an open subdomain.
+    pub fn hardest_open(&self) -> Option<f64> {
+        (self.searches.iter())
+            .filter_map(|s| s.hardest_open)
+            .reduce(f64::min)
+    }
+}
+
 /// What branch and bound did over one input box.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SearchSummary {
