@@ -2,11 +2,14 @@
 //! units' relaxations and the deployed execution's rounding charges; and what a subdomain's
 //! bounds may start from ([`Known`]).
 
+use std::sync::Arc;
+
 use ndarray::Array1;
 
 use super::interval::Bounds;
 use super::local_net::Undecided;
 use super::relax::{relax_unit, UnitRelaxation};
+use super::slopes::UnitSlopes;
 use super::split::{self, Splits};
 use crate::arith::sound::l2_norm_up;
 
@@ -78,6 +81,10 @@ pub struct HiddenBounds {
     pub(super) at_centre: Vec<Bounds>,
     /// What computing layers again above a subdomain's split did ([`Known::Refine`]).
     pub refined: Refined,
+    /// Per hidden layer, the slopes the search for its units' bounds found, where it searched
+    /// them all (the root's, which its subdomains' bounds are computed again with, B12;
+    /// shared by the copies).
+    pub(super) unit_slopes: Arc<Vec<Option<UnitSlopes>>>,
 }
 
 /// What computing a subdomain's layers again above its split did: over the layers computed,
@@ -344,6 +351,67 @@ mod tests {
             }
         }
         assert!(tighter, "the split tightens a layer above it");
+    }
+
+    /// A subdomain's layers computed again above its split with the slopes the root's search
+    /// found for their units (B12): the first such layer inside the one computed with CROWN's
+    /// slopes alone (the root's `unit_slopes` dropped), some layer tighter, and every layer
+    /// holding at every point of a grid over the box in the split's phase.
+    #[test]
+    fn a_subdomain_computed_again_with_the_roots_slopes_is_sound_and_tighter() {
+        let dense = seeded_net(5, &[3, 6, 6, 5, 2]);
+        let local = LocalNet::new(&dense, None, None)
+            .unwrap()
+            .with_intermediate_search(10);
+        let root = over(&local, 1.0, None);
+        assert!(root.unit_slopes.iter().skip(1).all(Option::is_some));
+        let mut crown_only = root.clone();
+        crown_only.unit_slopes = Arc::default();
+        let (lo, hi) = (vec![-1.0; 3], vec![1.0; 3]);
+        let c = ndarray::Array2::eye(2);
+        let bound = |splits: &Splits, root: &HiddenBounds| -> HiddenBounds {
+            let set = InputSet::Box { lo: &lo, hi: &hi };
+            let known = Known::Refine {
+                root,
+                parent: None,
+                refine: true,
+            };
+            match local.split_lower_bounds(set, (&c, &[]), splits, (None, None), known) {
+                SplitOutcome::Bounded(b) => b.hidden,
+                _ => panic!("the subdomain holds points of the box"),
+            }
+        };
+        let mut tighter = false;
+        let unstable = (0..6).filter(|&j| root.pre[0].lo[j] < 0.0 && root.pre[0].hi[j] > 0.0);
+        for j in unstable {
+            for phase in [Phase::Active, Phase::Inactive] {
+                let splits = Splits::none().with(0, j, phase);
+                let (reused, plain) = (bound(&splits, &root), bound(&splits, &crown_only));
+                // the first layer computed again rests on the same bounds below in both: the
+                // better of two sound bounds per unit (above it, CROWN's own slopes follow
+                // the bounds below, so neither need hold the other)
+                assert_eq!(reused.pre[0], plain.pre[0]);
+                assert!(inside(&reused.pre[1], &plain.pre[1]));
+                tighter |= reused.pre != plain.pre;
+                for g in 0..11usize.pow(3) {
+                    let t = [g % 11, (g / 11) % 11, g / 121].map(|i| i as f64 / 10.0);
+                    let x: Vec<f64> = (0..3).map(|i| -1.0 + 2.0 * t[i]).collect();
+                    let z = pre_activations(&dense, &x);
+                    if (phase == Phase::Active) != (z[0][j] >= 0.0) {
+                        continue;
+                    }
+                    for (zl, b) in z.iter().zip(&reused.pre) {
+                        for (u, v) in zl.iter().enumerate() {
+                            assert!(b.lo[u] - 1e-9 <= *v && *v <= b.hi[u] + 1e-9);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            tighter,
+            "the root's slopes tighten a layer above some split"
+        );
     }
 
     /// A child reusing its parent's bounds up to its newest split's layer has there the bounds

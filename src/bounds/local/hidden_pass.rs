@@ -4,6 +4,8 @@
 //! interval over the layer below, CROWN's substitution for the units still unstable, the given
 //! bounds intersected and the splits clamped.
 
+use std::sync::Arc;
+
 use ndarray::{Array1, Array2};
 
 use super::backward;
@@ -12,6 +14,7 @@ use super::interval::{layer_box, point, Bounds};
 use super::local_net::{LocalNet, SlopeSearch, Undecided};
 use super::region::Region;
 use super::relax::{relax_unit, UnitRelaxation};
+use super::slopes::UnitSlopes;
 use super::split::{self, Splits};
 use crate::arith::sound::{add_up, mul_up, sub_down};
 
@@ -28,6 +31,9 @@ struct Reused<'a> {
     /// Per hidden layer, the enclosures of the pre-activations at the set's centre, where known
     /// (computed over the same set).
     at_centre: Option<&'a [Bounds]>,
+    /// Per hidden layer, the slopes a search over a set holding the region found for its units'
+    /// bounds (the root's), which the layers computed without a search use too (B12).
+    unit_slopes: &'a [Option<UnitSlopes>],
 }
 
 impl LocalNet<'_> {
@@ -59,6 +65,7 @@ impl LocalNet<'_> {
                         // a subdomain whose box was halved (no unstable unit left) has
                         // another centre
                         at_centre: (root.centre == region.centre).then_some(&root.at_centre[..]),
+                        unit_slopes: &root.unit_slopes,
                     };
                     // the parent's bounds hold over the child and lie inside the root's
                     self.hidden_from(region, lip_slack, (splits, Some(bounds.0)), from)
@@ -86,6 +93,7 @@ impl LocalNet<'_> {
             bounds: None,
             steps: self.intermediate_steps,
             at_centre: None,
+            unit_slopes: &[],
         };
         self.hidden_from(region, lip_slack, (splits, within), from)
     }
@@ -109,7 +117,9 @@ impl LocalNet<'_> {
             centre: region.centre.clone(),
             at_centre: Vec::with_capacity(hidden),
             refined: Refined::default(),
+            unit_slopes: Arc::default(),
         };
+        let mut unit_slopes = Vec::with_capacity(hidden);
         // a subdomain of a halved box (another centre than the root's, whose enclosures it
         // cannot share) starts its computed layers from the interval over the layer below
         // instead: the centre's bound is one sound bound of an intersection (B10)
@@ -134,6 +144,7 @@ impl LocalNet<'_> {
                 out.errors.push(errors.get(l).cloned().unwrap_or_default());
                 out.pre.push(bounds);
                 out.relax.push(relax);
+                unit_slopes.push(None);
                 continue;
             }
             let errors = self.unit_errors(l, &out.pre, region);
@@ -160,9 +171,12 @@ impl LocalNet<'_> {
                 bounds = bounds.intersect(known);
             }
             out.errors.push(errors);
-            if l > 0 {
-                self.tighten(l, &mut bounds, &out, (region, splits), from.steps);
-            }
+            let reuse = from.unit_slopes.get(l).and_then(Option::as_ref);
+            let found = match l {
+                0 => None,
+                _ => self.tighten(l, &mut bounds, &out, (region, splits), (from.steps, reuse)),
+            };
+            unit_slopes.push(found);
             let relax = clamped_relaxation(&mut bounds, splits, l)?;
             if let (Some(_), Some(known)) = (from.bounds, within.and_then(|w| w.get(l))) {
                 out.refined = out.refined.plus(Refined {
@@ -173,6 +187,9 @@ impl LocalNet<'_> {
             }
             out.pre.push(bounds);
             out.relax.push(relax);
+        }
+        if unit_slopes.iter().any(Option::is_some) {
+            out.unit_slopes = Arc::new(unit_slopes);
         }
         Ok(out)
     }
@@ -225,22 +242,24 @@ impl LocalNet<'_> {
     }
 
     /// CROWN bounds for the units of hidden layer `l` that `bounds` leaves unstable: one
-    /// backward substitution with rows `e_j` and `-e_j` per such unit; then, with
-    /// [`LocalNet::with_intermediate_search`], one with searched slopes (and the multipliers of
-    /// `splits` below `l`), each bound the better of the two (both sound).
+    /// backward substitution with rows `e_j` and `-e_j` per such unit; then, with `steps` of
+    /// the search ([`LocalNet::with_intermediate_search`]), one with searched slopes (and the
+    /// multipliers of `splits` below `l`), or without, one with the slopes `reuse` holds for
+    /// these units (B12); each bound the best of those (all sound). Returns the searched
+    /// slopes where every unit's were searched.
     fn tighten(
         &self,
         l: usize,
         bounds: &mut Bounds,
         below: &HiddenBounds,
         (region, splits): (&Region, &Splits),
-        steps: usize,
-    ) {
+        (steps, reuse): (usize, Option<&UnitSlopes>),
+    ) -> Option<UnitSlopes> {
         let unstable: Vec<usize> = (0..bounds.lo.len())
             .filter(|&j| bounds.lo[j] < 0.0 && bounds.hi[j] > 0.0)
             .collect();
         if unstable.is_empty() {
-            return;
+            return None;
         }
         let mut c = Array2::zeros((2 * unstable.len(), bounds.lo.len()));
         for (t, &j) in unstable.iter().enumerate() {
@@ -250,21 +269,34 @@ impl LocalNet<'_> {
         let parts = (&below.pre[..], &below.relax[..], &below.errors[..]);
         let mut lower =
             backward::lower_bounds(self, l, c.clone(), parts, (None, false, None), region, None);
+        let mut found = None;
         if steps > 0 {
             let search = SlopeSearch {
                 iterations: steps,
                 target: f64::INFINITY,
             };
             let mut searched = lower.clone();
-            self.search_slopes((search, None), &c, &mut searched, (below, region, splits));
+            let slopes =
+                self.search_slopes((search, None), &c, &mut searched, (below, region, splits));
+            found = slopes.and_then(|m| UnitSlopes::new(unstable.clone(), m.slopes));
             for (v, s) in lower.iter_mut().zip(searched) {
                 *v = v.max(s);
+            }
+        } else if let Some(slopes) = reuse.and_then(|r| r.rows_for(&unstable)) {
+            let lines = (Some(&slopes[..]), false, None);
+            let reused = backward::lower_bounds(self, l, c, parts, lines, region, None);
+            for (v, s) in lower.iter_mut().zip(reused) {
+                // NaN compares false: CROWN's bound stays
+                if s > *v {
+                    *v = s;
+                }
             }
         }
         for (t, &j) in unstable.iter().enumerate() {
             bounds.lo[j] = bounds.lo[j].max(lower[2 * t]);
             bounds.hi[j] = bounds.hi[j].min(-lower[2 * t + 1]);
         }
+        found
     }
 }
 

@@ -8,10 +8,20 @@ use ndarray::{Array2, ArrayView1};
 use crate::arith::format::Format;
 use crate::bounds::local::relax::UnitRelaxation;
 
+/// Hidden layers, from the shallowest holding an unstable unit, whose units a ReLU split may
+/// fix. A split at layer `l` makes every layer above it computed again, and with the root's
+/// searched slopes those bounds tighten (docs/soundness.md B12): what a shallow split gains
+/// reaches every layer above, which the score below, the split's effect through the unit's own
+/// line alone, does not see. On mnistfc's 256x6 `prop_12_0.03` the score over every layer
+/// leaves the search at -89.5 after 2,000 subdomains, the score over the first two layers
+/// decides it in 231, over the first one alone in 571 (docs/performance.md "Session 20").
+pub const SPLIT_LAYERS: usize = 2;
+
 /// The unstable hidden unit whose split most helps row `row`'s bound (a BaBSR-style score,
-/// Bunel et al. 2020): the loss the unit's upper line costs the bound, `max(0, -m_j) t_j` with
-/// `m_j` the row's coefficient on the unit's output and `t_j` the line's offset; where no unit
-/// costs anything (every coefficient nonnegative), the unit with the largest `|m_j| t_j`.
+/// Bunel et al. 2020), among the [`SPLIT_LAYERS`] shallowest hidden layers holding an unstable
+/// unit: the loss the unit's upper line costs the bound, `max(0, -m_j) t_j` with `m_j` the
+/// row's coefficient on the unit's output and `t_j` the line's offset; where no unit costs
+/// anything (every coefficient nonnegative), the unit with the largest `|m_j| t_j`.
 /// `(hidden layer, unit)`, the first of equals in layer-then-unit order; `None` when no unit is
 /// unstable.
 pub fn relu_to_split(
@@ -19,8 +29,12 @@ pub fn relu_to_split(
     coef: &[Array2<f64>],
     row: usize,
 ) -> Option<(usize, usize)> {
+    let is_unstable = |u: &UnitRelaxation| matches!(u, UnitRelaxation::Unstable { .. });
+    let layers = (relax.iter().zip(coef).enumerate())
+        .filter(|(_, (units, _))| units.iter().any(is_unstable))
+        .take(SPLIT_LAYERS);
     let mut best: Option<((usize, usize), (f64, f64))> = None;
-    for (l, (units, m)) in relax.iter().zip(coef).enumerate() {
+    for (l, (units, m)) in layers {
         for (j, unit) in units.iter().enumerate() {
             let UnitRelaxation::Unstable { offset, .. } = *unit else {
                 continue;
@@ -186,6 +200,30 @@ mod tests {
         assert_eq!(relu_to_split(&relax, &tie, 0), Some((0, 0)));
         let stable = vec![vec![UnitRelaxation::Active], vec![UnitRelaxation::Inactive]];
         assert_eq!(relu_to_split(&stable, &coef, 0), None);
+    }
+
+    /// Only the two shallowest layers holding an unstable unit are scored: a costlier unit
+    /// above them is not chosen, and a layer without one does not count.
+    #[test]
+    fn the_relu_split_is_in_the_two_shallowest_unstable_layers() {
+        let layer = |u: UnitRelaxation| vec![u, UnitRelaxation::Active];
+        let coef = |n: usize| vec![array![[-1.0, 0.0]]; n];
+        // costs 1, 2 and 9: the third layer's is not scored
+        let three = vec![
+            layer(unstable(1.0)),
+            layer(unstable(2.0)),
+            layer(unstable(9.0)),
+        ];
+        assert_eq!(SPLIT_LAYERS, 2);
+        assert_eq!(relu_to_split(&three, &coef(3), 0), Some((1, 0)));
+        // the first layer stable: the second and third are scored
+        let first_stable = vec![
+            layer(UnitRelaxation::Inactive),
+            layer(unstable(2.0)),
+            layer(unstable(9.0)),
+            layer(unstable(20.0)),
+        ];
+        assert_eq!(relu_to_split(&first_stable, &coef(4), 0), Some((2, 0)));
     }
 
     #[test]

@@ -314,7 +314,9 @@ fn relax_rows(
                 UnitRelaxation::Inactive => 0.0,
                 UnitRelaxation::Active => v,
                 UnitRelaxation::Unstable { lower, .. } if v >= 0.0 => {
-                    let a = lower_slopes.map_or(lower, |s| s[j]);
+                    // a given slope outside [0, 1] (or NaN) is no lower line: CROWN's instead
+                    let given = lower_slopes.map(|s| s[j]);
+                    let a = given.filter(|a| (0.0..=1.0).contains(a)).unwrap_or(lower);
                     if a != 0.0 && a != 1.0 {
                         product_mag += v * a * z_mag;
                     }

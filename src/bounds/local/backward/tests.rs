@@ -134,6 +134,11 @@ fn line_table_matches_the_general_relaxation() {
         assert!((a - b).abs() <= 1e-15 * (1.0 + b.abs()), "{a} vs {b}");
     }
     assert!(table.1.iter().any(|c| *c != 0.0), "no upper line was used");
+    // a given slope outside [0, 1], or NaN, is no lower line: CROWN's is read instead
+    let bad = Array2::from_shape_fn(m.dim(), |(r, _)| [1.5, -0.25, f64::NAN, 2.0, -1.0][r]);
+    let invalid = run(Some(&bad));
+    assert_eq!(invalid.0, general.0);
+    assert_eq!((invalid.1, invalid.2), (general.1, general.2));
 }
 
 /// beta-CROWN's shift moves a split unit's coefficient against the split's sign by its

@@ -28,6 +28,7 @@ use super::rows::rows_times;
 use super::split::{Phase, Splits};
 pub use multipliers::Multipliers;
 pub use stored::StoredMultipliers;
+pub use unit_slopes::UnitSlopes;
 
 /// Adam's step size on the slopes.
 const STEP: f64 = 0.1;
@@ -363,3 +364,4 @@ mod multipliers;
 mod stored;
 #[cfg(test)]
 mod tests;
+mod unit_slopes;
