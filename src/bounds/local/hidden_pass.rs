@@ -32,7 +32,7 @@ struct Reused<'a> {
     /// (computed over the same set).
     at_centre: Option<&'a [Bounds]>,
     /// Per hidden layer, the slopes a search over a set holding the region found for its units'
-    /// bounds (the root's), which the layers computed without a search use too (B12).
+    /// bounds (the root's), which the layers computed without a search use too (B11).
     unit_slopes: &'a [Option<UnitSlopes>],
 }
 
@@ -241,12 +241,12 @@ impl LocalNet<'_> {
         }
     }
 
-    /// CROWN bounds for the units of hidden layer `l` that `bounds` leaves unstable: one
-    /// backward substitution with rows `e_j` and `-e_j` per such unit; then, with `steps` of
-    /// the search ([`LocalNet::with_intermediate_search`]), one with searched slopes (and the
-    /// multipliers of `splits` below `l`), or without, one with the slopes `reuse` holds for
-    /// these units (B12); each bound the best of those (all sound). Returns the searched
-    /// slopes where every unit's were searched.
+    /// Bounds for the units of hidden layer `l` that `bounds` leaves unstable: one backward
+    /// substitution with rows `e_j` and `-e_j` per such unit, with CROWN's slopes, or, without
+    /// a search, the slopes `reuse` holds for these units where it holds them all (B11); then,
+    /// with `steps` of the search ([`LocalNet::with_intermediate_search`]), one with searched
+    /// slopes (and the multipliers of `splits` below `l`), each bound the better of the two
+    /// (both sound). Returns the searched slopes where every unit's were searched.
     fn tighten(
         &self,
         l: usize,
@@ -267,8 +267,13 @@ impl LocalNet<'_> {
             c[[2 * t + 1, j]] = -1.0;
         }
         let parts = (&below.pre[..], &below.relax[..], &below.errors[..]);
-        let mut lower =
-            backward::lower_bounds(self, l, c.clone(), parts, (None, false, None), region, None);
+        // without a search, the slopes the root's search found for these units where it did
+        // (B11), else CROWN's
+        let reused = reuse
+            .filter(|_| steps == 0)
+            .and_then(|r| r.rows_for(&unstable));
+        let lines = (reused.as_deref(), false, None);
+        let mut lower = backward::lower_bounds(self, l, c.clone(), parts, lines, region, None);
         let mut found = None;
         if steps > 0 {
             let search = SlopeSearch {
@@ -281,15 +286,6 @@ impl LocalNet<'_> {
             found = slopes.and_then(|m| UnitSlopes::new(unstable.clone(), m.slopes));
             for (v, s) in lower.iter_mut().zip(searched) {
                 *v = v.max(s);
-            }
-        } else if let Some(slopes) = reuse.and_then(|r| r.rows_for(&unstable)) {
-            let lines = (Some(&slopes[..]), false, None);
-            let reused = backward::lower_bounds(self, l, c, parts, lines, region, None);
-            for (v, s) in lower.iter_mut().zip(reused) {
-                // NaN compares false: CROWN's bound stays
-                if s > *v {
-                    *v = s;
-                }
             }
         }
         for (t, &j) in unstable.iter().enumerate() {

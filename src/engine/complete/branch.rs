@@ -10,7 +10,7 @@ use crate::bounds::local::relax::UnitRelaxation;
 
 /// Hidden layers, from the shallowest holding an unstable unit, whose units a ReLU split may
 /// fix. A split at layer `l` makes every layer above it computed again, and with the root's
-/// searched slopes those bounds tighten (docs/soundness.md B12): what a shallow split gains
+/// searched slopes those bounds tighten (docs/soundness.md B11): what a shallow split gains
 /// reaches every layer above, which the score below, the split's effect through the unit's own
 /// line alone, does not see. On mnistfc's 256x6 `prop_12_0.03` the score over every layer
 /// leaves the search at -89.5 after 2,000 subdomains, the score over the first two layers

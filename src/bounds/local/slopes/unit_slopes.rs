@@ -1,6 +1,6 @@
 //! The lower slopes a set's search found for its hidden units' own bounds, kept so that the
 //! bounds of a part of the set (branch and bound's subdomains) can be computed again with them
-//! instead of CROWN's adaptive slopes (docs/soundness.md B12).
+//! instead of CROWN's adaptive slopes (docs/soundness.md B11).
 //!
 //! A subdomain's bounds on a unit lie inside the set's, so every unit unstable over the
 //! subdomain was unstable over the set and has its two rows here. Any lower slope in `[0, 1]`
