@@ -255,6 +255,11 @@ impl<'a> LocalNet<'a> {
         self.layers.first().map_or(0, |l| l.w.ncols())
     }
 
+    /// Number of hidden layers (ReLU layers).
+    pub fn hidden_layers(&self) -> usize {
+        self.layers.len().saturating_sub(1)
+    }
+
     /// The rows of `c` over `region` with the hidden bounds they rest on: CROWN's slopes, then
     /// the `search` where given.
     fn rows_over(

@@ -22,8 +22,18 @@ const BATCH: usize = 16;
 pub const INPUT_SPLIT_MAX_DIM: usize = 16;
 /// Steps of the search for lower slopes and split multipliers at the root.
 const ROOT_SLOPE_STEPS: usize = 20;
-/// The same in every other subdomain (where the split multipliers first appear).
-const CHILD_SLOPE_STEPS: usize = 5;
+/// The same in every other subdomain (where the split multipliers first appear), from its
+/// parent's slopes and multipliers, on a network with at most [`branch::SPLIT_LAYERS`] hidden
+/// layers: there a subdomain computes at most one layer again, and the search is most of its
+/// cost (on mnistfc's 256x2 the l_inf gate run of docs/performance.md took 1.5 times as long
+/// with 10 steps, for the same decisions).
+const SHALLOW_CHILD_SLOPE_STEPS: usize = 5;
+/// The same on deeper networks, where computing the layers above a split again is most of a
+/// subdomain's cost. On mnistfc (docs/performance.md "Session 21") 10 steps left the hardest
+/// open bound higher than 5 after the same number of subdomains in about the same time (256x6
+/// `prop_13_0.03` after 2,000: -2.10 against -2.17; 256x4 `prop_3_0.03` after 8,000: -0.39
+/// against -0.43), and after 60 s on all six open instances tried; 2 and 20 steps did worse.
+const DEEP_CHILD_SLOPE_STEPS: usize = 10;
 
 /// The unsafe region as rows of linear forms of the outputs: disjunct `d` is excluded over a
 /// subdomain when some usable row `r` of it has `lower_r + offset_r > 0`.
@@ -249,7 +259,11 @@ fn search<C: Send>(
         target: f64::INFINITY,
     };
     let child_search = SlopeSearch {
-        iterations: CHILD_SLOPE_STEPS,
+        iterations: if net.net.hidden_layers() > branch::SPLIT_LAYERS {
+            DEEP_CHILD_SLOPE_STEPS
+        } else {
+            SHALLOW_CHILD_SLOPE_STEPS
+        },
         target: f64::INFINITY,
     };
     let mut queue = Queue::default();

@@ -299,40 +299,21 @@ fn relax_rows(
     let mut offsets = vec![0.0; rows];
     let mut offsets_mag = vec![0.0; rows];
     let mut products_mag = vec![0.0; rows];
-    let lines = m.rows().into_iter().zip(next.rows_mut());
-    let table = slopes.is_none().then(|| LineTable::new(relax, mag));
-    for (r, (m_row, mut out)) in lines.enumerate() {
-        if let (Some(t), Some(m_row), Some(out)) = (&table, m_row.as_slice(), out.as_slice_mut()) {
-            [offsets[r], offsets_mag[r], products_mag[r]] = t.apply(m_row, out);
-            continue;
-        }
-        let lower_slopes = slopes.map(|s| s.row(r));
-        let (mut offset_sum, mut offset_mag, mut product_mag) = (0.0, 0.0, 0.0);
-        let units = m_row.iter().zip(out.iter_mut()).zip(relax).zip(mag);
-        for (j, (((&v, out), unit), &z_mag)) in units.enumerate() {
-            *out = match *unit {
-                UnitRelaxation::Inactive => 0.0,
-                UnitRelaxation::Active => v,
-                UnitRelaxation::Unstable { lower, .. } if v >= 0.0 => {
-                    // a given slope outside [0, 1] (or NaN) is no lower line: CROWN's instead
-                    let given = lower_slopes.map(|s| s[j]);
-                    let a = given.filter(|a| (0.0..=1.0).contains(a)).unwrap_or(lower);
-                    if a != 0.0 && a != 1.0 {
-                        product_mag += v * a * z_mag;
-                    }
-                    a * v
-                }
-                UnitRelaxation::Unstable { slope, offset, .. } => {
-                    offset_sum += v * offset;
-                    offset_mag += -v * offset;
-                    product_mag += -v * slope * z_mag;
-                    v * slope
-                }
-            };
-        }
-        offsets[r] = offset_sum;
-        offsets_mag[r] = offset_mag;
-        products_mag[r] = product_mag;
+    let table = LineTable::new(relax, mag);
+    let mut lines = RowLines::default();
+    for (r, (m_row, mut out)) in m.rows().into_iter().zip(next.rows_mut()).enumerate() {
+        let given = slopes.map(|s| s.row(r));
+        let lower = table.lower_lines(given, mag, &mut lines);
+        let sums = match (m_row.as_slice(), out.as_slice_mut()) {
+            (Some(m_row), Some(out)) => table.apply(m_row, lower, out),
+            _ => {
+                let mut row = vec![0.0; n];
+                let sums = table.apply(&m_row.to_vec(), lower, &mut row);
+                out.assign(&Array1::from(row));
+                sums
+            }
+        };
+        [offsets[r], offsets_mag[r], products_mag[r]] = sums;
     }
     let mag_sum = nonneg_sum_up(mag.iter().sum(), n);
     let g = gamma_up(n + 1);
@@ -351,14 +332,26 @@ fn relax_rows(
     next
 }
 
-/// Every unit's lines as arrays, for rows relaxed with CROWN's slopes ([`relax_rows`] without
-/// searched slopes): per unit the lower and upper slopes, the upper offset, and the fractional
-/// upper slope times `|z_j|max` (0 where the product is exact: stable units, and the lower slopes
-/// 0 or 1).
+/// Every unit's lines as arrays ([`relax_rows`]): per unit CROWN's lower slope and the upper
+/// slope, the upper offset, the fractional upper slope times `|z_j|max` (0 where the product is
+/// exact: stable units), and whether the unit is unstable (only then may a given lower slope
+/// replace CROWN's).
 struct LineTable {
     lower: Vec<f64>,
     upper: Vec<f64>,
     offset: Vec<f64>,
+    inexact: Vec<f64>,
+    unstable: Vec<bool>,
+    /// CROWN's lower slope times `|z_j|max` where it is fractional, else 0 (CROWN's adaptive
+    /// slopes are 0 or 1, exact products; kept general so the charge never rests on that).
+    lower_inexact: Vec<f64>,
+}
+
+/// One row's lower lines when it has its own slopes: the slope per unit and, where it is
+/// fractional, the slope times `|z_j|max` (the new coefficient's rounding), else 0.
+#[derive(Default)]
+struct RowLines {
+    slope: Vec<f64>,
     inexact: Vec<f64>,
 }
 
@@ -370,6 +363,8 @@ impl LineTable {
             upper: Vec::with_capacity(n),
             offset: Vec::with_capacity(n),
             inexact: Vec::with_capacity(n),
+            unstable: Vec::with_capacity(n),
+            lower_inexact: Vec::with_capacity(n),
         };
         for (unit, &z_mag) in relax.iter().zip(mag) {
             let (lo, up, off, inexact) = match *unit {
@@ -385,25 +380,70 @@ impl LineTable {
             t.upper.push(up);
             t.offset.push(off);
             t.inexact.push(inexact);
+            t.unstable
+                .push(matches!(unit, UnitRelaxation::Unstable { .. }));
+            let fractional = lo != 0.0 && lo != 1.0;
+            t.lower_inexact
+                .push(if fractional { lo * z_mag } else { 0.0 });
         }
         t
     }
 
-    /// Relaxes one row `m` into `out`: the lower slope where `m_j >= 0`, the upper line where
-    /// `m_j < 0`; returns `[sum m_j t_j, sum |m_j| t_j, sum |m_j| s_j |z_j|max]` over the
-    /// upper lines (float64 sums in four interleaved partial sums, any order being covered).
-    fn apply(&self, m: &[f64], out: &mut [f64]) -> [f64; 3] {
+    /// The lower lines of a row: CROWN's without `given` slopes; with them, each unstable
+    /// unit's given slope where it lies in `[0, 1]` (any such slope is a lower line, L5) and
+    /// CROWN's otherwise (NaN included), written into `lines`.
+    fn lower_lines<'a>(
+        &'a self,
+        given: Option<ndarray::ArrayView1<'_, f64>>,
+        mag: &[f64],
+        lines: &'a mut RowLines,
+    ) -> (&'a [f64], &'a [f64]) {
+        let Some(given) = given else {
+            return (&self.lower, &self.lower_inexact);
+        };
+        let n = self.lower.len();
+        lines.slope.resize(n, 0.0);
+        lines.inexact.resize(n, 0.0);
+        let owned: Vec<f64>;
+        let given = match given.as_slice() {
+            Some(g) => g,
+            None => {
+                owned = given.to_vec();
+                &owned
+            }
+        };
+        let units = (self.lower.iter().zip(&self.unstable)).zip(given.iter().zip(mag));
+        let out = lines.slope.iter_mut().zip(lines.inexact.iter_mut());
+        for ((slope, inexact), ((&crown, &unstable), (&a, &z_mag))) in out.zip(units) {
+            // written as selects, so that the loop vectorises
+            let own = unstable & (0.0..=1.0).contains(&a);
+            *slope = if own { a } else { crown };
+            let fractional = (*slope != 0.0) & (*slope != 1.0);
+            *inexact = if fractional { *slope * z_mag } else { 0.0 };
+        }
+        (&lines.slope, &lines.inexact)
+    }
+
+    /// Relaxes one row `m` into `out`: the lower slope `lower.0` where `m_j >= 0`, the upper
+    /// line where `m_j < 0`; returns `[sum m_j t_j, sum |m_j| t_j, sum |m_j| s_j |z_j|max]` over
+    /// the upper lines, the last plus `sum m_j a_j |z_j|max` over the fractional lower slopes
+    /// (`lower.1`; float64 sums in four interleaved partial sums, any order being covered).
+    fn apply(&self, m: &[f64], lower: (&[f64], &[f64]), out: &mut [f64]) -> [f64; 3] {
         const LANES: usize = 4;
-        let n = m.len().min(out.len()).min(self.lower.len());
+        let n = (m.len().min(out.len()).min(self.upper.len()))
+            .min(lower.0.len())
+            .min(lower.1.len());
         let (m, out) = (&m[..n], &mut out[..n]);
-        let (lower, upper) = (&self.lower[..n], &self.upper[..n]);
-        let (offset, inexact) = (&self.offset[..n], &self.inexact[..n]);
+        let (lower, lower_inexact) = (&lower.0[..n], &lower.1[..n]);
+        let (upper, offset, inexact) = (&self.upper[..n], &self.offset[..n], &self.inexact[..n]);
         let mut acc = [[0.0; LANES]; 3];
         let line = |v: f64, k: usize| {
             let neg = v < 0.0;
             let slope = if neg { upper[k] } else { lower[k] };
-            let back = if neg { -v } else { 0.0 };
-            (v * slope, back * offset[k], back * inexact[k])
+            let (back, ahead) = if neg { (-v, 0.0) } else { (0.0, v) };
+            // one of the two products is an exact zero: the sum adds no rounding
+            let charge = back * inexact[k] + ahead * lower_inexact[k];
+            (v * slope, back * offset[k], charge)
         };
         let whole = n - n % LANES;
         for (c, (m, out)) in (m[..whole].chunks_exact(LANES))
