@@ -17,38 +17,58 @@ use crate::bounds::local::relax::UnitRelaxation;
 /// decides it in 231, over the first one alone in 571 (docs/performance.md "Session 20").
 pub const SPLIT_LAYERS: usize = 2;
 
-/// The unstable hidden unit whose split most helps row `row`'s bound (a BaBSR-style score,
-/// Bunel et al. 2020), among the [`SPLIT_LAYERS`] shallowest hidden layers holding an unstable
-/// unit: the loss the unit's upper line costs the bound, `max(0, -m_j) t_j` with `m_j` the
-/// row's coefficient on the unit's output and `t_j` the line's offset; where no unit costs
-/// anything (every coefficient nonnegative), the unit with the largest `|m_j| t_j`.
-/// `(hidden layer, unit)`, the first of equals in layer-then-unit order; `None` when no unit is
-/// unstable.
-pub fn relu_to_split(
+/// Candidates whose children's bounds are estimated before one is split
+/// ([`split_by_gains`]).
+pub const LOOKAHEAD_CANDIDATES: usize = 8;
+
+/// Up to `count` unstable hidden units whose split may most help row `row`'s bound, best first
+/// (a BaBSR-style score, Bunel et al. 2020), among the [`SPLIT_LAYERS`] shallowest hidden layers
+/// holding an unstable unit: the loss the unit's upper line costs the bound, `max(0, -m_j) t_j`
+/// with `m_j` the row's coefficient on the unit's output and `t_j` the line's offset, then
+/// `|m_j| t_j` (where no unit costs anything, every coefficient nonnegative); equals in
+/// layer-then-unit order. `(hidden layer, unit)`; empty when no unit is unstable.
+pub fn relu_candidates(
     relax: &[Vec<UnitRelaxation>],
     coef: &[Array2<f64>],
     row: usize,
-) -> Option<(usize, usize)> {
+    count: usize,
+) -> Vec<(usize, usize)> {
     let is_unstable = |u: &UnitRelaxation| matches!(u, UnitRelaxation::Unstable { .. });
     let layers = (relax.iter().zip(coef).enumerate())
         .filter(|(_, (units, _))| units.iter().any(is_unstable))
         .take(SPLIT_LAYERS);
-    let mut best: Option<((usize, usize), (f64, f64))> = None;
+    let mut scored: Vec<((usize, usize), (f64, f64))> = Vec::new();
     for (l, (units, m)) in layers {
         for (j, unit) in units.iter().enumerate() {
             let UnitRelaxation::Unstable { offset, .. } = *unit else {
                 continue;
             };
             let v = m.get((row, j)).copied().unwrap_or(0.0);
-            let score = ((-v).max(0.0) * offset, v.abs() * offset);
-            let better =
-                best.is_none_or(|(_, s)| score.0 > s.0 || (score.0 == s.0 && score.1 > s.1));
-            if better {
-                best = Some(((l, j), score));
-            }
+            scored.push(((l, j), ((-v).max(0.0) * offset, v.abs() * offset)));
         }
     }
-    best.map(|(at, _)| at)
+    // stable: equals keep their layer-then-unit order
+    scored.sort_by(|a, b| (b.1 .0.total_cmp(&a.1 .0)).then(b.1 .1.total_cmp(&a.1 .1)));
+    scored.into_iter().take(count).map(|(at, _)| at).collect()
+}
+
+/// The candidate whose better child gains most by the estimates `gains` (per candidate, the
+/// active and the inactive child's, [`crate::bounds::local::LocalNet::split_gains`]); the first
+/// of equals, and the first candidate when no estimate is a number. The better child rather than
+/// the worse (which a split must close too) or their sum: at a fixed number of subdomains on
+/// mnistfc it left the hardest open bound highest (docs/performance.md "Session 22").
+pub fn split_by_gains(candidates: &[(usize, usize)], gains: &[[f64; 2]]) -> Option<(usize, usize)> {
+    let better = |g: &[f64; 2]| match g[0].max(g[1]) {
+        w if w.is_nan() => f64::NEG_INFINITY,
+        w => w,
+    };
+    let mut best: Option<(usize, f64)> = None;
+    for (t, g) in gains.iter().enumerate().take(candidates.len()) {
+        if best.is_none_or(|(_, b)| better(g) > b) {
+            best = Some((t, better(g)));
+        }
+    }
+    candidates.get(best.map_or(0, |(t, _)| t)).copied()
 }
 
 /// How many times wider, relative to the root box, a coordinate may stay than the one the
@@ -168,6 +188,46 @@ pub fn onto_grid(format: Format, lo: &[f64], hi: &[f64]) -> Option<(Vec<f64>, Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The candidate whose better child gains most, the first of equals; NaN counts as no
+    /// gain, and without a number the first candidate.
+    #[test]
+    fn the_split_is_the_candidate_whose_better_child_gains_most() {
+        let at = [(0, 3), (1, 0), (0, 1)];
+        let gains = [[0.5, 0.1], [-1.0, 2.0], [2.0, f64::NAN]];
+        assert_eq!(split_by_gains(&at, &gains), Some((1, 0)));
+        let nan = [[f64::NAN; 2]; 3];
+        assert_eq!(split_by_gains(&at, &nan), Some((0, 3)));
+        assert_eq!(split_by_gains(&at, &[]), Some((0, 3)));
+        assert_eq!(split_by_gains(&[], &[]), None);
+        let ties = [[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]];
+        assert_eq!(split_by_gains(&at, &ties), Some((0, 3)));
+    }
+
+    /// The candidates are the best scored, in score order (equals in layer-then-unit order).
+    #[test]
+    fn the_candidates_are_the_best_scored_in_order() {
+        let unstable = |offset| UnitRelaxation::Unstable {
+            lower: 0.0,
+            slope: 0.5,
+            offset,
+        };
+        let relax = vec![vec![unstable(1.0), UnitRelaxation::Active, unstable(2.0)]];
+        let coef = vec![ndarray::arr2(&[[-1.0, 5.0, -1.0], [3.0, 0.0, 1.0]])];
+        assert_eq!(relu_candidates(&relax, &coef, 0, 8), vec![(0, 2), (0, 0)]);
+        assert_eq!(relu_candidates(&relax, &coef, 0, 1), vec![(0, 2)]);
+        assert_eq!(relu_candidates(&relax, &coef, 1, 8), vec![(0, 0), (0, 2)]);
+        assert!(relu_candidates(&[], &[], 0, 8).is_empty());
+    }
+
+    /// The best-scored candidate alone.
+    fn top(
+        relax: &[Vec<UnitRelaxation>],
+        coef: &[Array2<f64>],
+        row: usize,
+    ) -> Option<(usize, usize)> {
+        relu_candidates(relax, coef, row, 1).first().copied()
+    }
     use ndarray::{array, Array1};
 
     fn unstable(offset: f64) -> UnitRelaxation {
@@ -189,17 +249,17 @@ mod tests {
             array![[-0.5, -9.0, 1.0], [0.0, 0.0, -1.0]],
             array![[-2.0, -9.0], [0.0, 0.0]],
         ];
-        assert_eq!(relu_to_split(&relax, &coef, 0), Some((1, 0)));
+        assert_eq!(top(&relax, &coef, 0), Some((1, 0)));
         // row 1: only (0, 2) costs
-        assert_eq!(relu_to_split(&relax, &coef, 1), Some((0, 2)));
+        assert_eq!(top(&relax, &coef, 1), Some((0, 2)));
         // nothing costs: the largest |m| t, here (0, 2) with 1 * 3
         let free = vec![array![[0.5, 0.0, 1.0]], array![[0.0, 0.0]]];
-        assert_eq!(relu_to_split(&relax, &free, 0), Some((0, 2)));
+        assert_eq!(top(&relax, &free, 0), Some((0, 2)));
         // equal scores: the first
         let tie = vec![array![[-3.0, 0.0, -1.0]], array![[0.0, 0.0]]];
-        assert_eq!(relu_to_split(&relax, &tie, 0), Some((0, 0)));
+        assert_eq!(top(&relax, &tie, 0), Some((0, 0)));
         let stable = vec![vec![UnitRelaxation::Active], vec![UnitRelaxation::Inactive]];
-        assert_eq!(relu_to_split(&stable, &coef, 0), None);
+        assert_eq!(top(&stable, &coef, 0), None);
     }
 
     /// Only the two shallowest layers holding an unstable unit are scored: a costlier unit
@@ -215,7 +275,7 @@ mod tests {
             layer(unstable(9.0)),
         ];
         assert_eq!(SPLIT_LAYERS, 2);
-        assert_eq!(relu_to_split(&three, &coef(3), 0), Some((1, 0)));
+        assert_eq!(top(&three, &coef(3), 0), Some((1, 0)));
         // the first layer stable: the second and third are scored
         let first_stable = vec![
             layer(UnitRelaxation::Inactive),
@@ -223,7 +283,7 @@ mod tests {
             layer(unstable(9.0)),
             layer(unstable(20.0)),
         ];
-        assert_eq!(relu_to_split(&first_stable, &coef(4), 0), Some((2, 0)));
+        assert_eq!(top(&first_stable, &coef(4), 0), Some((2, 0)));
     }
 
     #[test]

@@ -12,7 +12,9 @@ use super::domain::{Branch, Queue, Subdomain};
 use super::refinement::RefinementRule;
 use crate::arith::format::Format;
 use crate::arith::sound::{add_down, add_up, l2_norm_up};
-use crate::bounds::local::{HiddenBounds, InputSet, Refined, SlopeSearch, SplitOutcome, Splits};
+use crate::bounds::local::{
+    HiddenBounds, InputSet, Multipliers, Refined, SlopeSearch, SplitBounds, SplitOutcome, Splits,
+};
 use crate::engine::run::{box_norm_up, with_bounded_net, BoundedNet, Subject};
 
 /// Subdomains bounded together (a fixed number: the batches, hence the result, do not depend on
@@ -28,8 +30,8 @@ const ROOT_SLOPE_STEPS: usize = 20;
 /// cost (on mnistfc's 256x2 the l_inf gate run of docs/performance.md took 1.5 times as long
 /// with 10 steps, for the same decisions).
 const SHALLOW_CHILD_SLOPE_STEPS: usize = 5;
-/// The same on deeper networks, where computing the layers above a split again is most of a
-/// subdomain's cost. On mnistfc (docs/performance.md "Session 21") 10 steps left the hardest
+/// The same on deeper networks (not [`shallow`]), where computing the layers above a split
+/// again is most of a subdomain's cost. On mnistfc (docs/performance.md "Session 21") 10 steps left the hardest
 /// open bound higher than 5 after the same number of subdomains in about the same time (256x6
 /// `prop_13_0.03` after 2,000: -2.10 against -2.17; 256x4 `prop_3_0.03` after 8,000: -0.39
 /// against -0.43), and after 60 s on all six open instances tried; 2 and 20 steps did worse.
@@ -164,6 +166,9 @@ struct Plan<'a> {
     by_input: bool,
     /// The root box's widths (no coordinate may lag far behind, [`branch::input_to_split`]).
     root_width: Vec<f64>,
+    /// Candidates a ReLU split is chosen among by estimating their children's bounds
+    /// ([`relu_to_split`]; one: the best scored, without estimates).
+    candidates: usize,
     /// With ReLU splits, the root's hidden bounds: every subdomain reuses them up to its
     /// shallowest split's layer and computes the layers above again with its splits
     /// ([`crate::bounds::local::Known::Refine`]; every subdomain's set is the root's).
@@ -239,6 +244,11 @@ fn search<C: Send>(
         ball,
         by_input: ball.is_none() && net.net.input_dim() <= INPUT_SPLIT_MAX_DIM,
         root_width: lo.iter().zip(hi).map(|(l, h)| h - l).collect(),
+        candidates: if shallow(net) {
+            branch::LOOKAHEAD_CANDIDATES
+        } else {
+            1
+        },
         base: None,
     };
     let root = Subdomain {
@@ -259,10 +269,10 @@ fn search<C: Send>(
         target: f64::INFINITY,
     };
     let child_search = SlopeSearch {
-        iterations: if net.net.hidden_layers() > branch::SPLIT_LAYERS {
-            DEEP_CHILD_SLOPE_STEPS
-        } else {
+        iterations: if shallow(net) {
             SHALLOW_CHILD_SLOPE_STEPS
+        } else {
+            DEEP_CHILD_SLOPE_STEPS
         },
         target: f64::INFINITY,
     };
@@ -414,9 +424,7 @@ fn bound<C>(
         }
         SplitOutcome::Bounded(b) => *b,
     };
-    d.warm = (b.optimised.take())
-        .and_then(|m| m.stored(b.hidden.relaxations(), &d.splits))
-        .map(|m| Arc::new((rows.clone(), m)));
+    let optimised = b.optimised.take();
     let r0 = match plan.ball {
         Some((x0, eps)) => SearchSet::Ball {
             x0,
@@ -467,7 +475,7 @@ fn bound<C>(
         None => branch::linear_minimiser(a, &d.lo, &d.hi),
     };
     let relu = (!plan.by_input)
-        .then(|| branch::relu_to_split(b.hidden.relaxations(), &b.trace.hidden, worst))
+        .then(|| relu_to_split(net, (&b, optimised.as_ref()), (set, plan.candidates), worst))
         .flatten();
     d.branch = match relu {
         Some((l, j)) => Branch::Relu(l, j),
@@ -475,6 +483,8 @@ fn bound<C>(
         None => (branch::input_to_split(a, &d.lo, &d.hi, &plan.root_width))
             .map_or(Branch::Exhausted, Branch::Input),
     };
+    d.warm = (optimised.and_then(|m| m.stored(b.hidden.relaxations(), &d.splits)))
+        .map(|m| Arc::new((rows.clone(), m)));
     d.inherited = Some(Arc::new(b.hidden.kept()));
     let found = confirm(&candidate);
     Bounded {
@@ -482,6 +492,33 @@ fn bound<C>(
         hidden: Some(b.hidden),
         ..open(d, found)
     }
+}
+
+/// Whether every hidden layer of the network lies in the split window
+/// ([`branch::SPLIT_LAYERS`]). On deeper networks a split's effect is mostly what computing the
+/// layers above it again achieves (B10), which a child's estimated bound does not see: there
+/// the lookahead of [`relu_to_split`] was mixed on mnistfc 256x4 and 256x6, where on 256x2 it
+/// halved the search's remaining gap (docs/performance.md "Session 22").
+fn shallow(net: &BoundedNet<'_>) -> bool {
+    net.net.hidden_layers() <= branch::SPLIT_LAYERS
+}
+
+/// The unit to split for row `row` of a subdomain's bounds `b` over `set`: of the `candidates`
+/// best scored, the one whose children's estimated bounds gain most
+/// ([`branch::split_by_gains`]).
+fn relu_to_split(
+    net: &BoundedNet<'_>,
+    (b, optimised): (&SplitBounds, Option<&Multipliers>),
+    (set, candidates): (InputSet<'_>, usize),
+    row: usize,
+) -> Option<(usize, usize)> {
+    let relax = b.hidden.relaxations();
+    let candidates = branch::relu_candidates(relax, &b.trace.hidden, row, candidates);
+    if candidates.len() <= 1 {
+        return candidates.first().copied();
+    }
+    let gains = (net.net).split_gains(set, (&b.hidden, &b.trace, optimised), row, &candidates);
+    branch::split_by_gains(&candidates, &gains)
 }
 
 /// Whether a disjunct's bound `v` excludes it: strictly above zero (NaN excludes nothing).
