@@ -1,9 +1,10 @@
 //! Estimated effect of a ReLU split on one row's bound, for branch and bound's choice of the unit
-//! to split (filtered smart branching, De Palma et al. 2021): the bound's backward substitution
-//! is redone from the split unit's layer down to the input with the unit's relaxation replaced by
-//! each child's phase, every other unit's relaxation and every layer above kept as they were.
-//! A choice of where to split only: the estimates are plain float64 and the multipliers of
-//! earlier splits are left out of both sides of each difference, so nothing here enters a bound.
+//! to split (filtered smart branching, De Palma et al. 2021): the row's backward substitution,
+//! with the lower slopes its search found (CROWN's without one), is redone from the split unit's
+//! layer down to the input with the unit's lines replaced by each child's phase, every other
+//! unit's lines kept. A choice of where to split only: the estimates are plain float64 and the
+//! multipliers of earlier splits are left out of both sides of each difference, so nothing here
+//! enters a bound.
 
 use ndarray::{Array1, Array2, ArrayView1};
 
@@ -23,8 +24,10 @@ impl LocalNet<'_> {
     /// For row `row` of `at`'s bounds over `set` and each candidate `(hidden layer, unit)`, the
     /// estimated gain of its bound in the child with the unit active and in the child with it
     /// inactive: the substitution from the unit's layer down, with the unit's output `h_j` taken
-    /// as `z_j` or `0` instead of its lines, less the same substitution as it was, plus the upper
-    /// line's offset the child no longer pays. `-inf` where the coefficients are not at hand.
+    /// as `z_j` or `0` instead of its lines, less the same substitution with its lines, plus the
+    /// upper line's offset the child no longer pays. The row's coefficients on each layer's
+    /// outputs are carried down from the last hidden layer's (`C W`, which no slope changes)
+    /// with the same slopes. `-inf` where the coefficients are not at hand.
     pub fn split_gains(
         &self,
         set: InputSet<'_>,
@@ -35,14 +38,12 @@ impl LocalNet<'_> {
         let relax = hidden.relaxations();
         let slopes = |l: usize| row_slopes(&relax[l], searched.map(|m| &m.slopes[..]), (l, row));
         let mut gains = vec![[f64::NEG_INFINITY; 2]; candidates.len()];
-        let mut layers: Vec<usize> = candidates.iter().map(|c| c.0).collect();
-        layers.sort_unstable();
-        layers.dedup();
-        for l in layers {
-            let Some(m) = trace.hidden.get(l).filter(|m| row < m.nrows()) else {
+        let lowest = candidates.iter().map(|c| c.0).min().unwrap_or(usize::MAX);
+        let coefficients = self.coefficients_down_to(lowest, relax, trace, row, &slopes);
+        for (l, m) in coefficients.iter().enumerate() {
+            let Some(m) = m.as_ref().map(|m| m.view()) else {
                 continue;
             };
-            let m = m.row(row);
             let Some(units) = relax.get(l).filter(|u| u.len() == m.len()) else {
                 continue;
             };
@@ -50,6 +51,9 @@ impl LocalNet<'_> {
             let picks: Vec<usize> = (0..candidates.len())
                 .filter(|&t| candidates[t].0 == l && candidates[t].1 < units.len())
                 .collect();
+            if picks.is_empty() {
+                continue;
+            }
             let mut rows = Array2::zeros((1 + 2 * picks.len(), v.len()));
             for (t, &p) in picks.iter().enumerate() {
                 let j = candidates[p].1;
@@ -66,6 +70,36 @@ impl LocalNet<'_> {
             }
         }
         gains
+    }
+
+    /// Row `row`'s coefficients on the outputs of each hidden layer from `lowest` up (`None`
+    /// below it, and where the trace lacks them): the last hidden layer's from the trace, each
+    /// below carried through the layer above's lines with `slopes`.
+    fn coefficients_down_to(
+        &self,
+        lowest: usize,
+        relax: &[Vec<UnitRelaxation>],
+        trace: &Trace,
+        row: usize,
+        slopes: &dyn Fn(usize) -> Vec<f64>,
+    ) -> Vec<Option<Array1<f64>>> {
+        let mut out = vec![None; relax.len()];
+        let top = relax.len().checked_sub(1);
+        let mut m = top
+            .and_then(|t| trace.hidden.get(t))
+            .filter(|m| row < m.nrows())
+            .map(|m| m.row(row).to_owned());
+        for l in (lowest..relax.len()).rev() {
+            let Some(here) = m.take().filter(|m| m.len() == relax[l].len()) else {
+                break;
+            };
+            if l > lowest {
+                let (v, _) = relaxed_row(here.view(), &relax[l], &slopes(l));
+                m = Some(v.dot(self.layers[l].w));
+            }
+            out[l] = Some(here);
+        }
+        out
     }
 
     /// Plain float64 bound of the rows `v` (coefficients over hidden layer `top`'s
@@ -104,8 +138,9 @@ impl LocalNet<'_> {
     }
 }
 
-/// The lower slopes a row's substitution used at hidden layer `l`: the searched ones (clamped to
-/// `[0, 1]`) where the search ran on every row, else CROWN's.
+/// The lower slopes a row's substitution used at hidden layer `l`: the searched ones where the
+/// search ran on every row and found one in `[0, 1]`, else CROWN's (as the rigorous substitution
+/// reads them).
 fn row_slopes(
     units: &[UnitRelaxation],
     searched: Option<&[Array2<f64>]>,
@@ -114,9 +149,9 @@ fn row_slopes(
     let found =
         (searched.and_then(|s| s.get(l))).filter(|a| row < a.nrows() && a.ncols() == units.len());
     (units.iter().enumerate())
-        .map(|(j, unit)| match (unit, found) {
-            (UnitRelaxation::Unstable { .. }, Some(a)) => a[[row, j]].clamp(0.0, 1.0),
-            (UnitRelaxation::Unstable { lower, .. }, None) => *lower,
+        .map(|(j, unit)| match (unit, found.map(|a| a[[row, j]])) {
+            (UnitRelaxation::Unstable { .. }, Some(a)) if (0.0..=1.0).contains(&a) => a,
+            (UnitRelaxation::Unstable { lower, .. }, _) => *lower,
             _ => 0.0,
         })
         .collect()
@@ -167,60 +202,81 @@ fn linear_minimum(a: ArrayView1<f64>, set: InputSet<'_>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounds::local::region::Region;
     use crate::bounds::local::seeded_net::seeded_net;
     use crate::bounds::local::{Known, Phase, SplitOutcome, Splits};
 
-    /// With CROWN's slopes and the parent's hidden bounds kept, a child's bound differs from its
-    /// parent's only by the split unit's lines: the estimated gain is the difference of the two
-    /// rigorous bounds (up to their float64 rounding), for every unstable unit of both hidden
-    /// layers, both phases and every row.
+    /// A child with its parent's hidden bounds (the split unit clamped) differs from its parent
+    /// only by the split unit's lines: with the same lower slopes, the estimated gain is the
+    /// difference of the two rigorous bounds (up to their float64 rounding). Every unstable unit
+    /// of both hidden layers estimated at once, both phases, every row, with CROWN's slopes and
+    /// with given ones.
     #[test]
     fn the_estimated_gain_is_the_childs_bound_less_the_parents() {
         let dense = seeded_net(7, &[4, 6, 5, 3]);
         let local = LocalNet::new(&dense, None, None).unwrap();
         let (lo, hi) = (vec![-0.8, -1.0, -0.5, -1.2], vec![1.0, 0.6, 1.1, 0.9]);
         let set = InputSet::Box { lo: &lo, hi: &hi };
+        let region = Region::new(set, 4).unwrap();
         let c = ndarray::arr2(&[[1.0, -1.0, 0.0], [0.0, 1.0, -1.0], [-1.0, 0.0, 1.0]]);
-        let bounded = |splits: &Splits, known| match local.split_lower_bounds(
+        let SplitOutcome::Bounded(root) = local.split_lower_bounds(
             set,
             (&c, &[]),
-            splits,
+            &Splits::none(),
             (None, None),
-            known,
-        ) {
-            SplitOutcome::Bounded(b) => Some(*b),
-            _ => None,
+            Known::Nothing,
+        ) else {
+            panic!("the box is finite")
         };
-        let root = bounded(&Splits::none(), Known::Nothing).unwrap();
+        let relax = root.hidden.relaxations();
+        let all: Vec<(usize, usize)> = (relax.iter().enumerate())
+            .flat_map(|(l, u)| (0..u.len()).map(move |j| (l, j)))
+            .filter(|&(l, j)| matches!(relax[l][j], UnitRelaxation::Unstable { .. }))
+            .collect();
+        assert!(all.iter().any(|a| a.0 == 0) && all.iter().any(|a| a.0 == 1));
+        let given = Multipliers {
+            slopes: (relax.iter().enumerate())
+                .map(|(l, u)| {
+                    Array2::from_shape_fn((3, u.len()), |(r, j)| ((r + 2 * j + l) % 5) as f64 / 4.0)
+                })
+                .collect(),
+            betas: vec![],
+        };
+        let bound = |hidden: &HiddenBounds, slopes: Option<&Multipliers>| {
+            let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
+            let lines = (slopes.map(|m| &m.slopes[..]), true, None);
+            crate::bounds::local::backward::lower_bounds(
+                &local,
+                2,
+                c.clone(),
+                parts,
+                lines,
+                &region,
+                None,
+            )
+        };
         let mut checked = 0;
-        for (l, units) in root.hidden.relaxations().iter().enumerate() {
-            for j in
-                (0..units.len()).filter(|&j| matches!(units[j], UnitRelaxation::Unstable { .. }))
-            {
-                for row in 0..c.nrows() {
-                    let gains =
-                        local.split_gains(set, (&root.hidden, &root.trace, None), row, &[(l, j)]);
+        for slopes in [None, Some(&given)] {
+            let parent = bound(&root.hidden, slopes);
+            for (row, p) in parent.iter().enumerate() {
+                let gains = local.split_gains(set, (&root.hidden, &root.trace, slopes), row, &all);
+                for (&(l, j), g) in all.iter().zip(&gains) {
                     for (k, phase) in [Phase::Active, Phase::Inactive].into_iter().enumerate() {
-                        let known = Known::Refine {
-                            root: &root.hidden,
-                            parent: None,
-                            refine: false,
-                        };
-                        let Some(child) = bounded(&Splits::none().with(l, j, phase), known) else {
+                        let splits = Splits::none().with(l, j, phase);
+                        let Ok(child) = root.hidden.with_splits(&splits) else {
                             continue;
                         };
-                        let actual = child.lower[row] - root.lower[row];
+                        let actual = bound(&child, slopes)[row] - p;
                         assert!(
-                            (actual - gains[0][k]).abs() < 1e-9,
-                            "{l} {j} {row} {k}: {actual} {:?}",
-                            gains[0]
+                            (actual - g[k]).abs() < 1e-9,
+                            "{l} {j} {row} {k}: {actual} {g:?}"
                         );
                         checked += 1;
                     }
                 }
             }
         }
-        assert!(checked >= 12, "{checked} children checked");
+        assert!(checked >= 24, "{checked} children checked");
     }
 
     /// The lines a row's coefficients go through: the lower slope where nonnegative, the upper
@@ -278,8 +334,9 @@ mod tests {
                 offset: 1.0,
             },
         ];
-        let searched = [ndarray::arr2(&[[0.3, 0.4], [0.9, 1.5]])];
+        let searched = [ndarray::arr2(&[[0.3, 0.4], [0.9, 1.5], [0.1, f64::NAN]])];
         assert_eq!(row_slopes(&units, Some(&searched), (0, 1)), vec![0.0, 1.0]);
+        assert_eq!(row_slopes(&units, Some(&searched), (0, 2)), vec![0.0, 1.0]);
         assert_eq!(row_slopes(&units, Some(&searched), (0, 0)), vec![0.0, 0.4]);
         assert_eq!(row_slopes(&units, None, (0, 0)), vec![0.0, 1.0]);
         assert_eq!(row_slopes(&units, Some(&searched), (1, 0)), vec![0.0, 1.0]);

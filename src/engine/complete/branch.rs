@@ -26,7 +26,7 @@ pub const LOOKAHEAD_CANDIDATES: usize = 8;
 /// holding an unstable unit: the loss the unit's upper line costs the bound, `max(0, -m_j) t_j`
 /// with `m_j` the row's coefficient on the unit's output and `t_j` the line's offset, then
 /// `|m_j| t_j` (where no unit costs anything, every coefficient nonnegative); equals in
-/// layer-then-unit order. `(hidden layer, unit)`; empty when no unit is unstable.
+/// layer-then-unit order, a NaN score last. `(hidden layer, unit)`; empty when no unit is unstable.
 pub fn relu_candidates(
     relax: &[Vec<UnitRelaxation>],
     coef: &[Array2<f64>],
@@ -44,7 +44,9 @@ pub fn relu_candidates(
                 continue;
             };
             let v = m.get((row, j)).copied().unwrap_or(0.0);
-            scored.push(((l, j), ((-v).max(0.0) * offset, v.abs() * offset)));
+            let number = |x: f64| if x.is_nan() { f64::NEG_INFINITY } else { x };
+            let score = ((-v).max(0.0) * offset, v.abs() * offset);
+            scored.push(((l, j), (number(score.0), number(score.1))));
         }
     }
     // stable: equals keep their layer-then-unit order
@@ -56,7 +58,8 @@ pub fn relu_candidates(
 /// active and the inactive child's, [`crate::bounds::local::LocalNet::split_gains`]); the first
 /// of equals, and the first candidate when no estimate is a number. The better child rather than
 /// the worse (which a split must close too) or their sum: at a fixed number of subdomains on
-/// mnistfc it left the hardest open bound highest (docs/performance.md "Session 22").
+/// mnistfc 256x6 `prop_13_0.03` it left the hardest open bound highest (docs/performance.md
+/// "Session 22").
 pub fn split_by_gains(candidates: &[(usize, usize)], gains: &[[f64; 2]]) -> Option<(usize, usize)> {
     let better = |g: &[f64; 2]| match g[0].max(g[1]) {
         w if w.is_nan() => f64::NEG_INFINITY,
@@ -218,6 +221,8 @@ mod tests {
         assert_eq!(relu_candidates(&relax, &coef, 0, 1), vec![(0, 2)]);
         assert_eq!(relu_candidates(&relax, &coef, 1, 8), vec![(0, 0), (0, 2)]);
         assert!(relu_candidates(&[], &[], 0, 8).is_empty());
+        let nan = vec![ndarray::arr2(&[[f64::NAN, 0.0, 1.0]])];
+        assert_eq!(relu_candidates(&relax, &nan, 0, 8), vec![(0, 2), (0, 0)]);
     }
 
     /// The best-scored candidate alone.

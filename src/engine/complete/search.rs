@@ -494,8 +494,8 @@ fn bound<C>(
     }
 }
 
-/// Whether every hidden layer of the network lies in the split window
-/// ([`branch::SPLIT_LAYERS`]). On deeper networks a split's effect is mostly what computing the
+/// Whether the network has at most [`branch::SPLIT_LAYERS`] hidden layers (the split window's
+/// depth). On deeper networks a split's effect is mostly what computing the
 /// layers above it again achieves (B10), which a child's estimated bound does not see: there
 /// the lookahead of [`relu_to_split`] was mixed on mnistfc 256x4 and 256x6, where on 256x2 it
 /// halved the search's remaining gap (docs/performance.md "Session 22").
