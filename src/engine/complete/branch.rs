@@ -37,6 +37,7 @@ pub fn relu_candidates(
     let layers = (relax.iter().zip(coef).enumerate())
         .filter(|(_, (units, _))| units.iter().any(is_unstable))
         .take(SPLIT_LAYERS);
+    let number = |x: f64| if x.is_nan() { f64::NEG_INFINITY } else { x };
     let mut scored: Vec<((usize, usize), (f64, f64))> = Vec::new();
     for (l, (units, m)) in layers {
         for (j, unit) in units.iter().enumerate() {
@@ -44,7 +45,6 @@ pub fn relu_candidates(
                 continue;
             };
             let v = m.get((row, j)).copied().unwrap_or(0.0);
-            let number = |x: f64| if x.is_nan() { f64::NEG_INFINITY } else { x };
             let score = ((-v).max(0.0) * offset, v.abs() * offset);
             scored.push(((l, j), (number(score.0), number(score.1))));
         }
@@ -224,6 +224,7 @@ mod tests {
         let nan = vec![ndarray::arr2(&[[f64::NAN, 0.0, 1.0]])];
         assert_eq!(relu_candidates(&relax, &nan, 0, 8), vec![(0, 2), (0, 0)]);
     }
+    use ndarray::{array, Array1};
 
     /// The best-scored candidate alone.
     fn top(
@@ -233,7 +234,6 @@ mod tests {
     ) -> Option<(usize, usize)> {
         relu_candidates(relax, coef, row, 1).first().copied()
     }
-    use ndarray::{array, Array1};
 
     fn unstable(offset: f64) -> UnitRelaxation {
         UnitRelaxation::Unstable {
