@@ -291,6 +291,45 @@ fn the_search_does_not_depend_on_the_thread_count() {
     assert_eq!(compared, 3);
 }
 
+/// The memory cap stops a search that must split with `unknown`, naming the cap (the queue and
+/// the root's bounds count against it, docs/soundness.md B6), and never turns a property the
+/// root's bounds decide into `unknown`, however small the cap.
+#[test]
+fn the_memory_cap_stops_a_search_but_not_a_decided_root() {
+    let shape = family(PINNED).pop().expect("a wide shape");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let model = write_model(&shape, dir.path());
+    let pins: Vec<f64> = (0..PINNED)
+        .map(|k| f64::from(0.25f32 * (k as f32 - 7.0)))
+        .collect();
+    let pins_q: Vec<Rational> = pins.iter().map(|v| q(*v)).collect();
+    let exact = Exact::of(&shape);
+    let (m, scale) = exact.min_margin((&q(-1.5), &q(2.0)), &pins_q);
+    let verdict = |margin: Rational, memory_bytes: usize| {
+        let prop = property(dir.path(), (-1.5, 2.0), &pins, 3, &decimal(&margin));
+        let mut req = request();
+        req.options.memory_bytes = memory_bytes;
+        let r = verify_cmd::instance(&req, (&model, &prop), 120.0, &Progress::silent())
+            .expect("a verdict");
+        let bounded: usize = r.outcome.searches.iter().map(|s| s.bounded).sum();
+        let why: Vec<String> = (r.outcome.searches.iter())
+            .filter_map(|s| s.unknown.clone())
+            .collect();
+        (r.outcome.verdict.word(), bounded, why)
+    };
+    let close = m.clone() - q(1e-4) * (Rational::from(1) + &scale);
+    let (word, bounded, _) = verdict(close.clone(), 256 << 20);
+    assert_eq!((word, bounded > 1), ("unsat", true), "{}", shape.name());
+    let (word, _, why) = verdict(close, 1);
+    assert_eq!(word, "unknown", "{}", shape.name());
+    assert!(why.iter().any(|w| w.contains("memory cap")), "{why:?}");
+    // far below the minimum, the bounds alone exclude the region (at the search's root, or
+    // before any search)
+    let far = m - Rational::from(1000) * (Rational::from(1) + scale);
+    let (word, bounded, _) = verdict(far, 1);
+    assert_eq!((word, bounded <= 1), ("unsat", true), "{}", shape.name());
+}
+
 /// An execution that overflows is never proven safe: over `X_0` in `[4e36, 8e36]` the hidden
 /// unit `100 X_0` is at least `4e38`, past float32's largest value, so the deployed execution
 /// computes `inf` there and `Y_0 = -2e-38 h + 17` is `-inf`, inside the unsafe region `Y_0 <= 0`;

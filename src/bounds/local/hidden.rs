@@ -112,6 +112,22 @@ impl Refined {
 }
 
 impl HiddenBounds {
+    /// Bytes held: the bounds, relaxations, rounding charges, centre and its enclosures, and the
+    /// units' slopes (what a ReLU-splitting search keeps of its root for every subdomain, counted
+    /// against the search's memory cap with its queue).
+    pub fn bytes(&self) -> usize {
+        let pairs = |b: &[Bounds]| -> usize { b.iter().map(|l| l.lo.len() + l.hi.len()).sum() };
+        let floats = pairs(&self.pre)
+            + pairs(&self.at_centre)
+            + self.errors.iter().map(Vec::len).sum::<usize>()
+            + self.centre.len();
+        let units: usize = self.relax.iter().map(Vec::len).sum();
+        let slopes: usize = (self.unit_slopes.iter().flatten())
+            .map(UnitSlopes::bytes)
+            .sum();
+        8 * floats + units * std::mem::size_of::<UnitRelaxation>() + slopes
+    }
+
     /// What its children keep of it.
     pub fn kept(&self) -> KeptBounds {
         KeptBounds {
@@ -351,6 +367,34 @@ mod tests {
             }
         }
         assert!(tighter, "the split tightens a layer above it");
+    }
+
+    /// The bytes a root's bounds hold, counted by hand: two layers of 3 and 2 units over a
+    /// 4-input centre, and slopes for units 0 and 2 of the second layer (4 rows over the 3 units
+    /// below).
+    #[test]
+    fn the_bytes_held_count_every_part_once() {
+        let b = |n: usize| Bounds {
+            lo: vec![-1.0; n],
+            hi: vec![1.0; n],
+        };
+        let slopes = UnitSlopes::new(vec![0, 2], vec![ndarray::Array2::zeros((4, 3))]);
+        assert!(slopes.is_some());
+        let hidden = HiddenBounds {
+            pre: vec![b(3), b(2)],
+            relax: vec![
+                vec![UnitRelaxation::Active; 3],
+                vec![UnitRelaxation::Inactive; 2],
+            ],
+            errors: vec![vec![0.0; 3], vec![0.0; 2]],
+            centre: Array1::zeros(4),
+            at_centre: vec![b(3), b(2)],
+            refined: Refined::default(),
+            unit_slopes: Arc::new(vec![None, slopes]),
+        };
+        // bounds 10 + enclosures 10 + charges 5 + centre 4 floats; slopes 2 units + 12 entries
+        let expected = 8 * 29 + 5 * std::mem::size_of::<UnitRelaxation>() + 8 * 14;
+        assert_eq!(hidden.bytes(), expected);
     }
 
     /// A subdomain's layers computed again above its split with the slopes the root's search

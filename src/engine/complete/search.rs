@@ -289,6 +289,9 @@ fn search<C: Send>(
     if !plan.by_input {
         plan.base = first.hidden.take();
     }
+    // the root's bounds and slopes, which every subdomain of a ReLU-splitting search is
+    // computed with, count against the cap with the queue
+    let root_bytes = plan.base.as_ref().map_or(0, HiddenBounds::bytes);
     let mut batch = vec![first];
     let (mut next_id, mut stuck) = (0u64, false);
     let mut rule = RefinementRule::default();
@@ -306,9 +309,9 @@ fn search<C: Send>(
                 queue.push(b.domain);
             }
         }
-        if queue.bytes() > budget.memory_bytes {
+        if !queue.is_empty() && queue.bytes().saturating_add(root_bytes) > budget.memory_bytes {
             let why = format!(
-                "the subdomain queue reached its memory cap of {} bytes",
+                "the subdomain queue and the root's bounds reached the memory cap of {} bytes",
                 budget.memory_bytes
             );
             out.decision = Decision::Unknown(why);

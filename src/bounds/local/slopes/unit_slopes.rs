@@ -33,6 +33,11 @@ impl UnitSlopes {
         (ascending && rows).then_some(UnitSlopes { units, slopes })
     }
 
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        8 * self.units.len() + 8 * self.slopes.iter().map(|s| s.len()).sum::<usize>()
+    }
+
     /// Per hidden layer below, the slopes of the rows `2t`, `2t + 1` for each of `wanted` (rows
     /// in that order), each clamped to `[0, 1]` (a NaN stays NaN, which the substitution reads
     /// as CROWN's slope); `None` when some unit of `wanted` was not bounded here.
