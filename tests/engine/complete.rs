@@ -22,6 +22,7 @@ use std::path::Path;
 use crate::common::exact_margin::{q, with_inputs, Exact};
 use crate::common::shape_family::{write_model, Shape};
 use lipfp::commands::verify::{self as verify_cmd, VerifyRequest};
+use lipfp::engine::complete::Recompute;
 use lipfp::engine::verify::{Verdict, VerifyOptions};
 use lipfp::progress::Progress;
 use rug::Rational;
@@ -68,6 +69,8 @@ fn request() -> VerifyRequest {
         complete: true,
         subdomains: 200_000,
         memory_bytes: 256 << 20,
+        recompute: Recompute::Adaptive,
+        falsifier: true,
     };
     common::verify_request::request(120.0, options)
 }
@@ -78,7 +81,7 @@ fn family(pinned: usize) -> Vec<Shape> {
     with_inputs(56, (12, 900), 1 + pinned)
 }
 
-fn check_family(pinned: usize) {
+fn check_family(pinned: usize, (recompute, falsifier): (Recompute, bool)) {
     let (a, b) = (-1.5f64, 2.0f64);
     let pins: Vec<f64> = (0..pinned)
         .map(|k| f64::from(0.25f32 * (k as f32 - 7.0)))
@@ -95,7 +98,10 @@ fn check_family(pinned: usize) {
         for (sign, want) in [(-1, "unsat"), (1, "sat")] {
             let c = decimal(&(m.clone() + Rational::from(sign) * &delta));
             let prop = property(dir.path(), (a, b), &pins, classes, &c);
-            let r = verify_cmd::instance(&request(), (&model, &prop), 120.0, &Progress::silent())
+            let mut req = request();
+            req.options.recompute = recompute;
+            req.options.falsifier = falsifier;
+            let r = verify_cmd::instance(&req, (&model, &prop), 120.0, &Progress::silent())
                 .unwrap_or_else(|e| panic!("{}: {e}", shape.name()));
             let what = format!("{} c = {c} (exact minimum {})", shape.name(), m.to_f64());
             assert_eq!(
@@ -142,12 +148,30 @@ fn check_family(pinned: usize) {
 
 #[test]
 fn input_splitting_returns_the_exact_verdict_on_every_shape() {
-    check_family(0);
+    check_family(0, (Recompute::Adaptive, true));
 }
 
 #[test]
 fn relu_splitting_returns_the_exact_verdict_on_every_shape() {
-    check_family(PINNED);
+    check_family(PINNED, (Recompute::Adaptive, true));
+}
+
+/// The same without the falsifier, whose counterexamples would otherwise decide every `sat`
+/// case before the search runs: each counterexample comes from the search's own candidates,
+/// so bounds that were too tight would close the subdomain holding it and answer `unsat`.
+#[test]
+fn the_search_alone_returns_the_exact_verdict_on_every_shape() {
+    check_family(0, (Recompute::Adaptive, false));
+    check_family(PINNED, (Recompute::Adaptive, false));
+}
+
+/// The search alone with every subdomain's layers above its split computed again, and with
+/// none (the parent's bounds kept, the splits clamped): the two paths the adaptive rule chooses
+/// between (docs/soundness.md B10), each on its own.
+#[test]
+fn relu_splitting_returns_the_exact_verdict_whether_or_not_layers_are_computed_again() {
+    check_family(PINNED, (Recompute::Always, false));
+    check_family(PINNED, (Recompute::Never, false));
 }
 
 /// Every deployment lipfp models (every format, accumulation, flush-to-zero and runtime preset

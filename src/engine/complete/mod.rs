@@ -20,6 +20,7 @@ pub mod domain;
 pub mod points;
 pub mod refinement;
 pub mod search;
+pub use refinement::Recompute;
 pub use search::{
     decide, excluded, Budget, CompleteOutcome, Decision, Objective, SearchSet, INPUT_SPLIT_MAX_DIM,
 };

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use ndarray::Array2;
 
+use super::refinement::Recompute;
 use super::search::{decide, Budget, CompleteOutcome, Decision, Objective, SearchSet};
 use crate::bounds::ball::{clipped_box, conversion_hull, Norm};
 use crate::bounds::certify::{Mode, Refusal, Verdict};
@@ -188,6 +189,7 @@ fn search_points(
                 seconds: budget.seconds.min(left),
                 subdomains: budget.subdomains,
                 memory_bytes: budget.memory_bytes,
+                recompute: Recompute::Adaptive,
             };
             let x0 = &rows[k * dim..(k + 1) * dim];
             let o = search_point(subject, (i, x0, eps), target, limits, &check);

@@ -29,13 +29,35 @@ pub const PROBE_EVERY: u64 = 8;
 /// recomputed bounds must stabilise for the rule to keep computing them.
 pub const MIN_SHARE_PERMILLE: usize = 20;
 
-/// The search's tally of what computing layers again achieved.
+/// Whether a ReLU-splitting subdomain computes its hidden layers again above its split (both
+/// sound, docs/soundness.md B10; the choice trades time per subdomain against subdomains).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Recompute {
+    /// As the search's tally says ([`RefinementRule`]).
+    #[default]
+    Adaptive,
+    /// Every subdomain.
+    Always,
+    /// No subdomain: every layer keeps its parent's bounds, the splits clamped.
+    Never,
+}
+
+/// The search's tally of what computing layers again achieved, and the setting it serves.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RefinementRule {
     tally: Refined,
+    recompute: Recompute,
 }
 
 impl RefinementRule {
+    /// A rule for the setting `recompute`, with nothing tallied yet.
+    pub fn new(recompute: Recompute) -> Self {
+        RefinementRule {
+            tally: Refined::default(),
+            recompute,
+        }
+    }
+
     /// Adds a subdomain's tally.
     pub fn record(&mut self, refined: Refined) {
         self.tally = self.tally.plus(refined);
@@ -43,9 +65,15 @@ impl RefinementRule {
 
     /// Whether the subdomain numbered `id` computes its layers again.
     pub fn refine(&self, id: u64) -> bool {
-        self.tally.layers < WARM_UP_LAYERS
-            || id.is_multiple_of(PROBE_EVERY)
-            || stabilised_share_permille(self.tally) >= MIN_SHARE_PERMILLE
+        match self.recompute {
+            Recompute::Always => true,
+            Recompute::Never => false,
+            Recompute::Adaptive => {
+                self.tally.layers < WARM_UP_LAYERS
+                    || id.is_multiple_of(PROBE_EVERY)
+                    || stabilised_share_permille(self.tally) >= MIN_SHARE_PERMILLE
+            }
+        }
     }
 }
 
@@ -99,5 +127,17 @@ mod tests {
         rule.record(tally(1, 1, 0));
         assert_eq!(stabilised_share_permille(rule.tally), 20);
         assert!(rule.refine(1));
+    }
+
+    /// `always` and `never` ignore the tally, warm-up and probes included.
+    #[test]
+    fn always_and_never_ignore_the_tally() {
+        for (recompute, want) in [(Recompute::Always, true), (Recompute::Never, false)] {
+            let mut rule = RefinementRule::new(recompute);
+            for t in [tally(0, 0, 0), tally(WARM_UP_LAYERS, 1000, 1000)] {
+                rule.record(t);
+                assert!((0..3 * PROBE_EVERY).all(|id| rule.refine(id) == want));
+            }
+        }
     }
 }

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use super::branch;
 use super::domain::{Branch, Queue, Subdomain};
-use super::refinement::RefinementRule;
+use super::refinement::{Recompute, RefinementRule};
 use crate::arith::format::Format;
 use crate::arith::sound::{add_down, add_up, l2_norm_up};
 use crate::bounds::local::{
@@ -88,6 +88,9 @@ pub struct Budget {
     pub subdomains: usize,
     /// Bytes the queue may hold (then `unknown`).
     pub memory_bytes: usize,
+    /// Whether ReLU-splitting subdomains compute their layers again above their split (not a
+    /// limit: how the budget is spent).
+    pub recompute: Recompute,
 }
 
 /// What a search came to.
@@ -294,7 +297,7 @@ fn search<C: Send>(
     let root_bytes = plan.base.as_ref().map_or(0, HiddenBounds::bytes);
     let mut batch = vec![first];
     let (mut next_id, mut stuck) = (0u64, false);
-    let mut rule = RefinementRule::default();
+    let mut rule = RefinementRule::new(budget.recompute);
     loop {
         for b in batch {
             rule.record(b.refined);

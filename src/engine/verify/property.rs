@@ -10,7 +10,7 @@ use super::falsifier::Falsifier;
 use crate::arith::format::Format;
 use crate::arith::sound::{rational_to_f64_down, rational_to_f64_up};
 use crate::bounds::ball::conversion_end;
-use crate::engine::complete::{self, Budget, Decision, Objective, SearchSet};
+use crate::engine::complete::{self, Budget, Decision, Objective, Recompute, SearchSet};
 use crate::engine::run::{box_lower_bounds, Subject};
 use crate::policy::vnnlib::{InputBox, OutputConstraint, Property};
 
@@ -114,6 +114,11 @@ pub struct VerifyOptions {
     pub subdomains: usize,
     /// Bytes branch and bound's queue may hold.
     pub memory_bytes: usize,
+    /// Whether its ReLU-splitting subdomains compute their layers again above their split.
+    pub recompute: Recompute,
+    /// Whether the falsifier runs before branch and bound (without it, counterexamples come
+    /// only from the search's own candidates).
+    pub falsifier: bool,
 }
 
 impl Default for VerifyOptions {
@@ -122,6 +127,8 @@ impl Default for VerifyOptions {
             complete: true,
             subdomains: usize::MAX,
             memory_bytes: 2 << 30,
+            recompute: Recompute::Adaptive,
+            falsifier: true,
         }
     }
 }
@@ -178,7 +185,8 @@ pub fn verify(
     }
     let over = || start.elapsed().as_secs_f64() > budget_s;
     let low_dim = subject.net.input_dim() <= complete::INPUT_SPLIT_MAX_DIM;
-    for (b, excluded) in property.boxes.iter().zip(&per_box) {
+    let attacked = if options.falsifier { &per_box[..] } else { &[] };
+    for (b, excluded) in property.boxes.iter().zip(attacked) {
         let search = Falsifier::new(subject, property, b);
         let open: Vec<usize> = (0..disjuncts).filter(|&d| !excluded[d]).collect();
         if over() {
@@ -245,6 +253,7 @@ fn search_box(
         seconds: budget_s,
         subdomains: options.subdomains,
         memory_bytes: options.memory_bytes,
+        recompute: options.recompute,
     };
     let set = SearchSet::Box(&bx.0, &bx.1);
     let o = complete::decide(subject, set, &objective, budget, &confirm);
