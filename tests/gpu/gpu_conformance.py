@@ -262,6 +262,12 @@ def gemm_paths():
     paths = {
         "tf32": ("float32", dict(tf32=True), "native", dict(operand="tf32", out="float32"),
                  [("operand_rounding", ("trunc", "nearest")), ("accumulation", acc), ("bias_position", pos)]),
+        # TF32 as part 1a found it (RNE operands, block FMA, bias in the epilogue), K split into
+        # contiguous chunks whose float32 partials are summed (cuBLAS's split-K, COMPUTE_TYPE)
+        "tf32_split": ("float32", dict(tf32=True), "native",
+                       dict(operand="tf32", operand_rounding="nearest", accumulation="tensor_core",
+                            bias_position="epilogue", out="float32"),
+                       [("split", (None,) + tuple((s, "float32") for s in (2, 3, 4, 7, 8, 16, 49)))]),
         "fp32": ("float32", dict(tf32=False), "native", dict(out="float32", accumulation="ieee"),
                  [("bias_position", pos)]),
         "fp16": ("float16", dict(fp16_rpr=False), "native", dict(operand="float16", out="float16"),
@@ -468,6 +474,8 @@ def probe_gemms(torch, dev, args, deadline, on_cuda):
                 continue
             agg["mismatch"] += v["mismatch"]
             agg["n"] += v["n"]
+            agg.setdefault("mismatch_by_k", {}).setdefault(str(K), 0)
+            agg["mismatch_by_k"][str(K)] += v["mismatch"]
             if v["first"] and agg["first"] is None:
                 agg["first"], agg["first_k"] = v["first"], str(K)
             if K == "crafted":
@@ -721,7 +729,7 @@ def main(argv=None):
     ap.add_argument("--skip-probes", action="store_true", help="skip parts 1a and 1b")
     ap.add_argument("--probe-gemms", type=int, default=200, help="random GEMMs per (path, K) at most (default 200)")
     ap.add_argument("--probe-ks", default="8,16,64,784")
-    ap.add_argument("--probe-paths", default="tf32,fp32,fp16,fp16_rpr,bf16,fp16_to_f32,bf16_to_f32")
+    ap.add_argument("--probe-paths", default="tf32,tf32_split,fp32,fp16,fp16_rpr,bf16,fp16_to_f32,bf16_to_f32")
     ap.add_argument("--emu-device", default="h100")
     ap.add_argument("--show-variants", type=int, default=3, help="emulator variants printed per path, best first (default 3)")
     ap.add_argument("--emu-workers", type=int, default=0, help="emulator processes (default: CPUs - 1, at most 15; 1 = serial)")
@@ -824,7 +832,9 @@ def main(argv=None):
                         log(f"    {vn:<28} emulator error: {v['error']}")
                     else:
                         f = v["first"]
+                        by_k = ", ".join(f"K={k}: {m}" for k, m in v.get("mismatch_by_k", {}).items() if m)
                         log(f"    {vn:<28} {v['mismatch']:>8} / {v['n']:<8} mismatches (crafted {v.get('crafted_mismatch', 0)})"
+                            + (f" [{by_k}]" if by_k else "")
                             + (f"  e.g. K={v['first_k']} [{f['row']},{f['col']}] device {f['device']} emulator {f['emulator']}"
                                if f and i == 0 else ""))
                 if len(ranked) > args.show_variants:
