@@ -81,11 +81,51 @@ fn family(pinned: usize) -> Vec<Shape> {
     with_inputs(56, (12, 900), 1 + pinned)
 }
 
+/// The values the `pinned` extra inputs are pinned to (exact in float32).
+fn pinned_values(pinned: usize) -> Vec<f64> {
+    (0..pinned)
+        .map(|k| f64::from(0.25f32 * (k as f32 - 7.0)))
+        .collect()
+}
+
+/// The widest shape of a family, written as a model, with its pinned values and its exact
+/// margin's minimum `m` over `[-1.5, 2]` and scale `s`.
+struct Widest {
+    dir: tempfile::TempDir,
+    shape: Shape,
+    model: std::path::PathBuf,
+    pins: Vec<f64>,
+    m: Rational,
+    scale: Rational,
+}
+
+impl Widest {
+    fn of(pinned: usize) -> Widest {
+        let shape = family(pinned).pop().expect("a wide shape");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let model = write_model(&shape, dir.path());
+        let pins = pinned_values(pinned);
+        let pins_q: Vec<Rational> = pins.iter().map(|v| q(*v)).collect();
+        let (m, scale) = Exact::of(&shape).min_margin((&q(-1.5), &q(2.0)), &pins_q);
+        Widest {
+            dir,
+            shape,
+            model,
+            pins,
+            m,
+            scale,
+        }
+    }
+
+    /// The property `Y_0 - Y_1 <= c` over the box.
+    fn property(&self, c: &Rational) -> std::path::PathBuf {
+        property(self.dir.path(), (-1.5, 2.0), &self.pins, 3, &decimal(c))
+    }
+}
+
 fn check_family(pinned: usize, (recompute, falsifier): (Recompute, bool)) {
     let (a, b) = (-1.5f64, 2.0f64);
-    let pins: Vec<f64> = (0..pinned)
-        .map(|k| f64::from(0.25f32 * (k as f32 - 7.0)))
-        .collect();
+    let pins = pinned_values(pinned);
     let pins_q: Vec<Rational> = pins.iter().map(|v| q(*v)).collect();
     let (mut holds, mut violated, mut split, mut infeasible) = (0, 0, 0, 0);
     for shape in family(pinned) {
@@ -268,17 +308,9 @@ fn every_deployment_keeps_the_exact_verdict() {
 fn the_search_does_not_depend_on_the_thread_count() {
     let mut compared = 0;
     for (pinned, budget) in [(0, 200_000), (PINNED, 200_000), (PINNED, 40)] {
-        let shape = family(pinned).pop().expect("a wide shape");
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let model = write_model(&shape, dir.path());
-        let pins: Vec<f64> = (0..pinned)
-            .map(|k| f64::from(0.25f32 * (k as f32 - 7.0)))
-            .collect();
-        let pins_q: Vec<Rational> = pins.iter().map(|v| q(*v)).collect();
-        let exact = Exact::of(&shape);
-        let (m, scale) = exact.min_margin((&q(-1.5), &q(2.0)), &pins_q);
-        let c = decimal(&(m - q(1e-4) * (Rational::from(1) + scale)));
-        let prop = property(dir.path(), (-1.5, 2.0), &pins, 3, &c);
+        let w = Widest::of(pinned);
+        let (shape, model) = (&w.shape, &w.model);
+        let prop = w.property(&(w.m.clone() - q(1e-4) * (Rational::from(1) + &w.scale)));
         let mut req = request();
         req.options.subdomains = budget;
         let run = |threads: usize| {
@@ -287,7 +319,7 @@ fn the_search_does_not_depend_on_the_thread_count() {
                 .build()
                 .expect("a pool");
             let r = pool.install(|| {
-                verify_cmd::instance(&req, (&model, &prop), 120.0, &Progress::silent())
+                verify_cmd::instance(&req, (model, &prop), 120.0, &Progress::silent())
                     .expect("decided")
             });
             let s: Vec<_> = (r.outcome.searches.iter())
@@ -320,20 +352,13 @@ fn the_search_does_not_depend_on_the_thread_count() {
 /// root's bounds decide into `unknown`, however small the cap.
 #[test]
 fn the_memory_cap_stops_a_search_but_not_a_decided_root() {
-    let shape = family(PINNED).pop().expect("a wide shape");
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let model = write_model(&shape, dir.path());
-    let pins: Vec<f64> = (0..PINNED)
-        .map(|k| f64::from(0.25f32 * (k as f32 - 7.0)))
-        .collect();
-    let pins_q: Vec<Rational> = pins.iter().map(|v| q(*v)).collect();
-    let exact = Exact::of(&shape);
-    let (m, scale) = exact.min_margin((&q(-1.5), &q(2.0)), &pins_q);
+    let w = Widest::of(PINNED);
+    let (shape, model, m, scale) = (&w.shape, &w.model, &w.m, &w.scale);
     let verdict = |margin: Rational, memory_bytes: usize| {
-        let prop = property(dir.path(), (-1.5, 2.0), &pins, 3, &decimal(&margin));
+        let prop = w.property(&margin);
         let mut req = request();
         req.options.memory_bytes = memory_bytes;
-        let r = verify_cmd::instance(&req, (&model, &prop), 120.0, &Progress::silent())
+        let r = verify_cmd::instance(&req, (model, &prop), 120.0, &Progress::silent())
             .expect("a verdict");
         let bounded: usize = r.outcome.searches.iter().map(|s| s.bounded).sum();
         let why: Vec<String> = (r.outcome.searches.iter())
@@ -341,7 +366,7 @@ fn the_memory_cap_stops_a_search_but_not_a_decided_root() {
             .collect();
         (r.outcome.verdict.word(), bounded, why)
     };
-    let close = m.clone() - q(1e-4) * (Rational::from(1) + &scale);
+    let close = m.clone() - q(1e-4) * (Rational::from(1) + scale);
     let (word, bounded, _) = verdict(close.clone(), 256 << 20);
     assert_eq!((word, bounded > 1), ("unsat", true), "{}", shape.name());
     let (word, _, why) = verdict(close, 1);
@@ -349,7 +374,7 @@ fn the_memory_cap_stops_a_search_but_not_a_decided_root() {
     assert!(why.iter().any(|w| w.contains("memory cap")), "{why:?}");
     // far below the minimum, the bounds alone exclude the region (at the search's root, or
     // before any search)
-    let far = m - Rational::from(1000) * (Rational::from(1) + scale);
+    let far = m.clone() - Rational::from(1000) * (Rational::from(1) + scale);
     let (word, bounded, _) = verdict(far, 1);
     assert_eq!((word, bounded <= 1), ("unsat", true), "{}", shape.name());
 }
