@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use super::exit::Exit;
 use super::shared_flags::DeploymentFlags;
@@ -55,33 +55,12 @@ pub struct VerifyArgs {
     pub memory_cap_mib: usize,
     /// Branch and bound: whether a ReLU-splitting subdomain computes its hidden layers above its
     /// split again (adaptive: while doing so stabilises units; all three sound).
-    #[arg(long, value_enum, default_value_t = RecomputeArg::Adaptive)]
-    pub recompute: RecomputeArg,
+    #[arg(long, value_name = "WHEN", default_value = "adaptive", value_parser = Recompute::parse)]
+    pub recompute: Recompute,
     /// Skip the falsifier before branch and bound: a counterexample then comes only from the
     /// search's own candidates (to measure the search alone).
     #[arg(long)]
     pub no_falsifier: bool,
-}
-
-/// `--recompute`'s values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum RecomputeArg {
-    /// While the search's tally says it pays.
-    Adaptive,
-    /// In every subdomain.
-    Always,
-    /// In none: every layer keeps the parent's bounds.
-    Never,
-}
-
-impl From<RecomputeArg> for Recompute {
-    fn from(a: RecomputeArg) -> Self {
-        match a {
-            RecomputeArg::Adaptive => Recompute::Adaptive,
-            RecomputeArg::Always => Recompute::Always,
-            RecomputeArg::Never => Recompute::Never,
-        }
-    }
 }
 
 /// Runs `lipfp verify`: exit 0 holds, 1 violated, 3 unknown, 4 timeout (2 on error); with
@@ -105,7 +84,7 @@ pub fn verify(a: &VerifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             complete: !a.incomplete,
             subdomains: a.max_subdomains.unwrap_or(usize::MAX),
             memory_bytes: a.memory_cap_mib.saturating_mul(1 << 20),
-            recompute: a.recompute.into(),
+            recompute: a.recompute,
             falsifier: !a.no_falsifier,
         },
     };

@@ -42,6 +42,20 @@ pub enum Recompute {
     Never,
 }
 
+impl Recompute {
+    /// Reads `adaptive`, `always` or `never` (`lipfp verify --recompute`).
+    pub fn parse(text: &str) -> Result<Recompute, String> {
+        match text {
+            "adaptive" => Ok(Recompute::Adaptive),
+            "always" => Ok(Recompute::Always),
+            "never" => Ok(Recompute::Never),
+            other => Err(format!(
+                "`{other}` is not a recompute setting: use \"adaptive\", \"always\" or \"never\""
+            )),
+        }
+    }
+}
+
 /// The search's tally of what computing layers again achieved, and the setting it serves.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RefinementRule {
@@ -127,6 +141,14 @@ mod tests {
         rule.record(tally(1, 1, 0));
         assert_eq!(stabilised_share_permille(rule.tally), 20);
         assert!(rule.refine(1));
+    }
+
+    #[test]
+    fn the_three_settings_are_read_by_name() {
+        assert_eq!(Recompute::parse("adaptive"), Ok(Recompute::Adaptive));
+        assert_eq!(Recompute::parse("always"), Ok(Recompute::Always));
+        assert_eq!(Recompute::parse("never"), Ok(Recompute::Never));
+        assert!(Recompute::parse("Never").is_err_and(|e| e.contains("`Never`")));
     }
 
     /// `always` and `never` ignore the tally, warm-up and probes included.
