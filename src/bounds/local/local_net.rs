@@ -297,46 +297,176 @@ impl<'a> LocalNet<'a> {
         (search, warm): (Option<SlopeSearch>, Option<&Multipliers>),
         known: Known<'_>,
     ) -> SplitOutcome {
-        if c.ncols() != self.classes() {
-            return SplitOutcome::NotFinite;
-        }
-        let Some(region) = Region::new(set, self.input_dim()) else {
-            return SplitOutcome::NotFinite;
+        let job = SplitJob {
+            set,
+            c,
+            lip_slack,
+            splits,
+            search,
+            warm,
+            known,
         };
-        let hidden = self.hidden_of(known, &region, lip_slack, splits);
-        let hidden = match hidden {
+        let mut outcomes = self.split_lower_bounds_many(std::slice::from_ref(&job));
+        outcomes.pop().unwrap_or(SplitOutcome::NotFinite)
+    }
+
+    /// [`LocalNet::split_lower_bounds`] for every job: each job's hidden and CROWN bounds, then
+    /// one slope search for all of them in lockstep ([`slopes::search_many`]: at every layer one
+    /// product for every job's rows), then each job's sound bounds at what its search found. A
+    /// job's outcome depends on the jobs bounded with it only through the search's float64
+    /// sums (the soundness of each does not: docs/soundness.md L5).
+    pub fn split_lower_bounds_many(&self, jobs: &[SplitJob<'_>]) -> Vec<SplitOutcome> {
+        let prepared: Vec<Result<Crown, SplitOutcome>> =
+            jobs.iter().map(|job| self.crown_bounds(job)).collect();
+        let searches: Vec<Option<RowSearch>> = (jobs.iter().zip(&prepared))
+            .map(|(job, p)| {
+                let crown = p.as_ref().ok()?;
+                RowSearch::new((job.search?, job.warm), job.c, &crown.lower)
+            })
+            .collect();
+        let problems: Vec<slopes::Problem<'_>> = (searches.iter().zip(&prepared).zip(jobs))
+            .filter_map(|((rs, p), job)| {
+                let (rs, crown) = (rs.as_ref()?, p.as_ref().ok()?);
+                Some(rs.problem(&crown.hidden, &crown.region, job.splits))
+            })
+            .collect();
+        let mut found = slopes::search_many(self, &problems).into_iter();
+        drop(problems);
+        (prepared.into_iter().zip(searches).zip(jobs))
+            .map(|((p, rs), job)| {
+                let mut crown = match p {
+                    Ok(crown) => crown,
+                    Err(outcome) => return outcome,
+                };
+                let optimised = rs.and_then(|rs| {
+                    let at = (&crown.hidden, &crown.region, job.splits);
+                    let searched = found.next().flatten()?;
+                    self.keep_better(&rs, searched, &mut crown.lower, at)
+                });
+                SplitOutcome::Bounded(Box::new(SplitBounds {
+                    lower: crown.lower,
+                    hidden: crown.hidden,
+                    trace: crown.trace,
+                    optimised,
+                }))
+            })
+            .collect()
+    }
+
+    /// A job's hidden bounds and its rows' CROWN bounds, with the coefficients they carried.
+    fn crown_bounds(&self, job: &SplitJob<'_>) -> Result<Crown, SplitOutcome> {
+        if job.c.ncols() != self.classes() {
+            return Err(SplitOutcome::NotFinite);
+        }
+        let Some(region) = Region::new(job.set, self.input_dim()) else {
+            return Err(SplitOutcome::NotFinite);
+        };
+        let hidden = match self.hidden_of(job.known, &region, job.lip_slack, job.splits) {
             Ok(h) => h,
-            Err(Undecided::Infeasible(at)) => return SplitOutcome::Infeasible(at),
-            Err(Undecided::NotFinite) => return SplitOutcome::NotFinite,
+            Err(Undecided::Infeasible(at)) => return Err(SplitOutcome::Infeasible(at)),
+            Err(Undecided::NotFinite) => return Err(SplitOutcome::NotFinite),
         };
         let top = self.layers.len() - 1;
         let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
         let mut trace = Trace::new(top);
         let lines = (None, true, None);
-        let mut lower = backward::lower_bounds(
-            self,
-            top,
-            c.clone(),
-            parts,
-            lines,
-            &region,
-            Some(&mut trace),
-        );
-        let optimised = search.and_then(|search| {
-            self.search_slopes((search, warm), c, &mut lower, (&hidden, &region, splits))
-        });
-        SplitOutcome::Bounded(Box::new(SplitBounds {
-            lower,
+        let c = job.c.clone();
+        let lower = backward::lower_bounds(self, top, c, parts, lines, &region, Some(&mut trace));
+        Ok(Crown {
+            region,
             hidden,
+            lower,
             trace,
-            optimised,
-        }))
+        })
+    }
+}
+
+/// One subdomain's bounding for [`LocalNet::split_lower_bounds_many`]: the arguments of
+/// [`LocalNet::split_lower_bounds`].
+pub struct SplitJob<'a> {
+    /// The input set.
+    pub set: InputSet<'a>,
+    /// The rows.
+    pub c: &'a Array2<f64>,
+    /// As in [`LocalNet::hidden_bounds`].
+    pub lip_slack: &'a [f64],
+    /// The units whose phases are fixed.
+    pub splits: &'a Splits,
+    /// The slope search (none: CROWN's slopes).
+    pub search: Option<SlopeSearch>,
+    /// Where the search starts (a parent's multipliers for the same rows).
+    pub warm: Option<&'a Multipliers>,
+    /// What the hidden bounds start from.
+    pub known: Known<'a>,
+}
+
+/// A job's bounds at CROWN's slopes.
+struct Crown {
+    region: Region,
+    hidden: HiddenBounds,
+    lower: Vec<f64>,
+    trace: Trace,
+}
+
+/// The rows a slope search improves (those whose sound bound is at most its target) and where
+/// it starts.
+struct RowSearch {
+    search: SlopeSearch,
+    rows: Vec<usize>,
+    c: Array2<f64>,
+    start: Vec<f64>,
+    from: Option<Multipliers>,
+}
+
+impl RowSearch {
+    /// The rows of `c` to search given their sound bounds `lower` (`None`: none, or no steps).
+    fn new(
+        (search, warm): (SlopeSearch, Option<&Multipliers>),
+        c: &Array2<f64>,
+        lower: &[f64],
+    ) -> Option<RowSearch> {
+        let rows: Vec<usize> = (0..c.nrows())
+            .filter(|&r| lower[r].partial_cmp(&search.target) != Some(std::cmp::Ordering::Greater))
+            .collect();
+        if rows.is_empty() || search.iterations == 0 {
+            return None;
+        }
+        Some(RowSearch {
+            search,
+            c: c.select(ndarray::Axis(0), &rows),
+            start: rows.iter().map(|&r| lower[r]).collect(),
+            from: warm.map(|w| w.select_rows(&rows)),
+            rows,
+        })
+    }
+
+    /// The search over `region` with `hidden`'s relaxations.
+    fn problem<'a>(
+        &'a self,
+        hidden: &'a HiddenBounds,
+        region: &'a Region,
+        splits: &'a Splits,
+    ) -> slopes::Problem<'a> {
+        slopes::Problem {
+            relax: &hidden.relax,
+            c: &self.c,
+            x0: region.centre.view(),
+            reach: match &region.boxed {
+                Some(b) => slopes::Reach::Box(&b.half),
+                None => slopes::Reach::Ball(region.eps),
+            },
+            start: &self.start,
+            target: self.search.target,
+            iterations: self.search.iterations,
+            splits,
+            from: self.from.as_ref(),
+        }
     }
 }
 
 impl LocalNet<'_> {
     /// For the rows of `c` whose bound in `lower` is at most the search's target, searches lower
-    /// slopes and the split constraints' multipliers ([`slopes::search`], from `warm`'s rows
+    /// slopes and the split constraints' multipliers ([`slopes::search_many`], from `warm`'s rows
     /// where given) and keeps, per row, the larger of the two sound bounds. Returns what it found
     /// when it searched every row.
     pub(super) fn search_slopes(
@@ -346,41 +476,37 @@ impl LocalNet<'_> {
         lower: &mut [f64],
         (hidden, region, splits): (&HiddenBounds, &Region, &Splits),
     ) -> Option<Multipliers> {
-        let rows: Vec<usize> = (0..c.nrows())
-            .filter(|&r| lower[r].partial_cmp(&search.target) != Some(std::cmp::Ordering::Greater))
-            .collect();
-        if rows.is_empty() || search.iterations == 0 {
-            return None;
-        }
-        let c = c.select(ndarray::Axis(0), &rows);
-        let start: Vec<f64> = rows.iter().map(|&r| lower[r]).collect();
-        let reach = match &region.boxed {
-            Some(b) => slopes::Reach::Box(&b.half),
-            None => slopes::Reach::Ball(region.eps),
-        };
-        let from = warm.map(|w| w.select_rows(&rows));
-        let found = slopes::search(
-            self,
-            &hidden.relax,
-            (&c, region.centre.view(), reach),
-            (&start, search.target),
-            (search.iterations, splits),
-            from.as_ref(),
-        )?;
+        let rs = RowSearch::new((search, warm), c, lower)?;
+        let problem = rs.problem(hidden, region, splits);
+        let found = slopes::search_many(self, std::slice::from_ref(&problem));
+        let found = found.into_iter().next().flatten()?;
+        self.keep_better(&rs, found, lower, (hidden, region, splits))
+    }
+
+    /// The sound bounds of the searched rows at the slopes and multipliers `found`: each row
+    /// keeps the larger of its two sound bounds in `lower`. Returns `found` when the search
+    /// covered every row.
+    fn keep_better(
+        &self,
+        rs: &RowSearch,
+        found: Multipliers,
+        lower: &mut [f64],
+        (hidden, region, splits): (&HiddenBounds, &Region, &Splits),
+    ) -> Option<Multipliers> {
         // the rows are over the layer above the last relaxed one (the output, or a hidden
         // layer's pre-activations when its own bounds are tightened)
         let top = hidden.relax.len();
         let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
         let shift = (!splits.is_empty()).then_some((&found.betas[..], splits));
         let lines = (Some(&found.slopes[..]), true, shift);
-        let better = backward::lower_bounds(self, top, c, parts, lines, region, None);
-        for (&r, b) in rows.iter().zip(better) {
+        let better = backward::lower_bounds(self, top, rs.c.clone(), parts, lines, region, None);
+        for (&r, b) in rs.rows.iter().zip(better) {
             // NaN compares false: a failed search keeps CROWN's bound
             if b > lower[r] {
                 lower[r] = b;
             }
         }
-        (rows.len() == lower.len()).then_some(found)
+        (rs.rows.len() == lower.len()).then_some(found)
     }
 }
 

@@ -28,7 +28,7 @@ mod split;
 pub use backward::Trace;
 pub use deployed::{Deployment, LayerRounding};
 pub use hidden::{HiddenBounds, KeptBounds, Known, Refined};
-pub use local_net::{LocalLayer, LocalNet, SlopeSearch, SplitBounds, SplitOutcome};
+pub use local_net::{LocalLayer, LocalNet, SlopeSearch, SplitBounds, SplitJob, SplitOutcome};
 pub use lookahead::Estimated;
 pub use region::InputSet;
 pub use slopes::{Multipliers, StoredMultipliers};

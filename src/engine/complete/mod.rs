@@ -15,12 +15,14 @@
 //! for a budget of subdomains does not depend on the thread count. The queue's memory is counted
 //! against a cap: past it the search stops with `unknown`.
 
+mod bounding;
 pub mod branch;
 pub mod domain;
 pub mod points;
 pub mod refinement;
 pub mod search;
+pub use bounding::excluded;
 pub use refinement::Recompute;
 pub use search::{
-    decide, excluded, Budget, CompleteOutcome, Decision, Objective, SearchSet, INPUT_SPLIT_MAX_DIM,
+    decide, Budget, CompleteOutcome, Decision, Objective, SearchSet, INPUT_SPLIT_MAX_DIM,
 };

@@ -4,22 +4,25 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ndarray::{Array2, Axis};
+use ndarray::Array2;
 use rayon::prelude::*;
 
+use super::bounding::{bound_group, Bounded};
 use super::branch;
 use super::domain::{Branch, Queue, Subdomain};
 use super::refinement::{Recompute, RefinementRule};
 use crate::arith::format::Format;
 use crate::arith::sound::{add_down, add_up, l2_norm_up};
-use crate::bounds::local::{
-    HiddenBounds, InputSet, Multipliers, Refined, SlopeSearch, SplitBounds, SplitOutcome, Splits,
-};
+use crate::bounds::local::{HiddenBounds, SlopeSearch, Splits};
 use crate::engine::run::{box_norm_up, with_bounded_net, BoundedNet, Subject};
 
 /// Subdomains bounded together (a fixed number: the batches, hence the result, do not depend on
 /// the thread count).
 const BATCH: usize = 16;
+/// Of a batch, subdomains whose slope searches run as one (every layer one product for all of
+/// them, [`bound_group`]); the groups of a batch are bounded in parallel. A fixed number, like
+/// [`BATCH`]: a subdomain's bounds depend on its group, never on the thread count.
+const GROUP: usize = 4;
 /// Inputs up to this many are split by coordinate; more, by ReLU.
 pub const INPUT_SPLIT_MAX_DIM: usize = 16;
 /// Steps of the search for lower slopes and split multipliers at the root.
@@ -71,7 +74,7 @@ impl Objective {
     }
 
     /// The rows of the disjuncts in `open`.
-    fn rows_of(&self, open: &[usize]) -> Vec<usize> {
+    pub(super) fn rows_of(&self, open: &[usize]) -> Vec<usize> {
         (0..self.disjunct.len())
             .filter(|r| open.contains(&self.disjunct[*r]))
             .collect()
@@ -146,7 +149,7 @@ pub enum SearchSet<'a> {
 
 impl SearchSet<'_> {
     /// An upper bound on the l2 norm of every input of the set.
-    fn norm_up(&self) -> f64 {
+    pub(super) fn norm_up(&self) -> f64 {
         match *self {
             SearchSet::Box(lo, hi) => box_norm_up(lo, hi),
             SearchSet::Ball { x0, eps, .. } => add_up(l2_norm_up(x0.iter().copied()), eps),
@@ -163,33 +166,20 @@ impl SearchSet<'_> {
 }
 
 /// How subdomains are split.
-struct Plan<'a> {
+pub(super) struct Plan<'a> {
     /// The ball every subdomain lies in (its centre and radius), for a ball's search.
-    ball: Option<(&'a [f64], f64)>,
+    pub(super) ball: Option<(&'a [f64], f64)>,
     /// By input coordinate (low-dimensional inputs), else by ReLU.
-    by_input: bool,
+    pub(super) by_input: bool,
     /// The root box's widths (no coordinate may lag far behind, [`branch::input_to_split`]).
-    root_width: Vec<f64>,
+    pub(super) root_width: Vec<f64>,
     /// Candidates a ReLU split is chosen among by estimating their children's bounds
     /// ([`relu_to_split`]; one: the best scored, without estimates).
-    candidates: usize,
+    pub(super) candidates: usize,
     /// With ReLU splits, the root's hidden bounds: every subdomain reuses them up to its
     /// shallowest split's layer and computes the layers above again with its splits
     /// ([`crate::bounds::local::Known::Refine`]; every subdomain's set is the root's).
-    base: Option<HiddenBounds>,
-}
-
-/// A bounded subdomain: open again (with its gap and branch), closed, or infeasible; with the
-/// caller's verdict on its candidate point.
-struct Bounded<C> {
-    domain: Subdomain,
-    closed: bool,
-    infeasible: bool,
-    found: Option<C>,
-    /// The hidden bounds it rested on (kept at the root only).
-    hidden: Option<HiddenBounds>,
-    /// What computing its layers again above its split did.
-    refined: Refined,
+    pub(super) base: Option<HiddenBounds>,
 }
 
 /// Decides whether some execution of the subject's deployed model on an input of `[lo, hi]` puts
@@ -281,21 +271,23 @@ fn search<C: Send>(
         target: f64::INFINITY,
     };
     let mut queue = Queue::default();
-    let mut first = bound(
+    let root_group = vec![(root, true)];
+    let mut batch = bound_group(
         (net, format),
         objective,
-        (root, true),
+        root_group,
         Some(root_search),
         &plan,
         confirm,
     );
+    let mut first = batch.pop().expect("a group of one bounds one subdomain");
     if !plan.by_input {
         plan.base = first.hidden.take();
     }
     // the root's bounds and slopes, which every subdomain of a ReLU-splitting search is
     // computed with, count against the cap with the queue
     let root_bytes = plan.base.as_ref().map_or(0, HiddenBounds::bytes);
-    let mut batch = vec![first];
+    batch.push(first);
     let (mut next_id, mut stuck) = (0u64, false);
     let mut rule = RefinementRule::new(budget.recompute);
     loop {
@@ -341,24 +333,23 @@ fn search<C: Send>(
             stuck |= c.is_empty();
             children.extend(c);
         }
-        let chosen: Vec<(Subdomain, bool)> = (children.into_iter())
+        let mut chosen = (children.into_iter())
             .map(|d| {
                 let refine = rule.refine(d.id);
                 (d, refine)
             })
-            .collect();
-        batch = (chosen.into_par_iter())
-            .map(|d| {
-                bound(
-                    (net, format),
-                    objective,
-                    d,
-                    Some(child_search),
-                    &plan,
-                    confirm,
-                )
+            .peekable();
+        let mut groups: Vec<Vec<(Subdomain, bool)>> = Vec::new();
+        while chosen.peek().is_some() {
+            groups.push(chosen.by_ref().take(GROUP).collect());
+        }
+        let bounded: Vec<Vec<Bounded<C>>> = (groups.into_par_iter())
+            .map(|group| {
+                let at = (net, format);
+                bound_group(at, objective, group, Some(child_search), &plan, confirm)
             })
             .collect();
+        batch = bounded.into_iter().flatten().collect();
     }
 }
 
@@ -370,137 +361,6 @@ fn finish<C>(mut out: CompleteOutcome<C>, queue: &Queue, start: Instant) -> Comp
     out
 }
 
-/// Bounds subdomain `d` (its box first shrunk to the values of the deployment `format`), with
-/// its layers above its split computed again where `refine` says so: closes the disjuncts its
-/// bounds exclude, chooses its branch, and checks its candidate point.
-fn bound<C>(
-    (net, format): (&BoundedNet<'_>, Format),
-    objective: &Objective,
-    (mut d, refine): (Subdomain, bool),
-    search: Option<SlopeSearch>,
-    plan: &Plan,
-    confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
-) -> Bounded<C> {
-    let done = |d: Subdomain, infeasible: bool| Bounded {
-        domain: d,
-        closed: true,
-        infeasible,
-        found: None,
-        hidden: None,
-        refined: Refined::default(),
-    };
-    match branch::onto_grid(format, &d.lo, &d.hi).filter(|_| plan.ball.is_none()) {
-        None if plan.ball.is_none() => return done(d, true),
-        None => {}
-        Some((lo, hi)) => {
-            if *lo != *d.lo {
-                d.lo = Arc::new(lo);
-            }
-            if *hi != *d.hi {
-                d.hi = Arc::new(hi);
-            }
-        }
-    }
-    let rows = objective.rows_of(&d.open);
-    let c = objective.c.select(Axis(0), &rows);
-    let warm = d.warm.as_ref().and_then(|w| {
-        let at: Option<Vec<usize>> = (rows.iter())
-            .map(|r| w.0.iter().position(|k| k == r))
-            .collect();
-        at.map(|at| w.1.select_rows(&at))
-    });
-    let set = match plan.ball {
-        Some((x0, eps)) => InputSet::Ball { x0, eps },
-        None => InputSet::Box {
-            lo: &d.lo,
-            hi: &d.hi,
-        },
-    };
-    let mut b = match net.net.split_lower_bounds(
-        set,
-        (&c, &net.slack),
-        &d.splits,
-        (search, warm.as_ref()),
-        d.known(plan.base.as_ref(), refine),
-    ) {
-        SplitOutcome::Infeasible(_) => return done(d, true),
-        SplitOutcome::NotFinite => {
-            // nothing known: split on (an input box always can be, until it is a point)
-            d.branch = fallback_branch(&d, plan);
-            return open(d, None);
-        }
-        SplitOutcome::Bounded(b) => *b,
-    };
-    let optimised = b.optimised.take();
-    let r0 = match plan.ball {
-        Some((x0, eps)) => SearchSet::Ball {
-            x0,
-            eps,
-            within: (&d.lo, &d.hi),
-        },
-        None => SearchSet::Box(&d.lo, &d.hi),
-    };
-    let per = if net.overflow_excluded(&b.hidden, r0.norm_up()).is_ok() {
-        objective.disjunct_bounds(&d.open, &rows, &b.lower)
-    } else {
-        // the bounds assume no overflow (B7): they exclude nothing here
-        vec![f64::NEG_INFINITY; d.open.len()]
-    };
-    let keep: Vec<usize> = (d.open.iter().zip(&per))
-        .filter(|(_, v)| !excluded(**v))
-        .map(|(k, _)| *k)
-        .collect();
-    if keep.is_empty() {
-        return Bounded {
-            refined: b.hidden.refined,
-            ..done(d, false)
-        };
-    }
-    // the row to improve: of the open disjunct furthest from excluded, the row nearest to
-    // excluding it (a disjunct is excluded by any one of its rows)
-    let target = (d.open.iter().zip(&per))
-        .filter(|(_, v)| !excluded(**v))
-        .min_by(|a, b2| a.1.total_cmp(b2.1))
-        .map(|(k, _)| *k)
-        .unwrap_or(0);
-    d.gap = per
-        .iter()
-        .copied()
-        .filter(|v| !excluded(*v))
-        .fold(f64::INFINITY, f64::min);
-    let worst = (0..rows.len())
-        .filter(|&t| objective.disjunct[rows[t]] == target)
-        .max_by(|&a, &b2| {
-            let value = |t: usize| add_down(b.lower[t], objective.offset[rows[t]]);
-            value(a).total_cmp(&value(b2)).then(b2.cmp(&a))
-        })
-        .unwrap_or(0);
-    d.open = keep;
-    let a = b.trace.input.row(worst);
-    let candidate = match plan.ball {
-        Some((x0, eps)) => branch::ball_minimiser(a, (x0, eps), (&d.lo, &d.hi)),
-        None => branch::linear_minimiser(a, &d.lo, &d.hi),
-    };
-    let relu = (!plan.by_input)
-        .then(|| relu_to_split(net, (&b, optimised.as_ref()), (set, plan.candidates), worst))
-        .flatten();
-    d.branch = match relu {
-        Some((l, j)) => Branch::Relu(l, j),
-        None if plan.ball.is_some() => Branch::Exhausted,
-        None => (branch::input_to_split(a, &d.lo, &d.hi, &plan.root_width))
-            .map_or(Branch::Exhausted, Branch::Input),
-    };
-    d.warm = (optimised.and_then(|m| m.stored(b.hidden.relaxations(), &d.splits)))
-        .map(|m| Arc::new((rows.clone(), m)));
-    d.inherited = Some(Arc::new(b.hidden.kept()));
-    let found = confirm(&candidate);
-    Bounded {
-        refined: b.hidden.refined,
-        hidden: Some(b.hidden),
-        ..open(d, found)
-    }
-}
-
 /// Whether the network has at most [`branch::SPLIT_LAYERS`] hidden layers (the split window's
 /// depth). On deeper networks a split's effect is mostly what computing the
 /// layers above it again achieves (B10), which a child's estimated bound does not see: there
@@ -510,53 +370,9 @@ fn shallow(net: &BoundedNet<'_>) -> bool {
     net.net.hidden_layers() <= branch::SPLIT_LAYERS
 }
 
-/// The unit to split for row `row` of a subdomain's bounds `b` over `set`: of the `candidates`
-/// best scored, the one whose children's estimated bounds gain most
-/// ([`branch::split_by_gains`]).
-fn relu_to_split(
-    net: &BoundedNet<'_>,
-    (b, optimised): (&SplitBounds, Option<&Multipliers>),
-    (set, candidates): (InputSet<'_>, usize),
-    row: usize,
-) -> Option<(usize, usize)> {
-    let relax = b.hidden.relaxations();
-    let candidates = branch::relu_candidates(relax, &b.trace.hidden, row, candidates);
-    if candidates.len() <= 1 {
-        return candidates.first().copied();
-    }
-    let gains = (net.net).split_gains(set, (&b.hidden, &b.trace, optimised), row, &candidates);
-    branch::split_by_gains(&candidates, &gains)
-}
-
-/// Whether a disjunct's bound `v` excludes it: strictly above zero (NaN excludes nothing).
-pub fn excluded(v: f64) -> bool {
-    v > 0.0
-}
-
-/// An open subdomain.
-fn open<C>(domain: Subdomain, found: Option<C>) -> Bounded<C> {
-    Bounded {
-        domain,
-        closed: false,
-        infeasible: false,
-        found,
-        hidden: None,
-        refined: Refined::default(),
-    }
-}
-
-/// The branch of a subdomain without finite bounds: halve its widest coordinate.
-fn fallback_branch(d: &Subdomain, plan: &Plan) -> Branch {
-    if plan.ball.is_some() {
-        return Branch::Exhausted;
-    }
-    let none = ndarray::Array1::<f64>::zeros(d.lo.len());
-    (branch::input_to_split(none.view(), &d.lo, &d.hi, &plan.root_width))
-        .map_or(Branch::Exhausted, Branch::Input)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::bounding::excluded;
     use super::*;
 
     /// A disjunct's bound is its best usable row's lower bound plus the row's constant (rounded

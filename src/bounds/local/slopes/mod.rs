@@ -20,13 +20,13 @@
 
 use std::cmp::Ordering;
 
-use ndarray::{Array1, Array2, ArrayView1, Axis};
+use ndarray::{Array1, Array2, ArrayView1};
 
 use super::local_net::LocalNet;
 use super::relax::UnitRelaxation;
-use super::rows::rows_times;
-use super::split::{Phase, Splits};
+use super::split::Splits;
 pub use multipliers::Multipliers;
+use relaxed::{Block, Lines};
 pub use stored::StoredMultipliers;
 pub use unit_slopes::UnitSlopes;
 
@@ -46,119 +46,228 @@ pub(super) enum Reach<'a> {
     Box(&'a Array1<f64>),
 }
 
-/// The relaxed network's state for a block of margin rows at given slopes.
-struct Pass {
-    /// Per row, the (float64, unrounded) bound.
-    bound: Vec<f64>,
-    /// Per hidden layer, the rows' coefficients over its outputs `h_k` (`mu_k`).
-    mu: Vec<Array2<f64>>,
-    /// The rows' coefficients over the first layer's pre-activations.
-    first: Array2<f64>,
-    /// Per row, `||W_1^T Lambda_1^T||` (a ball).
-    norm: Vec<f64>,
-    /// Per row, the minimiser's offset from the centre, `-half sign(Lambda_1 W_1)` (a box).
-    offset: Option<Array2<f64>>,
+/// One search of [`search_many`]: a block of rows, where it starts and when it stops.
+pub(super) struct Problem<'a> {
+    /// The hidden layers' relaxations (the rows are over the outputs of the layer above the
+    /// last).
+    pub relax: &'a [Vec<UnitRelaxation>],
+    /// The rows.
+    pub c: &'a Array2<f64>,
+    /// The centre.
+    pub x0: ArrayView1<'a, f64>,
+    /// The set around it.
+    pub reach: Reach<'a>,
+    /// The rows' sound CROWN bounds.
+    pub start: &'a [f64],
+    /// The value the rows must exceed.
+    pub target: f64,
+    /// Steps at most.
+    pub iterations: usize,
+    /// The split units.
+    pub splits: &'a Splits,
+    /// Where its shapes match, the point to start from instead of CROWN's slopes and zero
+    /// multipliers.
+    pub from: Option<&'a Multipliers>,
 }
 
-/// Per hidden layer, slopes (and multipliers of `splits`) for every row of `c` (rows x units; only entries of unstable units
-/// where the row's coefficient is nonnegative are read), found by up to `iterations` steps of
-/// projected gradient ascent from CROWN's adaptive slopes: the best slopes seen per row. `relax`
-/// are the hidden layers' relaxations, `x0` the centre, `eps` the radius; `start` the rows' sound
-/// CROWN bounds and `target` the value they must exceed; `from`, where its shapes match, the
-/// point the search starts from instead of CROWN's slopes and zero multipliers (its values are
-/// projected onto `[0, 1]` and `[0, inf)`). The search stops early once every row
-/// is predicted above the target, and gives up (`None`) once a row's progress, extrapolated
-/// generously, cannot reach it (never for an infinite target: then it takes every step); the prediction of a sound bound is the search's own bound less
-/// its excess over the sound one at CROWN's slopes (the deployment's rounding).
-pub(super) fn search(
-    net: &LocalNet,
-    relax: &[Vec<UnitRelaxation>],
-    (c, x0, eps): (&Array2<f64>, ArrayView1<f64>, Reach<'_>),
-    (start, target): (&[f64], f64),
-    (iterations, splits): (usize, &Splits),
-    from: Option<&Multipliers>,
-) -> Option<Multipliers> {
-    let rows = c.nrows();
-    if start.iter().any(|s| !s.is_finite()) {
-        return None;
-    }
-    let mut slopes: Vec<Array2<f64>> = relax
-        .iter()
-        .map(|units| {
-            let lower: Array1<f64> = units.iter().map(crown_slope).collect();
-            let mut a = Array2::zeros((rows, units.len()));
-            a.rows_mut().into_iter().for_each(|mut r| r.assign(&lower));
-            a
-        })
-        .collect();
-    let mut betas: Vec<Array2<f64>> = slopes.iter().map(|a| Array2::zeros(a.dim())).collect();
-    if let Some(w) = from {
-        let same = |a: &[Array2<f64>], b: &[Array2<f64>]| {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.dim() == y.dim())
-        };
-        if same(&w.slopes, &slopes) && same(&w.betas, &betas) {
-            slopes = (w.slopes.iter())
-                .map(|a| a.mapv(|v| v.clamp(0.0, 1.0)))
-                .collect();
-            betas = (w.betas.iter()).map(|a| a.mapv(|v| v.max(0.0))).collect();
-        }
-    }
-    let mut beta_moments: Vec<(Array2<f64>, Array2<f64>)> = (betas.iter())
-        .map(|a| (Array2::zeros(a.dim()), Array2::zeros(a.dim())))
-        .collect();
-    let mut best = Multipliers {
-        slopes: slopes.clone(),
-        betas: betas.clone(),
-    };
-    let mut best_bound = vec![f64::NEG_INFINITY; rows];
-    let mut excess = vec![0.0; rows];
-    let mut moments: Vec<(Array2<f64>, Array2<f64>)> = slopes
-        .iter()
-        .map(|a| (Array2::zeros(a.dim()), Array2::zeros(a.dim())))
-        .collect();
-    let centre = net.layers[0].w.dot(&x0);
-    for step in 1..=iterations {
-        let pass = backward(net, relax, c, (&slopes, &betas, splits), &centre, eps);
-        for r in 0..rows {
-            if step == 1 {
-                excess[r] = excess_over_sound(pass.bound[r], start[r]);
-            }
-            if pass.bound[r].partial_cmp(&best_bound[r]) != Some(Ordering::Greater) {
-                continue;
-            }
-            best_bound[r] = pass.bound[r];
-            for (b, a) in best.slopes.iter_mut().zip(&slopes) {
-                b.row_mut(r).assign(&a.row(r));
-            }
-            for (b, a) in best.betas.iter_mut().zip(&betas) {
-                b.row_mut(r).assign(&a.row(r));
-            }
-        }
-        let predicted: Vec<f64> = (best_bound.iter().zip(&excess))
-            .map(|(b, e)| predicted_sound(*b, *e))
+/// Per problem, per hidden layer, slopes (and multipliers of its `splits`) for every row of its
+/// `c` (rows x units; only entries of unstable units where the row's coefficient is nonnegative
+/// are read), found by up to `iterations` steps of projected gradient ascent from CROWN's
+/// adaptive slopes: the best slopes seen per row. `start` are the rows' sound CROWN bounds and
+/// `target` the value they must exceed; `from`, where its shapes match, the point the search
+/// starts from instead of CROWN's slopes and zero multipliers (its values are projected onto
+/// `[0, 1]` and `[0, inf)`). A search stops early once every row is predicted above the target,
+/// and gives up (`None`) once a row's progress, extrapolated generously, cannot reach it (never
+/// for an infinite target: then it takes every step); the prediction of a sound bound is the
+/// search's own bound less its excess over the sound one at CROWN's slopes (the deployment's
+/// rounding).
+///
+/// The searches run in lockstep: at each step those still running are one batch of the relaxed
+/// passes ([`relaxed`]), at every layer one product for all of them. A search's result depends
+/// on the problems searched with it (the products' order of summation), never on the thread
+/// count.
+pub(super) fn search_many(net: &LocalNet, problems: &[Problem<'_>]) -> Vec<Option<Multipliers>> {
+    let mut states: Vec<Option<State>> = problems.iter().map(|p| State::new(net, p)).collect();
+    let mut found: Vec<Option<Multipliers>> = vec![None; problems.len()];
+    let steps = problems.iter().map(|p| p.iterations).max().unwrap_or(0);
+    for step in 1..=steps {
+        let running: Vec<usize> = (0..problems.len())
+            .filter(|&i| states[i].is_some() && step <= problems[i].iterations)
             .collect();
-        if (predicted.iter().zip(&excess)).all(|(p, e)| safely_above(*p, *e, target)) {
+        if running.is_empty() {
             break;
         }
-        let hopeless = (predicted.iter().zip(start))
-            .any(|(p, s)| cannot_reach((*p, *s), target, (step, iterations)));
-        if step >= 5 && hopeless && target.is_finite() {
+        let blocks: Vec<Block> = (running.iter())
+            .filter_map(|&i| states[i].as_ref().map(|s| s.block(&problems[i])))
+            .collect();
+        let passes = relaxed::backward(net, &blocks);
+        drop(blocks);
+        let mut climbing = Vec::with_capacity(running.len());
+        for (&i, pass) in running.iter().zip(passes) {
+            let Some(state) = states[i].as_mut() else {
+                continue;
+            };
+            match state.record(&pass, &problems[i], step) {
+                Next::Climb => climbing.push((i, pass)),
+                Next::Stop(result) => {
+                    found[i] = result;
+                    states[i] = None;
+                }
+            }
+        }
+        let blocks: Vec<Block> = (climbing.iter())
+            .filter_map(|(i, _)| states[*i].as_ref().map(|s| s.block(&problems[*i])))
+            .collect();
+        let passes: Vec<&relaxed::Pass> = climbing.iter().map(|(_, p)| p).collect();
+        let grads = relaxed::gradients(net, &blocks, &passes);
+        drop(blocks);
+        for ((i, _), (g, beta_g)) in climbing.iter().zip(grads) {
+            if let Some(state) = states[*i].as_mut() {
+                state.ascend((&g, &beta_g), problems[*i].splits, step);
+            }
+        }
+    }
+    for (f, state) in found.iter_mut().zip(states) {
+        if let Some(state) = state {
+            *f = Some(state.best);
+        }
+    }
+    found
+}
+
+/// What a search does after a step's pass.
+enum Next {
+    /// Takes another step.
+    Climb,
+    /// Stops with this result.
+    Stop(Option<Multipliers>),
+}
+
+/// One search's point, its Adam moments and the best slopes seen.
+struct State {
+    lines: Vec<Lines>,
+    centre: Array1<f64>,
+    slopes: Vec<Array2<f64>>,
+    betas: Vec<Array2<f64>>,
+    moments: Vec<(Array2<f64>, Array2<f64>)>,
+    beta_moments: Vec<(Array2<f64>, Array2<f64>)>,
+    best: Multipliers,
+    best_bound: Vec<f64>,
+    excess: Vec<f64>,
+}
+
+impl State {
+    /// The start of problem `p` (`None`: a start bound is not finite, nothing to search from).
+    fn new(net: &LocalNet, p: &Problem<'_>) -> Option<State> {
+        let rows = p.c.nrows();
+        if p.start.iter().any(|s| !s.is_finite()) {
             return None;
         }
-        if step == iterations {
-            break;
+        let mut slopes: Vec<Array2<f64>> = (p.relax.iter())
+            .map(|units| {
+                let lower: Array1<f64> = units.iter().map(crown_slope).collect();
+                let mut a = Array2::zeros((rows, units.len()));
+                a.rows_mut().into_iter().for_each(|mut r| r.assign(&lower));
+                a
+            })
+            .collect();
+        let mut betas: Vec<Array2<f64>> = slopes.iter().map(|a| Array2::zeros(a.dim())).collect();
+        if let Some(w) = p.from {
+            let same = |a: &[Array2<f64>], b: &[Array2<f64>]| {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.dim() == y.dim())
+            };
+            if same(&w.slopes, &slopes) && same(&w.betas, &betas) {
+                slopes = (w.slopes.iter())
+                    .map(|a| a.mapv(|v| v.clamp(0.0, 1.0)))
+                    .collect();
+                betas = (w.betas.iter()).map(|a| a.mapv(|v| v.max(0.0))).collect();
+            }
         }
-        let (grads, beta_grads) = gradients(net, relax, &pass, (&slopes, splits), &centre, eps);
-        for ((a, g), (m, v)) in slopes.iter_mut().zip(&grads).zip(&mut moments) {
+        let zeros = |v: &[Array2<f64>]| -> Vec<(Array2<f64>, Array2<f64>)> {
+            (v.iter())
+                .map(|a| (Array2::zeros(a.dim()), Array2::zeros(a.dim())))
+                .collect()
+        };
+        Some(State {
+            lines: p.relax.iter().map(|u| Lines::of(u)).collect(),
+            centre: net.layers[0].w.dot(&p.x0),
+            moments: zeros(&slopes),
+            beta_moments: zeros(&betas),
+            best: Multipliers {
+                slopes: slopes.clone(),
+                betas: betas.clone(),
+            },
+            slopes,
+            betas,
+            best_bound: vec![f64::NEG_INFINITY; rows],
+            excess: vec![0.0; rows],
+        })
+    }
+
+    /// The passes' view of the current point.
+    fn block<'s>(&'s self, p: &'s Problem<'_>) -> Block<'s> {
+        Block {
+            lines: &self.lines,
+            c: p.c,
+            centre: &self.centre,
+            reach: p.reach,
+            slopes: &self.slopes,
+            betas: &self.betas,
+            splits: p.splits,
+        }
+    }
+
+    /// Keeps each row's best slopes after step `step`'s `pass`, and says whether to go on.
+    fn record(&mut self, pass: &relaxed::Pass, p: &Problem<'_>, step: usize) -> Next {
+        for r in 0..p.c.nrows() {
+            if step == 1 {
+                self.excess[r] = excess_over_sound(pass.bound[r], p.start[r]);
+            }
+            if pass.bound[r].partial_cmp(&self.best_bound[r]) != Some(Ordering::Greater) {
+                continue;
+            }
+            self.best_bound[r] = pass.bound[r];
+            for (b, a) in self.best.slopes.iter_mut().zip(&self.slopes) {
+                b.row_mut(r).assign(&a.row(r));
+            }
+            for (b, a) in self.best.betas.iter_mut().zip(&self.betas) {
+                b.row_mut(r).assign(&a.row(r));
+            }
+        }
+        let predicted: Vec<f64> = (self.best_bound.iter().zip(&self.excess))
+            .map(|(b, e)| predicted_sound(*b, *e))
+            .collect();
+        if (predicted.iter().zip(&self.excess)).all(|(q, e)| safely_above(*q, *e, p.target)) {
+            return Next::Stop(Some(self.best.clone()));
+        }
+        let hopeless = (predicted.iter().zip(p.start))
+            .any(|(q, s)| cannot_reach((*q, *s), p.target, (step, p.iterations)));
+        if step >= 5 && hopeless && p.target.is_finite() {
+            return Next::Stop(None);
+        }
+        if step == p.iterations {
+            return Next::Stop(Some(self.best.clone()));
+        }
+        Next::Climb
+    }
+
+    /// One Adam step along the derivatives `g` (slopes) and `beta_g` (multipliers).
+    fn ascend(
+        &mut self,
+        (g, beta_g): (&[Array2<f64>], &[Array2<f64>]),
+        splits: &Splits,
+        step: usize,
+    ) {
+        for ((a, g), (m, v)) in self.slopes.iter_mut().zip(g).zip(&mut self.moments) {
             adam_ascent(a, g, (m, v), step, 1.0);
         }
         if !splits.is_empty() {
-            for ((b, g), (m, v)) in betas.iter_mut().zip(&beta_grads).zip(&mut beta_moments) {
+            for ((b, g), (m, v)) in (self.betas.iter_mut().zip(beta_g)).zip(&mut self.beta_moments)
+            {
                 adam_ascent(b, g, (m, v), step, f64::INFINITY);
             }
         }
     }
-    Some(best)
 }
 
 /// The search's excess over the sound bound at CROWN's slopes: its own bound there (float64,
@@ -221,146 +330,8 @@ fn adam_ascent(
         });
 }
 
-/// The sign `s` of a split: the constraint is `s z >= 0`.
-fn split_sign(phase: Phase) -> f64 {
-    match phase {
-        Phase::Active => 1.0,
-        Phase::Inactive => -1.0,
-    }
-}
-
-/// The backward substitution at the given slopes and multipliers, in plain float64.
-fn backward(
-    net: &LocalNet,
-    relax: &[Vec<UnitRelaxation>],
-    c: &Array2<f64>,
-    (slopes, betas, splits): (&[Array2<f64>], &[Array2<f64>], &Splits),
-    centre: &Array1<f64>,
-    eps: Reach<'_>,
-) -> Pass {
-    // the rows are over the output of layer `top`, the layer above the last relaxed one
-    let top = relax.len();
-    let mut lam = c.clone();
-    let mut cst = Array1::<f64>::zeros(c.nrows());
-    let mut mu = vec![Array2::zeros((0, 0)); top];
-    for l in (1..=top).rev() {
-        let layer = &net.layers[l];
-        cst += &lam.dot(&layer.b);
-        let m = rows_times(&lam, layer.w.view());
-        let mut next = m.clone();
-        for ((r, j), v) in next.indexed_iter_mut() {
-            *v = match relax[l - 1][j] {
-                UnitRelaxation::Inactive => 0.0,
-                UnitRelaxation::Active => *v,
-                UnitRelaxation::Unstable { .. } if *v >= 0.0 => slopes[l - 1][[r, j]] * *v,
-                UnitRelaxation::Unstable { slope, offset, .. } => {
-                    cst[r] += *v * offset;
-                    slope * *v
-                }
-            };
-        }
-        for &(_, j, phase) in splits.iter().filter(|(h, _, _)| *h == l - 1) {
-            let s = split_sign(phase);
-            for r in 0..next.nrows() {
-                next[[r, j]] -= s * betas[l - 1][[r, j]];
-            }
-        }
-        mu[l - 1] = m;
-        lam = next;
-    }
-    let first = &net.layers[0];
-    cst += &lam.dot(&(centre + &first.b));
-    let (norm, offset, bound) = match eps {
-        Reach::Ball(eps) => {
-            let quad = (rows_times(&lam, net.input_gram.view()) * &lam).sum_axis(Axis(1));
-            let norm: Vec<f64> = quad.iter().map(|q| q.max(0.0).sqrt()).collect();
-            let bound = (cst.iter().zip(&norm)).map(|(c, n)| c - eps * n).collect();
-            (norm, None, bound)
-        }
-        Reach::Box(half) => {
-            let mut m = rows_times(&lam, first.w.view());
-            let mut spread = vec![0.0; m.nrows()];
-            for (mut row, s) in m.rows_mut().into_iter().zip(&mut spread) {
-                row.zip_mut_with(half, |v, &r| {
-                    *s += v.abs() * r;
-                    *v = -v.signum() * r;
-                });
-            }
-            let bound = (cst.iter().zip(&spread)).map(|(c, s)| c - s).collect();
-            (Vec::new(), Some(m), bound)
-        }
-    };
-    Pass {
-        bound,
-        mu,
-        first: lam,
-        norm,
-        offset,
-    }
-}
-
-/// The bound's derivative in every slope (zero where the slope is not read), `mu_kj v_kj`, and
-/// in every split's multiplier, `-s v_kj`, with `v` the relaxed network's pre-activations at
-/// each row's minimiser (module docs).
-fn gradients(
-    net: &LocalNet,
-    relax: &[Vec<UnitRelaxation>],
-    pass: &Pass,
-    (slopes, splits): (&[Array2<f64>], &Splits),
-    centre: &Array1<f64>,
-    eps: Reach<'_>,
-) -> (Vec<Array2<f64>>, Vec<Array2<f64>>) {
-    // v_1 = W_1 x* + b_1: for a ball, W_1 x0 + b_1 - eps G Lambda_1^T / ||W_1^T Lambda_1^T||;
-    // for a box, W_1 x0 + b_1 + W_1 (x* - x0)
-    let mut v = match (eps, &pass.offset) {
-        (Reach::Box(_), Some(offset)) => rows_times(offset, net.layers[0].w_t.view()),
-        (Reach::Ball(eps), _) => {
-            let mut v = rows_times(&pass.first, net.input_gram.view());
-            for (mut row, &n) in v.rows_mut().into_iter().zip(&pass.norm) {
-                let scale = if n > 0.0 { -eps / n } else { 0.0 };
-                row.mapv_inplace(|g| g * scale);
-            }
-            v
-        }
-        (Reach::Box(_), None) => Array2::zeros(pass.first.dim()),
-    };
-    for mut row in v.rows_mut() {
-        row += centre;
-        row += &net.layers[0].b;
-    }
-    let mut grads = Vec::with_capacity(relax.len());
-    let mut beta_grads = Vec::with_capacity(relax.len());
-    for (k, units) in relax.iter().enumerate() {
-        let mut beta_grad = Array2::zeros(pass.mu[k].dim());
-        for &(_, j, phase) in splits.iter().filter(|(h, _, _)| *h == k) {
-            for r in 0..beta_grad.nrows() {
-                beta_grad[[r, j]] = -split_sign(phase) * v[[r, j]];
-            }
-        }
-        beta_grads.push(beta_grad);
-        let mu = &pass.mu[k];
-        let mut grad = Array2::zeros(mu.dim());
-        let mut h = Array2::zeros(mu.dim());
-        for ((r, j), g) in grad.indexed_iter_mut() {
-            let (m, z) = (mu[[r, j]], v[[r, j]]);
-            h[[r, j]] = match units[j] {
-                UnitRelaxation::Inactive => 0.0,
-                UnitRelaxation::Active => z,
-                UnitRelaxation::Unstable { .. } if m >= 0.0 => {
-                    *g = m * z;
-                    slopes[k][[r, j]] * z
-                }
-                UnitRelaxation::Unstable { slope, offset, .. } => slope * z + offset,
-            };
-        }
-        grads.push(grad);
-        let next = &net.layers[k + 1];
-        v = rows_times(&h, next.w_t.view()) + &next.b;
-    }
-    (grads, beta_grads)
-}
-
 mod multipliers;
+mod relaxed;
 mod stored;
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,7 @@
 use super::*;
 use crate::bounds::local::region::Region;
 use crate::bounds::local::seeded_net::seeded_net;
+use crate::bounds::local::split::Phase;
 use crate::bounds::local::InputSet;
 use crate::onnx::model::DenseNet;
 
@@ -97,6 +98,22 @@ fn net() -> DenseNet {
     seeded_net(7, &[3, 5, 4, 3])
 }
 
+/// A batch of one block over `(lines, c, centre, reach)` at slopes `s` and multipliers `b`.
+fn one_block<'a>(
+    (lines, c, centre, reach): (&'a [Lines], &'a Array2<f64>, &'a Array1<f64>, Reach<'a>),
+    (s, b, splits): (&'a [Array2<f64>], &'a [Array2<f64>], &'a Splits),
+) -> Vec<Block<'a>> {
+    vec![Block {
+        lines,
+        c,
+        centre,
+        reach,
+        slopes: s,
+        betas: b,
+        splits,
+    }]
+}
+
 /// Every entry of `grads` against central differences of `bound(k, r, j, delta)` (row `r`'s
 /// bound with entry `(k, r, j)` moved by `delta`); how many entries are nonzero.
 fn finite_differences(
@@ -144,12 +161,19 @@ fn check_gradients(set: InputSet<'_>, splits: &Splits) -> (usize, usize) {
         None => Reach::Ball(region.eps),
     };
     let centre = dense.layers[0].w.dot(&region.centre);
+    let lines: Vec<Lines> = hidden.relax.iter().map(|u| Lines::of(u)).collect();
+    let fixed = (&lines[..], &c, &centre, reach);
     let run = |s: &[Array2<f64>], b: &[Array2<f64>]| {
-        backward(&local, &hidden.relax, &c, (s, b, splits), &centre, reach)
+        let mut passes = relaxed::backward(&local, &one_block(fixed, (s, b, splits)));
+        passes.pop().expect("one block, one pass")
     };
     let pass = run(&slopes, &betas);
-    let parts = (&slopes[..], splits);
-    let (grads, beta_grads) = gradients(&local, &hidden.relax, &pass, parts, &centre, reach);
+    let mut grads = relaxed::gradients(
+        &local,
+        &one_block(fixed, (&slopes, &betas, splits)),
+        &[&pass],
+    );
+    let (grads, beta_grads) = grads.pop().expect("one block, one pair");
     let moved = |v: &[Array2<f64>], (k, r, j): (usize, usize, usize), delta: f64| {
         let mut v = v.to_vec();
         v[k][[r, j]] += delta;
@@ -203,4 +227,104 @@ fn gradients_over_a_box_match_finite_differences_of_the_bound() {
     assert_eq!(betas, 8, "{betas} multipliers read");
     let (slopes, _) = check_gradients(set, &Splits::none());
     assert!(slopes >= 2, "{slopes} slopes read");
+}
+
+/// The passes of a batch are each block's own: blocks over a ball and a box, with and without
+/// splits, and one relaxing only the first hidden layer (rows over the second layer's
+/// pre-activations), stacked into one product per layer, give every block's bounds, coefficients
+/// and derivatives as its pass alone does, up to the products' order of summation.
+#[test]
+fn a_batch_of_blocks_passes_as_each_block_alone() {
+    let dense = net();
+    let local = LocalNet::new(&dense, None, None).unwrap();
+    let x0 = [0.2, -0.4, 0.7];
+    let (lo, hi) = ([-0.3, -0.9, 0.2], [0.7, 0.1, 1.2]);
+    let ball = Region::new(InputSet::Ball { x0: &x0, eps: 0.5 }, 3).unwrap();
+    let boxed = Region::new(InputSet::Box { lo: &lo, hi: &hi }, 3).unwrap();
+    let (none, four) = (Splits::none(), four_splits());
+    let cases = [
+        (&ball, &none),
+        (&boxed, &four),
+        (&ball, &four),
+        (&boxed, &none),
+    ];
+    let hidden: Vec<_> = (cases.iter())
+        .map(|(r, s)| match local.hidden_over(r, &[], s, None) {
+            Ok(h) => h,
+            Err(_) => panic!("the subdomain is feasible at this point"),
+        })
+        .collect();
+    let lines: Vec<Vec<Lines>> = (hidden.iter())
+        .map(|h| h.relax.iter().map(|u| Lines::of(u)).collect())
+        .collect();
+    let c_out = ndarray::array![[1.0, -1.0, 0.0], [0.0, 1.0, -1.0], [0.5, 0.0, -2.0]];
+    let c_mid = ndarray::array![[1.0, 0.0, -1.0, 0.5]];
+    let centres: Vec<Array1<f64>> = (cases.iter())
+        .map(|(r, _)| dense.layers[0].w.dot(&r.centre))
+        .collect();
+    let at = |rows: usize, units: usize, base: f64| {
+        Array2::from_shape_fn((rows, units), |(r, j)| {
+            (base + 0.13 * (r + 2 * j) as f64) % 1.0
+        })
+    };
+    let points: Vec<Multipliers> = (lines.iter().enumerate())
+        .map(|(i, l)| {
+            let depth = if i == 3 { 1 } else { l.len() };
+            let rows = if i == 3 { 1 } else { 3 };
+            let units = |k: usize| hidden[i].relax[k].len();
+            let s = (0..depth).map(|k| at(rows, units(k), 0.3)).collect();
+            let betas = (0..depth).map(|k| at(rows, units(k), 0.7)).collect();
+            Multipliers { slopes: s, betas }
+        })
+        .collect();
+    let blocks: Vec<Block> = (0..cases.len())
+        .map(|i| {
+            let reach = match &cases[i].0.boxed {
+                Some(b) => Reach::Box(&b.half),
+                None => Reach::Ball(cases[i].0.eps),
+            };
+            let depth = points[i].slopes.len();
+            Block {
+                lines: &lines[i][..depth],
+                c: if depth == 1 { &c_mid } else { &c_out },
+                centre: &centres[i],
+                reach,
+                slopes: &points[i].slopes,
+                betas: &points[i].betas,
+                splits: cases[i].1,
+            }
+        })
+        .collect();
+    let together = relaxed::backward(&local, &blocks);
+    let refs: Vec<&relaxed::Pass> = together.iter().collect();
+    let grads_together = relaxed::gradients(&local, &blocks, &refs);
+    let close = |a: &Array2<f64>, b: &Array2<f64>| {
+        a.dim() == b.dim()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| (x - y).abs() <= 1e-12 * (1.0 + y.abs()))
+    };
+    for (i, block) in blocks.iter().enumerate() {
+        let alone = relaxed::backward(&local, std::slice::from_ref(block));
+        let grads_alone = relaxed::gradients(&local, std::slice::from_ref(block), &[&alone[0]]);
+        let (a, t) = (&alone[0], &together[i]);
+        assert_eq!(a.bound.len(), t.bound.len());
+        for (x, y) in a.bound.iter().zip(&t.bound) {
+            assert!(
+                (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+                "block {i}: {x} vs {y}"
+            );
+        }
+        assert!(close(&a.first, &t.first), "block {i}");
+        assert!(
+            a.mu.iter().zip(&t.mu).all(|(x, y)| close(x, y)),
+            "block {i}"
+        );
+        let ((g, bg), (tg, tbg)) = (&grads_alone[0], &grads_together[i]);
+        assert_eq!((g.len(), bg.len()), (tg.len(), tbg.len()));
+        assert!(g.iter().zip(tg).all(|(x, y)| close(x, y)), "block {i}");
+        assert!(bg.iter().zip(tbg).all(|(x, y)| close(x, y)), "block {i}");
+    }
+    // the batch really is one: the blocks' bounds differ from one another
+    assert!(together[0].bound[0] != together[1].bound[0]);
 }
