@@ -3,12 +3,15 @@
 //! scaled, into every row of the result that has a nonzero coefficient for it (the rows of the
 //! result stay in cache, each row of `W` is read once), instead of a general matrix product that
 //! copies `W` into its own layout on every call (most of the time of a small product), a block
-//! of the result's columns at a time so that the block stays in cache. Either way
+//! of the result's columns at a time so that the block stays in cache. More rows take a general
+//! product over the rows of `W` that some coefficient reads ([`read_rows_times`]: a unit
+//! inactive over the subdomain gives every row a zero coefficient). Either way
 //! each entry is a float64 sum of the `m` products `Lambda_rk W_kj` in some order (a zero
-//! coefficient adds an exact zero), which is all the rounding arguments assume (docs/soundness.md
-//! "Local bounds": `gamma_m` bounds a sum of `m` products in any order).
+//! coefficient adds an exact zero, or is left out), which is all the rounding arguments assume
+//! (docs/soundness.md "Local bounds": `gamma_m` bounds a sum of `m` products in any order, and
+//! of fewer).
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::{Array2, ArrayView2, Axis};
 
 /// Up to this many rows, [`rows_times`] runs row by row.
 pub const FEW: usize = 64;
@@ -21,8 +24,11 @@ const BLOCK: usize = 256;
 /// `lam W` (`lam`: `r x m`, `w`: `m x n`).
 pub fn rows_times(lam: &Array2<f64>, w: ArrayView2<'_, f64>) -> Array2<f64> {
     let (rows, m) = lam.dim();
-    if rows >= FEW || w.nrows() != m {
+    if w.nrows() != m {
         return lam.dot(&w);
+    }
+    if rows >= FEW {
+        return read_rows_times(lam.view(), w);
     }
     let n = w.ncols();
     let mut out = Array2::<f64>::zeros((rows, n));
@@ -53,6 +59,24 @@ pub fn rows_times(lam: &Array2<f64>, w: ArrayView2<'_, f64>) -> Array2<f64> {
         }
     }
     out
+}
+
+/// `lam W` as one general product over the rows `k` of `W` that some row of `lam` reads
+/// (`Lambda_rk != 0`, NaN included); over every row when nearly all are read (selecting them
+/// would copy `W` for little).
+pub fn read_rows_times(lam: ArrayView2<'_, f64>, w: ArrayView2<'_, f64>) -> Array2<f64> {
+    let m = lam.ncols();
+    let mut reads = vec![false; m];
+    for row in lam.rows() {
+        for (r, v) in reads.iter_mut().zip(row) {
+            *r |= *v != 0.0;
+        }
+    }
+    let read: Vec<usize> = (0..m).filter(|&k| reads[k]).collect();
+    if 10 * read.len() >= 9 * m || w.nrows() != m {
+        return lam.dot(&w);
+    }
+    lam.select(Axis(1), &read).dot(&w.select(Axis(0), &read))
 }
 
 /// `o += a w`, element by element: each product rounded, then the sum (never fused, so every
@@ -91,6 +115,19 @@ mod tests {
         // a transposed view is read the same way
         let wt = array![[1.0, 3.0, 5.0], [2.0, -4.0, 6.0]];
         assert_eq!(rows_times(&lam, wt.t()), lam.dot(&w));
+        // many rows, most coefficients zero: the rows of W read are the product's
+        let sparse = Array2::from_shape_fn((FEW, 3), |(r, k)| if k == 1 { r as f64 } else { 0.0 });
+        assert_eq!(rows_times(&sparse, w.view()), sparse.dot(&w));
+        let mut nan = sparse.clone();
+        nan[[5, 2]] = f64::NAN;
+        let product = rows_times(&nan, w.view());
+        assert!(product.row(5).iter().all(|v| v.is_nan()));
+        assert_eq!(product.row(4), sparse.dot(&w).row(4));
+        let none = Array2::<f64>::zeros((2, 3));
+        assert_eq!(
+            read_rows_times(none.view(), w.view()),
+            Array2::<f64>::zeros((2, 2))
+        );
         // wider than a block of columns: every block is the product's
         let wide = Array2::from_shape_fn((3, 2 * BLOCK + 7), |(k, j)| (k * j % 11) as f64 - 5.0);
         assert_eq!(rows_times(&lam, wide.view()), lam.dot(&wide));

@@ -12,7 +12,7 @@ use ndarray::{concatenate, s, Array1, Array2, ArrayView2, Axis, Zip};
 
 use super::super::local_net::LocalNet;
 use super::super::relax::UnitRelaxation;
-use super::super::rows::rows_times;
+use super::super::rows::{read_rows_times, rows_times};
 use super::super::split::{Phase, Splits};
 use super::Reach;
 
@@ -77,9 +77,10 @@ pub(super) struct Pass {
     pub offset: Option<Array2<f64>>,
 }
 
-/// `m_b W` for every block `m_b` of `blocks`: one block alone is [`rows_times`]; several are
-/// stacked into one general product and split again (each entry still a float64 sum of its
-/// products, in the product's order).
+/// `m_b W` for every block `m_b` of `blocks`: one block alone is [`rows_times`] (which skips
+/// zero coefficients); several are stacked into one general product over the rows of `W` that
+/// some block's coefficient reads (units inactive in every block read none) and split again.
+/// Each entry is a float64 sum of its nonzero products in some order.
 pub(super) fn stacked_times(blocks: &[&Array2<f64>], w: ArrayView2<'_, f64>) -> Vec<Array2<f64>> {
     match blocks {
         [] => Vec::new(),
@@ -90,7 +91,7 @@ pub(super) fn stacked_times(blocks: &[&Array2<f64>], w: ArrayView2<'_, f64>) -> 
                 // blocks of different widths: each alone
                 return blocks.iter().map(|b| rows_times(b, w)).collect();
             };
-            let product = stacked.dot(&w);
+            let product = read_rows_times(stacked.view(), w);
             let mut at = 0;
             (blocks.iter())
                 .map(|b| {
