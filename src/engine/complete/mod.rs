@@ -11,8 +11,10 @@
 //! caller's check (lipfp's own execution of the model, in rationals) alone makes it a
 //! counterexample.
 //!
-//! Children are bounded in parallel in fixed batches and merged in creation order, so the result
-//! for a budget of subdomains does not depend on the thread count. The queue's memory is counted
+//! Children are bounded in fixed batches, each in fixed groups whose slope searches run as one
+//! (`bounding.rs`: at every layer one product for the group's rows); the groups run in parallel
+//! and are merged in creation order, so the result for a budget of subdomains does not depend
+//! on the thread count. The queue's memory is counted
 //! against a cap: past it the search stops with `unknown`.
 
 mod bounding;

@@ -372,8 +372,8 @@ fn shallow(net: &BoundedNet<'_>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::bounding::excluded;
     use super::*;
+    use crate::engine::complete::excluded;
 
     /// A disjunct's bound is its best usable row's lower bound plus the row's constant (rounded
     /// down); a row whose coefficients are not exact excludes nothing, however high its bound.

@@ -26,6 +26,7 @@ use super::local_net::LocalNet;
 use super::relax::UnitRelaxation;
 use super::split::Splits;
 pub use multipliers::Multipliers;
+pub(in crate::bounds::local) use relaxed::Reach;
 use relaxed::{Block, Lines};
 pub use stored::StoredMultipliers;
 pub use unit_slopes::UnitSlopes;
@@ -34,17 +35,6 @@ pub use unit_slopes::UnitSlopes;
 const STEP: f64 = 0.1;
 /// Adam's decay rates of the first and second moments.
 const DECAY: (f64, f64) = (0.9, 0.999);
-
-/// The set the search's plain bound is a minimum over: the l2 ball of radius `eps` around the
-/// centre, or the box of half-widths `half` around it (minimum `- sum_i |M_ri| half_i`, at
-/// the vertex `x* = x0 - half sign(M_r)`).
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Reach<'a> {
-    /// A ball's radius.
-    Ball(f64),
-    /// A box's half-widths.
-    Box(&'a Array1<f64>),
-}
 
 /// One search of [`search_many`]: a block of rows, where it starts and when it stops.
 pub(super) struct Problem<'a> {

@@ -10,11 +10,21 @@
 
 use ndarray::{concatenate, s, Array1, Array2, ArrayView2, Axis, Zip};
 
-use super::super::local_net::LocalNet;
-use super::super::relax::UnitRelaxation;
-use super::super::rows::{read_rows_times, rows_times};
-use super::super::split::{Phase, Splits};
-use super::Reach;
+use crate::bounds::local::local_net::LocalNet;
+use crate::bounds::local::relax::UnitRelaxation;
+use crate::bounds::local::rows::{read_rows_times, rows_times};
+use crate::bounds::local::split::{Phase, Splits};
+
+/// The set the search's plain bound is a minimum over: the l2 ball of radius `eps` around the
+/// centre, or the box of half-widths `half` around it (minimum `- sum_i |M_ri| half_i`, at
+/// the vertex `x* = x0 - half sign(M_r)`).
+#[derive(Clone, Copy, Debug)]
+pub(in crate::bounds::local) enum Reach<'a> {
+    /// A ball's radius.
+    Ball(f64),
+    /// A box's half-widths.
+    Box(&'a Array1<f64>),
+}
 
 /// One search's current point, as the passes read it.
 pub(super) struct Block<'a> {
