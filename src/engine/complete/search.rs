@@ -33,13 +33,19 @@ const ROOT_SLOPE_STEPS: usize = 20;
 /// cost (on mnistfc's 256x2 the l_inf gate run of docs/performance.md took 1.5 times as long
 /// with 10 steps, for the same decisions).
 const SHALLOW_CHILD_SLOPE_STEPS: usize = 5;
-/// The same on deeper networks (not [`shallow`]), where computing the layers above a split
-/// again is most of a subdomain's cost. On mnistfc (docs/performance.md "Session 21") 10 steps
+/// The same on deeper networks (not [`shallow`]) split by ReLU, where computing the layers above
+/// a split again is most of a subdomain's cost. On mnistfc (docs/performance.md "Session 21") 10 steps
 /// left the hardest open bound higher than 5 after the same number of subdomains in about the
 /// same time (256x6 `prop_13_0.03` after 2,000: -2.10 against -2.17; 256x4 `prop_3_0.03` after
 /// 8,000: -0.39 against -0.43), and after 60 s on all six open instances tried; 2 and 20 steps
 /// did worse.
 const DEEP_CHILD_SLOPE_STEPS: usize = 10;
+/// The same in a search that splits inputs ([`Plan::by_input`]; ACAS Xu's 50-unit layers, where
+/// the search is a larger share of a subdomain's cost than on mnistfc's 256-unit ones). On ACAS
+/// Xu `4_2 prop_2` (docs/performance.md "Session 25") 5 steps decided in 58.4 s (106,701
+/// subdomains) what 10 decided in 72.6 s (101,919) and 3 in 57.8 s (118,903); 0 steps left it
+/// open after 116 s.
+const INPUT_CHILD_SLOPE_STEPS: usize = 5;
 
 /// The unsafe region as rows of linear forms of the outputs: disjunct `d` is excluded over a
 /// subdomain when some usable row `r` of it has `lower_r + offset_r > 0`.
@@ -263,11 +269,7 @@ fn search<C: Send>(
         target: f64::INFINITY,
     };
     let child_search = SlopeSearch {
-        iterations: if shallow(net) {
-            SHALLOW_CHILD_SLOPE_STEPS
-        } else {
-            DEEP_CHILD_SLOPE_STEPS
-        },
+        iterations: child_slope_steps(shallow(net), plan.by_input),
         target: f64::INFINITY,
     };
     let mut queue = Queue::default();
@@ -370,6 +372,17 @@ fn shallow(net: &BoundedNet<'_>) -> bool {
     net.net.hidden_layers() <= branch::SPLIT_LAYERS
 }
 
+/// Steps of a subdomain's slope search below the root: [`INPUT_CHILD_SLOPE_STEPS`] when the
+/// search splits inputs, else [`SHALLOW_CHILD_SLOPE_STEPS`] or [`DEEP_CHILD_SLOPE_STEPS`] by the
+/// network's depth.
+fn child_slope_steps(shallow: bool, by_input: bool) -> usize {
+    match (by_input, shallow) {
+        (true, _) => INPUT_CHILD_SLOPE_STEPS,
+        (false, true) => SHALLOW_CHILD_SLOPE_STEPS,
+        (false, false) => DEEP_CHILD_SLOPE_STEPS,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,5 +422,15 @@ mod tests {
             tiny.disjunct_bounds(&[0], &[1], &[9.0]),
             vec![f64::NEG_INFINITY]
         );
+    }
+
+    /// An input-splitting search takes its own steps on every depth; a ReLU-splitting one, its
+    /// depth's.
+    #[test]
+    fn a_subdomains_slope_steps_follow_what_it_splits_and_the_depth() {
+        assert_eq!(child_slope_steps(false, true), 5);
+        assert_eq!(child_slope_steps(true, true), 5);
+        assert_eq!(child_slope_steps(true, false), 5);
+        assert_eq!(child_slope_steps(false, false), 10);
     }
 }
