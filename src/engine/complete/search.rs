@@ -34,11 +34,11 @@ const ROOT_SLOPE_STEPS: usize = 20;
 /// with 10 steps, for the same decisions).
 const SHALLOW_CHILD_SLOPE_STEPS: usize = 5;
 /// The same on deeper networks (not [`shallow`]) split by ReLU, where computing the layers above
-/// a split again is most of a subdomain's cost. On mnistfc (docs/performance.md "Session 21") 10 steps
-/// left the hardest open bound higher than 5 after the same number of subdomains in about the
-/// same time (256x6 `prop_13_0.03` after 2,000: -2.10 against -2.17; 256x4 `prop_3_0.03` after
-/// 8,000: -0.39 against -0.43), and after 60 s on all six open instances tried; 2 and 20 steps
-/// did worse.
+/// a split again is most of a subdomain's cost. On mnistfc (docs/performance.md "Session 21")
+/// 10 steps left the hardest open bound higher than 5 after the same number of subdomains in
+/// about the same time (256x6 `prop_13_0.03` after 2,000: -2.10 against -2.17; 256x4
+/// `prop_3_0.03` after 8,000: -0.39 against -0.43), and after 60 s on all six open instances
+/// tried; 2 and 20 steps did worse.
 const DEEP_CHILD_SLOPE_STEPS: usize = 10;
 /// The same in a search that splits inputs ([`Plan::by_input`]; ACAS Xu's 50-unit layers, where
 /// the search is a larger share of a subdomain's cost than on mnistfc's 256-unit ones). On ACAS
