@@ -9,6 +9,7 @@ use super::deployed::{Deployment, LayerErrorModel};
 use super::hidden::{HiddenBounds, Known};
 use super::region::InputSet;
 use super::region::Region;
+use super::row_search::{RowGroups, RowSearch, Warm};
 use super::slopes::{self, Multipliers};
 use super::split::{Infeasible, Splits};
 use crate::arith::sound::{l2_norm_up, mul_up};
@@ -87,9 +88,9 @@ pub struct SplitBounds {
     pub hidden: HiddenBounds,
     /// The coefficients CROWN's substitution carried for the rows.
     pub trace: Trace,
-    /// The slopes and multipliers the search found for every row (a child's starting point),
-    /// when it ran on every row.
-    pub optimised: Option<Multipliers>,
+    /// The rows of `C` the search improved, ascending, and the slopes and multipliers it found
+    /// for them (a child's starting point), when it ran.
+    pub optimised: Option<(Vec<usize>, Multipliers)>,
 }
 
 impl<'a> LocalNet<'a> {
@@ -287,14 +288,14 @@ impl<'a> LocalNet<'a> {
     /// fixes are in their phases (branch and bound's bounding step; `lip_slack` as in
     /// [`LocalNet::hidden_bounds`]), with the hidden bounds and the coefficients they rest on;
     /// `search` as in [`LocalNet::with_slope_search`] (it replaces the net's own), started from
-    /// `warm` (multipliers found for the same rows, a parent's) where given. The hidden bounds
-    /// start from what is `known` ([`Known`]).
+    /// `warm` ([`Warm`]) for the rows it has. The hidden bounds start from what is `known`
+    /// ([`Known`]).
     pub fn split_lower_bounds(
         &self,
         set: InputSet<'_>,
         (c, lip_slack): (&Array2<f64>, &[f64]),
         splits: &Splits,
-        (search, warm): (Option<SlopeSearch>, Option<&Multipliers>),
+        (search, warm): (Option<SlopeSearch>, Option<Warm<'_>>),
         known: Known<'_>,
     ) -> SplitOutcome {
         let job = SplitJob {
@@ -304,6 +305,7 @@ impl<'a> LocalNet<'a> {
             splits,
             search,
             warm,
+            groups: None,
             known,
         };
         let mut outcomes = self.split_lower_bounds_many(std::slice::from_ref(&job));
@@ -321,7 +323,7 @@ impl<'a> LocalNet<'a> {
         let searches: Vec<Option<RowSearch>> = (jobs.iter().zip(&prepared))
             .map(|(job, p)| {
                 let crown = p.as_ref().ok()?;
-                RowSearch::new((job.search?, job.warm), job.c, &crown.lower)
+                RowSearch::new((job.search?, job.warm, job.groups), job.c, &crown.lower)
             })
             .collect();
         let problems: Vec<slopes::Problem<'_>> = (searches.iter().zip(&prepared).zip(jobs))
@@ -341,7 +343,7 @@ impl<'a> LocalNet<'a> {
                 let optimised = rs.and_then(|rs| {
                     let at = (&crown.hidden, &crown.region, job.splits);
                     let searched = found.next().flatten()?;
-                    self.keep_better(&rs, searched, &mut crown.lower, at)
+                    Some(self.keep_better(&rs, searched, &mut crown.lower, at))
                 });
                 SplitOutcome::Bounded(Box::new(SplitBounds {
                     lower: crown.lower,
@@ -394,8 +396,10 @@ pub struct SplitJob<'a> {
     pub splits: &'a Splits,
     /// The slope search (none: CROWN's slopes).
     pub search: Option<SlopeSearch>,
-    /// Where the search starts (a parent's multipliers for the same rows).
-    pub warm: Option<&'a Multipliers>,
+    /// Where the search starts.
+    pub warm: Option<Warm<'a>>,
+    /// Rows that stand in for one another (none: every row is searched).
+    pub groups: Option<RowGroups<'a>>,
     /// What the hidden bounds start from.
     pub known: Known<'a>,
 }
@@ -406,108 +410,6 @@ struct Crown {
     hidden: HiddenBounds,
     lower: Vec<f64>,
     trace: Trace,
-}
-
-/// The rows a slope search improves (those whose sound bound is at most its target) and where
-/// it starts.
-struct RowSearch {
-    search: SlopeSearch,
-    rows: Vec<usize>,
-    c: Array2<f64>,
-    start: Vec<f64>,
-    from: Option<Multipliers>,
-}
-
-impl RowSearch {
-    /// The rows of `c` to search given their sound bounds `lower` (`None`: none, or no steps).
-    fn new(
-        (search, warm): (SlopeSearch, Option<&Multipliers>),
-        c: &Array2<f64>,
-        lower: &[f64],
-    ) -> Option<RowSearch> {
-        let rows: Vec<usize> = (0..c.nrows())
-            .filter(|&r| lower[r].partial_cmp(&search.target) != Some(std::cmp::Ordering::Greater))
-            .collect();
-        if rows.is_empty() || search.iterations == 0 {
-            return None;
-        }
-        Some(RowSearch {
-            search,
-            c: c.select(ndarray::Axis(0), &rows),
-            start: rows.iter().map(|&r| lower[r]).collect(),
-            from: warm.map(|w| w.select_rows(&rows)),
-            rows,
-        })
-    }
-
-    /// The search over `region` with `hidden`'s relaxations.
-    fn problem<'a>(
-        &'a self,
-        hidden: &'a HiddenBounds,
-        region: &'a Region,
-        splits: &'a Splits,
-    ) -> slopes::Problem<'a> {
-        slopes::Problem {
-            relax: &hidden.relax,
-            c: &self.c,
-            x0: region.centre.view(),
-            reach: match &region.boxed {
-                Some(b) => slopes::Reach::Box(&b.half),
-                None => slopes::Reach::Ball(region.eps),
-            },
-            start: &self.start,
-            target: self.search.target,
-            iterations: self.search.iterations,
-            splits,
-            from: self.from.as_ref(),
-        }
-    }
-}
-
-impl LocalNet<'_> {
-    /// For the rows of `c` whose bound in `lower` is at most the search's target, searches lower
-    /// slopes and the split constraints' multipliers ([`slopes::search_many`], from `warm`'s rows
-    /// where given) and keeps, per row, the larger of the two sound bounds. Returns what it found
-    /// when it searched every row.
-    pub(super) fn search_slopes(
-        &self,
-        (search, warm): (SlopeSearch, Option<&Multipliers>),
-        c: &Array2<f64>,
-        lower: &mut [f64],
-        (hidden, region, splits): (&HiddenBounds, &Region, &Splits),
-    ) -> Option<Multipliers> {
-        let rs = RowSearch::new((search, warm), c, lower)?;
-        let problem = rs.problem(hidden, region, splits);
-        let found = slopes::search_many(self, std::slice::from_ref(&problem));
-        let found = found.into_iter().next().flatten()?;
-        self.keep_better(&rs, found, lower, (hidden, region, splits))
-    }
-
-    /// The sound bounds of the searched rows at the slopes and multipliers `found`: each row
-    /// keeps the larger of its two sound bounds in `lower`. Returns `found` when the search
-    /// covered every row.
-    fn keep_better(
-        &self,
-        rs: &RowSearch,
-        found: Multipliers,
-        lower: &mut [f64],
-        (hidden, region, splits): (&HiddenBounds, &Region, &Splits),
-    ) -> Option<Multipliers> {
-        // the rows are over the layer above the last relaxed one (the output, or a hidden
-        // layer's pre-activations when its own bounds are tightened)
-        let top = hidden.relax.len();
-        let parts = (&hidden.pre[..], &hidden.relax[..], &hidden.errors[..]);
-        let shift = (!splits.is_empty()).then_some((&found.betas[..], splits));
-        let lines = (Some(&found.slopes[..]), true, shift);
-        let better = backward::lower_bounds(self, top, rs.c.clone(), parts, lines, region, None);
-        for (&r, b) in rs.rows.iter().zip(better) {
-            // NaN compares false: a failed search keeps CROWN's bound
-            if b > lower[r] {
-                lower[r] = b;
-            }
-        }
-        (rs.rows.len() == lower.len()).then_some(found)
-    }
 }
 
 /// Margin bounds that decide nothing, for predicted class `i`: `+inf` at `i` (no margin with

@@ -17,8 +17,13 @@ use super::rows::rows_times;
 use super::slopes::Multipliers;
 
 /// What a subdomain's bounds left for estimating its children's: its hidden layers' relaxations,
-/// the coefficients its substitution carried, and the lower slopes it searched (per row).
-pub type Estimated<'a> = (&'a HiddenBounds, &'a Trace, Option<&'a Multipliers>);
+/// the coefficients its substitution carried, and the lower slopes it searched with which of their
+/// rows is the row estimated for.
+pub type Estimated<'a> = (
+    &'a HiddenBounds,
+    &'a Trace,
+    Option<(&'a Multipliers, usize)>,
+);
 
 impl LocalNet<'_> {
     /// For row `row` of `at`'s bounds over `set` and each candidate `(hidden layer, unit)`, the
@@ -36,7 +41,14 @@ impl LocalNet<'_> {
         candidates: &[(usize, usize)],
     ) -> Vec<[f64; 2]> {
         let relax = hidden.relaxations();
-        let slopes = |l: usize| row_slopes(&relax[l], searched.map(|m| &m.slopes[..]), (l, row));
+        let searched_row = searched.map_or(0, |(_, r)| r);
+        let slopes = |l: usize| {
+            row_slopes(
+                &relax[l],
+                searched.map(|(m, _)| &m.slopes[..]),
+                (l, searched_row),
+            )
+        };
         let mut gains = vec![[f64::NEG_INFINITY; 2]; candidates.len()];
         let lowest = candidates.iter().map(|c| c.0).min().unwrap_or(usize::MAX);
         let coefficients = self.coefficients_down_to(lowest, relax, trace, row, &slopes);
@@ -259,7 +271,9 @@ mod tests {
         for slopes in [None, Some(&given)] {
             let parent = bound(&root.hidden, slopes);
             for (row, p) in parent.iter().enumerate() {
-                let gains = local.split_gains(set, (&root.hidden, &root.trace, slopes), row, &all);
+                let searched = slopes.map(|m| (m, row));
+                let gains =
+                    local.split_gains(set, (&root.hidden, &root.trace, searched), row, &all);
                 for (&(l, j), g) in all.iter().zip(&gains) {
                     for (k, phase) in [Phase::Active, Phase::Inactive].into_iter().enumerate() {
                         let splits = Splits::none().with(l, j, phase);

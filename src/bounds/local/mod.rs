@@ -20,6 +20,7 @@ mod local_net;
 mod lookahead;
 mod region;
 pub mod relax;
+mod row_search;
 mod rows;
 #[cfg(test)]
 mod seeded_net;
@@ -31,5 +32,6 @@ pub use hidden::{HiddenBounds, KeptBounds, Known, Refined};
 pub use local_net::{LocalLayer, LocalNet, SlopeSearch, SplitBounds, SplitJob, SplitOutcome};
 pub use lookahead::Estimated;
 pub use region::InputSet;
+pub use row_search::{RowGroups, Warm};
 pub use slopes::{Multipliers, StoredMultipliers};
 pub use split::{Infeasible, Phase, Splits};

@@ -14,7 +14,8 @@ use super::search::{Objective, Plan, SearchSet};
 use crate::arith::format::Format;
 use crate::arith::sound::add_down;
 use crate::bounds::local::{
-    HiddenBounds, InputSet, Multipliers, Refined, SlopeSearch, SplitBounds, SplitJob, SplitOutcome,
+    HiddenBounds, InputSet, Multipliers, Refined, RowGroups, SlopeSearch, SplitBounds, SplitJob,
+    SplitOutcome,
 };
 use crate::engine::run::BoundedNet;
 
@@ -58,7 +59,11 @@ pub(super) fn bound_group<C>(
             lip_slack: &net.slack,
             splits: &r.d.splits,
             search,
-            warm: r.warm.as_ref(),
+            warm: r.warm.as_ref().map(|(at, m)| (&at[..], m)),
+            groups: Some(RowGroups {
+                group: &r.group,
+                offset: &r.offset,
+            }),
             known: r.d.known(plan.base.as_ref(), *refine),
         })
         .collect();
@@ -71,12 +76,15 @@ pub(super) fn bound_group<C>(
 }
 
 /// A subdomain ready for its bounds: its box on the deployment's grid, the rows of its open
-/// disjuncts, and its parent's multipliers for them.
+/// disjuncts (`c`, with each one's disjunct and offset, an unusable row's `-inf`), and its
+/// parent's multipliers for those of them its parent searched (with their rows of `c`).
 struct Ready {
     d: Subdomain,
     rows: Vec<usize>,
     c: Array2<f64>,
-    warm: Option<Multipliers>,
+    group: Vec<usize>,
+    offset: Vec<f64>,
+    warm: Option<(Vec<usize>, Multipliers)>,
 }
 
 impl Ready {
@@ -101,13 +109,28 @@ impl Ready {
         }
         let rows = objective.rows_of(&d.open);
         let c = objective.c.select(Axis(0), &rows);
-        let warm = d.warm.as_ref().and_then(|w| {
-            let at: Option<Vec<usize>> = (rows.iter())
-                .map(|r| w.0.iter().position(|k| k == r))
-                .collect();
-            at.map(|at| w.1.select_rows(&at))
+        let warm = d.warm.as_ref().map(|w| {
+            // of the parent's rows, those still open, with their rows of `c`
+            let (at, of): (Vec<usize>, Vec<usize>) = (w.0.iter().enumerate())
+                .filter_map(|(k, r)| Some((rows.iter().position(|o| o == r)?, k)))
+                .unzip();
+            (at, w.1.select_rows(&of))
         });
-        Ok(Ready { d, rows, c, warm })
+        let group = rows.iter().map(|&r| objective.disjunct[r]).collect();
+        let offset = (rows.iter())
+            .map(|&r| match objective.usable[r] {
+                true => objective.offset[r],
+                false => f64::NEG_INFINITY,
+            })
+            .collect();
+        Ok(Ready {
+            d,
+            rows,
+            c,
+            group,
+            offset,
+            warm,
+        })
     }
 
     /// The input set its bounds are over.
@@ -206,8 +229,11 @@ fn settle<C>(
         Some((x0, eps)) => branch::ball_minimiser(a, (x0, eps), (&d.lo, &d.hi)),
         None => branch::linear_minimiser(a, &d.lo, &d.hi),
     };
+    // the searched multipliers of the row to improve, where it was searched
+    let searched =
+        (optimised.as_ref()).and_then(|(at, m)| Some((m, at.iter().position(|&t| t == worst)?)));
     let relu = (!plan.by_input)
-        .then(|| relu_to_split(net, (&b, optimised.as_ref()), (set, plan.candidates), worst))
+        .then(|| relu_to_split(net, (&b, searched), (set, plan.candidates), worst))
         .flatten();
     d.branch = match relu {
         Some((l, j)) => Branch::Relu(l, j),
@@ -215,8 +241,10 @@ fn settle<C>(
         None => (branch::input_to_split(a, &d.lo, &d.hi, &plan.root_width))
             .map_or(Branch::Exhausted, Branch::Input),
     };
-    d.warm = (optimised.and_then(|m| m.stored(b.hidden.relaxations(), &d.splits)))
-        .map(|m| Arc::new((rows.clone(), m)));
+    d.warm = optimised.and_then(|(at, m)| {
+        let stored = m.stored(b.hidden.relaxations(), &d.splits)?;
+        Some(Arc::new((at.iter().map(|&t| rows[t]).collect(), stored)))
+    });
     d.inherited = Some(Arc::new(b.hidden.kept()));
     let found = confirm(&candidate);
     Bounded {
@@ -231,7 +259,7 @@ fn settle<C>(
 /// ([`branch::split_by_gains`]).
 fn relu_to_split(
     net: &BoundedNet<'_>,
-    (b, optimised): (&SplitBounds, Option<&Multipliers>),
+    (b, optimised): (&SplitBounds, Option<(&Multipliers, usize)>),
     (set, candidates): (InputSet<'_>, usize),
     row: usize,
 ) -> Option<(usize, usize)> {

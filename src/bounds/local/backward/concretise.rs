@@ -22,12 +22,13 @@ use super::carried::{Carried, RowSums};
 /// `gamma_m |Lambda| |fl(W_1 c)| + |Lambda| e + m eta` of `fl(Lambda fl(W_1 c))`. The result is
 /// `cst + fl(Lambda fl(W_1 c)) - spread_up - err`, rounded down; a deployed input flushed to zero
 /// is within `D_0` of `x` (0 for the real network), which both spreads add.
+/// Over a box, also `M_hat = fl(Lambda W_1)`, which its spread forms ([`box_spread`]).
 pub(super) fn concretise(
     net: &LocalNet,
     lam: &Array2<f64>,
     mut carried: Carried,
     region: &Region,
-) -> Vec<f64> {
+) -> (Vec<f64>, Option<Array2<f64>>) {
     let layer = &net.layers[0];
     let (m, n) = layer.w.dim();
     let first = first_layer_at_centre(net, region);
@@ -55,24 +56,29 @@ pub(super) fn concretise(
             mul_up(slack, mul_up(4.0, add_up(1.0, lam_mass))),
         )
     }));
-    let spread = match &region.boxed {
-        None => ball_spread(
-            net,
-            lam,
-            add_up(region.eps, net.d0),
-            (&lam_squares, &lam_sums),
-        ),
-        Some(b) => box_spread(net, lam, &b.half),
+    let (spread, m_hat) = match &region.boxed {
+        None => {
+            let reach = add_up(region.eps, net.d0);
+            (
+                ball_spread(net, lam, reach, (&lam_squares, &lam_sums)),
+                None,
+            )
+        }
+        Some(b) => {
+            let (spread, m_hat) = box_spread(net, lam, &b.half);
+            (spread, Some(m_hat))
+        }
     };
     let sum_t = NonnegSum::new(carried.terms);
-    (0..lam.nrows())
+    let lower = (0..lam.nrows())
         .map(|r| {
             let err = sum_t.up(carried.err[r]);
             let value = add_down(carried.cst[r], centre[r]);
             sub_down(sub_down(value, spread[r]), err)
         })
         .map(|v| if v.is_nan() { f64::NEG_INFINITY } else { v })
-        .collect()
+        .collect();
+    (lower, m_hat)
 }
 
 /// The first layer's products with the region's centre `c` ([`FirstLayerAtCentre`]), kept by
@@ -131,8 +137,13 @@ pub(super) fn ball_spread(
 /// `h = r + D_0` (a flushed input moves each coordinate by less than `lambda <= D_0`): with
 /// `M_hat = fl(Lambda W_1)`, `|M_hat - Lambda W_1| <= gamma_m |Lambda| |W_1| + m eta` entrywise,
 /// so the sum is at most `sum_i |M_hat_ri| h_i + gamma_m |Lambda_r| (|W_1| h) + m eta sum_i h_i`,
-/// each a float64 sum of nonnegative terms bounded above as computed ([`NonnegSum`]).
-pub(super) fn box_spread(net: &LocalNet, lam: &Array2<f64>, half: &Array1<f64>) -> Vec<f64> {
+/// each a float64 sum of nonnegative terms bounded above as computed ([`NonnegSum`]). Returns
+/// the sums and `M_hat`.
+pub(super) fn box_spread(
+    net: &LocalNet,
+    lam: &Array2<f64>,
+    half: &Array1<f64>,
+) -> (Vec<f64>, Array2<f64>) {
     let layer = &net.layers[0];
     let (m, n) = layer.w.dim();
     let h: Array1<f64> = half.mapv(|r| add_up(r, net.d0));
@@ -143,10 +154,11 @@ pub(super) fn box_spread(net: &LocalNet, lam: &Array2<f64>, half: &Array1<f64>) 
     let from_m = m_hat.mapv(f64::abs).dot(&h);
     let floor = mul_up(underflow_slack(m), sum_n.up(h.sum()));
     let g = gamma_up(m);
-    (0..lam.nrows())
+    let spread = (0..lam.nrows())
         .map(|r| {
             let product = mul_up(g, sum_m.up(mass[r]));
             add_up(add_up(sum_n.up(from_m[r]), product), floor)
         })
-        .collect()
+        .collect();
+    (spread, m_hat)
 }

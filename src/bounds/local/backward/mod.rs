@@ -102,15 +102,17 @@ pub(super) fn lower_bounds(
             shift_split_units(&mut lam, l - 1, mu, splits);
         }
     }
-    if let Some(t) = trace {
-        t.input = rows_times(&lam, net.layers[0].w.view());
-    }
     if let Some(errors) = &concretise::first_layer_at_centre(net, region).errors {
         // the first layer's rounding over the ball, charged here for every `k`: with no hidden
         // layer (`k = 0`) the loop above is empty and this is the only layer's rounding
         add_unit_errors(&lam, errors, &mut carried);
     }
-    concretise(net, &lam, carried, region)
+    let (lower, m_hat) = concretise(net, &lam, carried, region);
+    if let Some(t) = trace {
+        // over a box the concretisation formed `Lambda W_1` already
+        t.input = m_hat.unwrap_or_else(|| rows_times(&lam, net.layers[0].w.view()));
+    }
+    lower
 }
 
 /// Multipliers of split constraints: per hidden layer, `mu >= 0` per row and unit (read only at

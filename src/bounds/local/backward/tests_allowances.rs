@@ -287,7 +287,7 @@ fn concretising_charges_the_centre_product_rounding() {
     let region = Region::new(InputSet::Ball { x0: &x0, eps: 0.0 }, n).unwrap();
     // W x0 = (1.5, -0.5, 1.25): both rows are orthogonal to it
     let lam = Array2::from_shape_vec((2, m), vec![1.0, 5.5, 1.0, -2.0, -11.0, -2.0]).unwrap();
-    let got = concretise(&net, &lam, fresh(2), &region);
+    let got = concretise(&net, &lam, fresh(2), &region).0;
     for r in 0..2 {
         let mut want = Rational::new();
         for i in 0..m {
@@ -321,7 +321,7 @@ fn concretising_charges_the_underflow_slack() {
     let net = LocalNet::new(&dense, None, None).unwrap();
     let region = Region::new(InputSet::Ball { x0: &x0, eps: 0.0 }, n).unwrap();
     let lam = Array2::from_shape_vec((2, m), vec![1.0, -5.5, 0.25, 0.0, 3.0, -1.0]).unwrap() * big;
-    let bounds = concretise(&net, &lam, fresh(2), &region);
+    let bounds = concretise(&net, &lam, fresh(2), &region).0;
     for (r, (row, &got)) in lam.rows().into_iter().zip(&bounds).enumerate() {
         let lam_mass: Rational = row.iter().map(|v| q(v.abs())).sum();
         let charge = |slack: &dyn Fn(usize) -> Rational, centre: Rational| {
