@@ -8,12 +8,13 @@ use super::backward::{self, Trace};
 use super::deployed::{Deployment, LayerErrorModel};
 use super::hidden::{HiddenBounds, Known};
 use super::region::InputSet;
-use super::region::Region;
+use super::region::{FirstLayerAtCentre, Region, SetKey};
 use super::row_search::{RowGroups, RowSearch, Warm};
 use super::slopes::{self, Multipliers};
 use super::split::{Infeasible, Splits};
 use crate::arith::sound::{l2_norm_up, mul_up};
 use crate::onnx::model::{Activation, DenseNet};
+use std::sync::{Arc, Mutex};
 
 /// One dense layer as the local bounds read it.
 pub struct LocalLayer<'a> {
@@ -49,6 +50,9 @@ pub struct LocalNet<'a> {
     pub(super) search: Option<SlopeSearch>,
     /// Steps of the slope search for the hidden layers' own bounds (0: CROWN's slopes).
     pub(super) intermediate_steps: usize,
+    /// The first layer's products at the centre of the last set bounded over, with the set
+    /// (a ReLU-splitting search bounds every subdomain over one box).
+    last_first_layer: Mutex<Option<(SetKey, Arc<FirstLayerAtCentre>)>>,
 }
 
 /// Optimised lower slopes for the final margins (`slopes`, alpha-CROWN): for the margins whose
@@ -156,7 +160,23 @@ impl<'a> LocalNet<'a> {
             d0,
             search: None,
             intermediate_steps: 0,
+            last_first_layer: Mutex::new(None),
         })
+    }
+
+    /// The first layer's products at `region`'s centre, when the last set they were computed
+    /// for is `region`'s (they are functions of the weights and the set alone).
+    pub(super) fn kept_first_layer(&self, region: &Region) -> Option<Arc<FirstLayerAtCentre>> {
+        let kept = self.last_first_layer.lock().ok()?;
+        let (key, products) = kept.as_ref()?;
+        region.has_key(key).then(|| products.clone())
+    }
+
+    /// Keeps `products`, computed for `region`, for the next region of the same set.
+    pub(super) fn keep_first_layer(&self, region: &Region, products: Arc<FirstLayerAtCentre>) {
+        if let Ok(mut kept) = self.last_first_layer.lock() {
+            *kept = Some((region.set_key(), products));
+        }
     }
 
     /// The same network with the hidden layers' bounds also tightened by `steps` steps of the

@@ -123,18 +123,42 @@ impl Region {
     pub(super) fn first_layer(
         &self,
         key: LayerKey,
-        compute: impl FnOnce() -> FirstLayerAtCentre,
+        compute: impl FnOnce() -> Arc<FirstLayerAtCentre>,
     ) -> Arc<FirstLayerAtCentre> {
         match self.first.get() {
             Some((at, kept)) if *at == key => kept.clone(),
-            Some(_) => Arc::new(compute()),
-            None => self
-                .first
-                .get_or_init(|| (key, Arc::new(compute())))
-                .1
-                .clone(),
+            Some(_) => compute(),
+            None => self.first.get_or_init(|| (key, compute())).1.clone(),
         }
     }
+
+    /// What the set is, as far as anything computed from the region depends on it.
+    pub(super) fn set_key(&self) -> SetKey {
+        SetKey {
+            centre: self.centre.clone(),
+            eps: self.eps,
+            ends: (self.boxed.as_ref()).map(|b| (b.lo.clone(), b.hi.clone())),
+        }
+    }
+
+    /// Whether the region is of the set `key` describes.
+    pub(super) fn has_key(&self, key: &SetKey) -> bool {
+        let ends = match (&self.boxed, &key.ends) {
+            (None, None) => true,
+            (Some(b), Some((lo, hi))) => b.lo == *lo && b.hi == *hi,
+            _ => false,
+        };
+        ends && self.eps == key.eps && self.centre == key.centre
+    }
+}
+
+/// A region's set, as far as anything computed from the region depends on it: its centre, its
+/// covering radius and, for a box, its ends (from which its half-widths follow).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct SetKey {
+    centre: Array1<f64>,
+    eps: f64,
+    ends: Option<(Vec<f64>, Vec<f64>)>,
 }
 
 #[cfg(test)]
@@ -178,11 +202,11 @@ mod tests {
         let calls = std::cell::Cell::new(0);
         let value = |v: f64| {
             calls.set(calls.get() + 1);
-            FirstLayerAtCentre {
+            Arc::new(FirstLayerAtCentre {
                 c: Array1::from(vec![v]),
                 c_err: Array1::zeros(1),
                 errors: None,
-            }
+            })
         };
         assert_eq!(r.first_layer((8, true), || value(1.0)).c[0], 1.0);
         assert_eq!(r.first_layer((8, true), || value(2.0)).c[0], 1.0);
@@ -193,6 +217,30 @@ mod tests {
         assert_eq!(r.first_layer((8, false), || value(6.0)).c[0], 6.0);
         assert_eq!(r.first_layer((8, true), || value(5.0)).c[0], 1.0);
         assert_eq!(calls.get(), 4);
+    }
+
+    /// A region has the key of its own set, and of no other: another box (even with the same
+    /// centre), or a ball.
+    #[test]
+    fn a_regions_key_names_its_set_alone() {
+        let boxed =
+            |lo: &[f64], hi: &[f64]| Region::new(InputSet::Box { lo, hi }, lo.len()).unwrap();
+        let r = boxed(&[0.0, 1.0], &[1.0, 2.0]);
+        let key = r.set_key();
+        assert!(r.has_key(&key) && boxed(&[0.0, 1.0], &[1.0, 2.0]).has_key(&key));
+        assert!(!boxed(&[0.0, 1.0], &[1.0, 2.5]).has_key(&key));
+        // the same centre, a narrower box
+        assert!(!boxed(&[0.25, 1.0], &[0.75, 2.0]).has_key(&key));
+        let ball = Region::new(
+            InputSet::Ball {
+                x0: &[0.5, 1.5],
+                eps: r.eps,
+            },
+            2,
+        )
+        .unwrap();
+        assert!(!ball.has_key(&key) && !r.has_key(&ball.set_key()));
+        assert!(ball.has_key(&ball.set_key()));
     }
 
     #[test]

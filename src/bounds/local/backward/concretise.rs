@@ -82,7 +82,8 @@ pub(super) fn concretise(
 }
 
 /// The first layer's products with the region's centre `c` ([`FirstLayerAtCentre`]), kept by
-/// the region for its later passes: `fl(W_1 c)`, its error bound
+/// the region for its later passes and by the network for the next region of the same set
+/// ([`LocalNet::kept_first_layer`]): `fl(W_1 c)`, its error bound
 /// `gamma_n (|W_1| |c|) + n eta` (the sum rounded up), and the deployed first layer's rounding
 /// charges over the region.
 pub(super) fn first_layer_at_centre(net: &LocalNet, region: &Region) -> Arc<FirstLayerAtCentre> {
@@ -90,16 +91,21 @@ pub(super) fn first_layer_at_centre(net: &LocalNet, region: &Region) -> Arc<Firs
     // the layer itself (of this network, alive while the region is) and its rounding model
     let key = (std::ptr::from_ref(layer) as usize, layer.rounding.is_some());
     region.first_layer(key, || {
+        if let Some(kept) = net.kept_first_layer(region) {
+            return kept;
+        }
         let n = layer.w.ncols();
         let x0 = region.centre.view();
         let (g_n, sum_n, slack_n) = (gamma_up(n), NonnegSum::new(n), underflow_slack(n));
         let c_err: Array1<f64> = (layer.abs_w.dot(&x0.mapv(f64::abs)))
             .mapv(|v| add_up(mul_up(g_n, sum_n.up(v)), slack_n));
-        FirstLayerAtCentre {
+        let computed = Arc::new(FirstLayerAtCentre {
             c: layer.w.dot(&x0),
             c_err,
             errors: (layer.rounding.as_ref()).map(|model| model.region_errors(region)),
-        }
+        });
+        net.keep_first_layer(region, computed.clone());
+        computed
     })
 }
 
