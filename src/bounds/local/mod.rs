@@ -32,6 +32,6 @@ pub use hidden::{HiddenBounds, KeptBounds, Known, Refined};
 pub use local_net::{LocalLayer, LocalNet, SlopeSearch, SplitBounds, SplitJob, SplitOutcome};
 pub use lookahead::Estimated;
 pub use region::InputSet;
-pub use row_search::{RowGroups, Warm};
+pub use row_search::{group_rank, RowGroups, Warm};
 pub use slopes::{Multipliers, StoredMultipliers};
 pub use split::{Infeasible, Phase, Splits};

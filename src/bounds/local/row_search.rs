@@ -141,20 +141,24 @@ impl LocalNet<'_> {
     }
 }
 
-/// Of `rows` (ascending), the one of each group of `groups` whose bound in `lower` plus its
-/// offset (rounded down) is highest, the first of equals; a row whose bound or offset is NaN
-/// ranks lowest. Ascending.
+/// A row's rank among its group's: its bound `lower` plus its `offset`, rounded down; `-inf`
+/// where that is NaN or `-inf` (a row that excludes nothing has the offset `-inf`).
+pub fn group_rank(lower: f64, offset: f64) -> f64 {
+    let v = add_down(lower, offset);
+    if v.is_nan() {
+        f64::NEG_INFINITY
+    } else {
+        v
+    }
+}
+
+/// Of `rows` (ascending), the one of each group of `groups` of highest [`group_rank`], the
+/// first of equals; a row ranked `-inf` is never chosen (its search could exclude nothing, and
+/// a start that is not finite stops the search). Ascending.
 fn best_of_each_group(rows: &[usize], groups: RowGroups<'_>, lower: &[f64]) -> Vec<usize> {
-    let value = |r: usize| {
-        let v = add_down(lower[r], groups.offset.get(r).copied().unwrap_or(f64::NAN));
-        if v.is_nan() {
-            f64::NEG_INFINITY
-        } else {
-            v
-        }
-    };
+    let value = |r: usize| group_rank(lower[r], groups.offset.get(r).copied().unwrap_or(f64::NAN));
     let mut best: Vec<(usize, usize)> = Vec::new();
-    for &r in rows {
+    for &r in rows.iter().filter(|&&r| value(r) > f64::NEG_INFINITY) {
         let g = groups.group.get(r).copied().unwrap_or(usize::MAX - r);
         match best.iter_mut().find(|(h, _)| *h == g) {
             Some((_, b)) if value(r) > value(*b) => *b = r,
@@ -182,11 +186,23 @@ mod tests {
             offset: &offset,
         };
         let lower = [-1.0, -1.5, -3.0, -0.75, 5.0, 9.0];
-        // group 0: -1.0, -0.5, -0.75; group 1: -3.0 and -inf; group 2: NaN alone
+        // group 0: -1.0, -0.5, -0.75; group 1: -3.0 and -inf; group 2: NaN alone, none
         let all = [0, 1, 2, 3, 4, 5];
-        assert_eq!(best_of_each_group(&all, groups, &lower), vec![1, 2, 5]);
-        // only the rows given are ranked
-        assert_eq!(best_of_each_group(&[0, 3, 4], groups, &lower), vec![3, 4]);
+        assert_eq!(best_of_each_group(&all, groups, &lower), vec![1, 2]);
+        // only the rows given are ranked, and none ranked -inf
+        assert_eq!(best_of_each_group(&[0, 3, 4], groups, &lower), vec![3]);
+        let unbounded = [f64::NEG_INFINITY, -1.5, -3.0, -0.75, 5.0, 9.0];
+        assert_eq!(
+            best_of_each_group(&[0, 4], groups, &unbounded),
+            Vec::<usize>::new()
+        );
+        assert_eq!(group_rank(1.0, f64::NEG_INFINITY), f64::NEG_INFINITY);
+        assert_eq!(
+            group_rank(f64::INFINITY, f64::NEG_INFINITY),
+            f64::NEG_INFINITY
+        );
+        // rounded down, a step below even an exact sum
+        assert_eq!(group_rank(0.5, 0.25), 0.75f64.next_down());
         // equals: the first
         let tied = [-1.0, -2.0, 0.0, -1.0, 0.0, 0.0];
         assert_eq!(best_of_each_group(&[0, 1, 3], groups, &tied), vec![0]);

@@ -12,10 +12,9 @@ use super::branch;
 use super::domain::{Branch, Subdomain};
 use super::search::{Objective, Plan, SearchSet};
 use crate::arith::format::Format;
-use crate::arith::sound::add_down;
 use crate::bounds::local::{
-    HiddenBounds, InputSet, Multipliers, Refined, RowGroups, SlopeSearch, SplitBounds, SplitJob,
-    SplitOutcome,
+    group_rank, HiddenBounds, InputSet, Multipliers, Refined, RowGroups, SlopeSearch, SplitBounds,
+    SplitJob, SplitOutcome,
 };
 use crate::engine::run::BoundedNet;
 
@@ -164,7 +163,12 @@ fn closed<C>(domain: Subdomain, infeasible: bool) -> Bounded<C> {
 fn settle<C>(
     net: &BoundedNet<'_>,
     objective: &Objective,
-    Ready { mut d, rows, .. }: Ready,
+    Ready {
+        mut d,
+        rows,
+        offset,
+        ..
+    }: Ready,
     outcome: SplitOutcome,
     plan: &Plan,
     confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
@@ -216,10 +220,11 @@ fn settle<C>(
         .copied()
         .filter(|v| !excluded(*v))
         .fold(f64::INFINITY, f64::min);
+    // ranked as the search ranks it (the row it searched, where it searched this disjunct)
     let worst = (0..rows.len())
         .filter(|&t| objective.disjunct[rows[t]] == target)
         .max_by(|&a, &b2| {
-            let value = |t: usize| add_down(b.lower[t], objective.offset[rows[t]]);
+            let value = |t: usize| group_rank(b.lower[t], offset[t]);
             value(a).total_cmp(&value(b2)).then(b2.cmp(&a))
         })
         .unwrap_or(0);
