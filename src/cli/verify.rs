@@ -8,7 +8,7 @@ use super::exit::Exit;
 use super::shared_flags::DeploymentFlags;
 use crate::bounds::norms::DEFAULT_GRAM_ITERATIONS;
 use crate::commands::verify::{self as run, VerifyRequest};
-use crate::engine::complete::Recompute;
+use crate::engine::complete::{Recompute, RootBranching};
 use crate::engine::verify::{Verdict, VerifyOptions};
 use crate::error::LipfpError;
 use crate::progress::Progress;
@@ -57,6 +57,11 @@ pub struct VerifyArgs {
     /// split again (adaptive: while doing so stabilises units; all three sound).
     #[arg(long, value_name = "WHEN", default_value = "adaptive", value_parser = Recompute::parse)]
     pub recompute: Recompute,
+    /// Branch and bound: when a ReLU-splitting search's root bounds each unstable unit by a
+    /// branch and bound of its own (staged: after a tenth of the budget from the plain root left
+    /// the property open; all three sound).
+    #[arg(long, value_name = "WHEN", default_value = "staged", value_parser = RootBranching::parse)]
+    pub root_branching: RootBranching,
     /// Skip the falsifier before branch and bound: a counterexample then comes only from the
     /// search's own candidates (to measure the search alone).
     #[arg(long)]
@@ -85,6 +90,7 @@ pub fn verify(a: &VerifyArgs, progress: &Progress) -> Result<Exit, LipfpError> {
             subdomains: a.max_subdomains.unwrap_or(usize::MAX),
             memory_bytes: a.memory_cap_mib.saturating_mul(1 << 20),
             recompute: a.recompute,
+            root_branching: a.root_branching,
             falsifier: !a.no_falsifier,
         },
     };

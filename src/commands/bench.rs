@@ -379,8 +379,11 @@ fn bench_subdomains(list: &Path, progress: &Progress) -> Result<Phase, LipfpErro
     const SUBDOMAINS: usize = 3000;
     progress.stage("vnncomp2021 mnistfc: branch and bound on 784-256x6-10");
     let dir = list.parent().unwrap_or(Path::new("."));
+    // from the plain root: a root that branches on its units decides the property at once
+    // (docs/performance.md "Session 27"), and the line measures a long search's rate
     let req = verify_request(crate::engine::verify::VerifyOptions {
         subdomains: SUBDOMAINS,
+        root_branching: crate::engine::complete::RootBranching::Never,
         ..Default::default()
     });
     let (model, prop) = (

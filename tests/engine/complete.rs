@@ -22,7 +22,7 @@ use std::path::Path;
 use crate::common::exact_margin::{q, with_inputs, Exact};
 use crate::common::shape_family::{write_model, Shape};
 use lipfp::commands::verify::{self as verify_cmd, VerifyRequest};
-use lipfp::engine::complete::Recompute;
+use lipfp::engine::complete::{Recompute, RootBranching};
 use lipfp::engine::verify::{Verdict, VerifyOptions};
 use lipfp::progress::Progress;
 use rug::Rational;
@@ -70,6 +70,7 @@ fn request() -> VerifyRequest {
         subdomains: 200_000,
         memory_bytes: 256 << 20,
         recompute: Recompute::Adaptive,
+        root_branching: RootBranching::Staged,
         falsifier: true,
     };
     common::verify_request::request(120.0, options)
@@ -144,6 +145,15 @@ fn with_looser_copy_first(prop: &Path, c: &Rational) {
 }
 
 fn check_family(pinned: usize, (recompute, falsifier, rows): (Recompute, bool, Rows)) {
+    check_family_rooted(pinned, (recompute, falsifier, rows), RootBranching::Staged);
+}
+
+/// [`check_family`] with the search's roots branching on their units as `root` says.
+fn check_family_rooted(
+    pinned: usize,
+    (recompute, falsifier, rows): (Recompute, bool, Rows),
+    root: RootBranching,
+) {
     let (a, b) = (-1.5f64, 2.0f64);
     let pins = pinned_values(pinned);
     let pins_q: Vec<Rational> = pins.iter().map(|v| q(*v)).collect();
@@ -164,6 +174,7 @@ fn check_family(pinned: usize, (recompute, falsifier, rows): (Recompute, bool, R
             }
             let mut req = request();
             req.options.recompute = recompute;
+            req.options.root_branching = root;
             req.options.falsifier = falsifier;
             let r = verify_cmd::instance(&req, (&model, &prop), 120.0, &Progress::silent())
                 .unwrap_or_else(|e| panic!("{}: {e}", shape.name()));
@@ -247,8 +258,18 @@ fn relu_splitting_returns_the_exact_verdict_whether_or_not_layers_are_computed_a
     check_family(PINNED, (Recompute::Never, false, Rows::One));
 }
 
+/// The search alone from a root that branches on its units from the start (docs/soundness.md
+/// B12): by default a search branches at its root only after a tenth of its budget left the
+/// property open, which these small networks rarely do.
+#[test]
+fn relu_splitting_returns_the_exact_verdict_from_a_branched_root() {
+    let root = RootBranching::Always;
+    check_family_rooted(PINNED, (Recompute::Adaptive, false, Rows::One), root);
+}
+
 /// Every deployment lipfp models (every format, accumulation, flush-to-zero and runtime preset
-/// of `shape_family::executions`), on every sixth shape of both families:
+/// of `shape_family::executions`), on every sixth shape of both families (the ReLU-splitting
+/// family's roots branching on their units):
 /// * at `c = m + delta` the verdict is `sat` with a counterexample in the box whose exact
 ///   margin is below `c + delta`, and at `c = m - delta` it is `unsat`, where `delta` is the
 ///   deployment's rounding allowance (its format's or TF32's unit roundoff times 200, at least
@@ -288,6 +309,11 @@ fn every_deployment_keeps_the_exact_verdict() {
                 req.accumulate = exec.accumulate;
                 req.ftz = exec.ftz;
                 req.runtime = exec.runtime;
+                // a ReLU-splitting search's root branches on its units (B12) on every deployment
+                req.options.root_branching = match pinned {
+                    0 => RootBranching::Staged,
+                    _ => RootBranching::Always,
+                };
                 let what = |c: &str| {
                     format!(
                         "{} on {}, c = {c} (exact {})",

@@ -246,7 +246,9 @@ impl LocalNet<'_> {
     /// a search, the slopes `reuse` holds for these units where it holds them all (B11); then,
     /// with `steps` of the search ([`LocalNet::with_intermediate_search`]), one with searched
     /// slopes (and the multipliers of `splits` below `l`), each bound the better of the two
-    /// (both sound). Returns the searched slopes where every unit's were searched.
+    /// (both sound); then, for a search's root (`steps` and no split) with
+    /// [`LocalNet::with_unit_branching`], a branch and bound per unit still unstable (B12).
+    /// Returns the searched slopes where every unit's were searched.
     fn tighten(
         &self,
         l: usize,
@@ -291,6 +293,12 @@ impl LocalNet<'_> {
         for (t, &j) in unstable.iter().enumerate() {
             bounds.lo[j] = bounds.lo[j].max(lower[2 * t]);
             bounds.hi[j] = bounds.hi[j].min(-lower[2 * t + 1]);
+        }
+        if let Some(branching) = self
+            .unit_branching
+            .filter(|_| steps > 0 && splits.is_empty())
+        {
+            self.branch_unit_bounds(l, bounds, (below, region), (steps, branching));
         }
         found
     }

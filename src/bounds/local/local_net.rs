@@ -12,6 +12,7 @@ use super::region::{FirstLayerAtCentre, Region, SetKey};
 use super::row_search::{RowGroups, RowSearch, Warm};
 use super::slopes::{self, Multipliers};
 use super::split::{Infeasible, Splits};
+use super::unit_branching::UnitBranching;
 use crate::arith::sound::{l2_norm_up, mul_up};
 use crate::onnx::model::{Activation, DenseNet};
 use std::sync::{Arc, Mutex};
@@ -50,6 +51,9 @@ pub struct LocalNet<'a> {
     pub(super) search: Option<SlopeSearch>,
     /// Steps of the slope search for the hidden layers' own bounds (0: CROWN's slopes).
     pub(super) intermediate_steps: usize,
+    /// Whether the searched hidden bounds (a root's, `intermediate_steps > 0`) are tightened by
+    /// branching on each unstable unit ([`UnitBranching`]).
+    pub(super) unit_branching: Option<UnitBranching>,
     /// The first layer's products at the centre of the last set bounded over, with the set
     /// (a ReLU-splitting search bounds every subdomain over one box).
     last_first_layer: Mutex<Option<(SetKey, Arc<FirstLayerAtCentre>)>>,
@@ -160,6 +164,7 @@ impl<'a> LocalNet<'a> {
             d0,
             search: None,
             intermediate_steps: 0,
+            unit_branching: None,
             last_first_layer: Mutex::new(None),
         })
     }
@@ -184,6 +189,14 @@ impl<'a> LocalNet<'a> {
     /// of a search per layer).
     pub fn with_intermediate_search(mut self, steps: usize) -> Self {
         self.intermediate_steps = steps;
+        self
+    }
+
+    /// The same network with the searched hidden bounds (`with_intermediate_search`) also
+    /// tightened by a branch and bound per unstable unit, as `branching` says
+    /// (docs/soundness.md B12).
+    pub fn with_unit_branching(mut self, branching: UnitBranching) -> Self {
+        self.unit_branching = Some(branching);
         self
     }
 

@@ -23,8 +23,8 @@ pub mod domain;
 pub mod points;
 pub mod refinement;
 pub mod search;
+pub mod stages;
 pub use bounding::excluded;
 pub use refinement::Recompute;
-pub use search::{
-    decide, Budget, CompleteOutcome, Decision, Objective, SearchSet, INPUT_SPLIT_MAX_DIM,
-};
+pub use search::{Budget, CompleteOutcome, Decision, Objective, SearchSet, INPUT_SPLIT_MAX_DIM};
+pub use stages::{decide, RootBranching};

@@ -11,7 +11,8 @@ use std::time::Instant;
 use ndarray::Array2;
 
 use super::refinement::Recompute;
-use super::search::{decide, Budget, CompleteOutcome, Decision, Objective, SearchSet};
+use super::search::{Budget, CompleteOutcome, Decision, Objective, SearchSet};
+use super::stages::{decide, RootBranching};
 use crate::bounds::ball::{clipped_box, conversion_hull, Norm};
 use crate::bounds::certify::{Mode, Refusal, Verdict};
 use crate::engine::attack::{attack_uncertified, AttackOutcome, SetCheck, Witness};
@@ -190,6 +191,7 @@ fn search_points(
                 subdomains: budget.subdomains,
                 memory_bytes: budget.memory_bytes,
                 recompute: Recompute::Adaptive,
+                root_branching: RootBranching::Staged,
             };
             let x0 = &rows[k * dim..(k + 1) * dim];
             let o = search_point(subject, (i, x0, eps), target, limits, &check);

@@ -1,5 +1,5 @@
 //! Branch and bound itself: one search over a set ([`SearchSet`]) for an objective ([`Objective`])
-//! under a budget ([`Budget`]), bounding children in fixed batches ([`decide`]).
+//! under a budget ([`Budget`]), bounding children in fixed batches ([`search_once`]; `stages` runs it).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,9 +11,10 @@ use super::bounding::{bound_group, Bounded};
 use super::branch;
 use super::domain::{Branch, Queue, Subdomain};
 use super::refinement::{Recompute, RefinementRule};
+use super::stages::RootBranching;
 use crate::arith::format::Format;
 use crate::arith::sound::{add_down, add_up, l2_norm_up};
-use crate::bounds::local::{HiddenBounds, SlopeSearch, Splits};
+use crate::bounds::local::{HiddenBounds, SlopeSearch, Splits, UnitBranching};
 use crate::engine::run::{box_norm_up, with_bounded_net, BoundedNet, Subject};
 
 /// Subdomains bounded together (a fixed number: the batches, hence the result, do not depend on
@@ -100,6 +101,8 @@ pub struct Budget {
     /// Whether ReLU-splitting subdomains compute their layers again above their split (not a
     /// limit: how the budget is spent).
     pub recompute: Recompute,
+    /// When a ReLU-splitting search's root branches on its units (not a limit either).
+    pub root_branching: RootBranching,
 }
 
 /// What a search came to.
@@ -188,22 +191,22 @@ pub(super) struct Plan<'a> {
     pub(super) base: Option<HiddenBounds>,
 }
 
-/// Decides whether some execution of the subject's deployed model on an input of `[lo, hi]` puts
-/// its outputs in the unsafe region `objective` describes, within `budget`; `confirm` turns a
-/// candidate input into a counterexample when the model's execution confirms it.
-pub fn decide<C: Send>(
+/// One search from a root bounded with `branching` where given ([`super::stages::decide`] runs
+/// one or two): whether some execution of the subject's deployed model on an input of the set
+/// puts its outputs in the unsafe region `objective` describes, within `budget` counted from
+/// `start`; `confirm` turns a candidate input into a counterexample when the model's execution
+/// confirms it.
+pub(super) fn search_once<C: Send>(
     subject: &Subject,
-    set: SearchSet<'_>,
-    objective: &Objective,
-    budget: Budget,
+    (set, objective): (SearchSet<'_>, &Objective),
+    (budget, start): (Budget, Instant),
+    branching: Option<UnitBranching>,
     confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
 ) -> CompleteOutcome<C> {
-    let start = Instant::now();
-    let format = subject.net.format;
-    let by_input =
-        matches!(set, SearchSet::Box(..)) && subject.net.input_dim() <= INPUT_SPLIT_MAX_DIM;
+    let by_input = by_input(subject, set);
     let steps = if by_input { 0 } else { ROOT_SLOPE_STEPS };
-    let searched = with_bounded_net(subject, set.norm_up(), steps, |net| {
+    let format = subject.net.format;
+    let searched = with_bounded_net(subject, set.norm_up(), (steps, branching), |net| {
         search((net, format), set, objective, budget, confirm, start)
     });
     searched.unwrap_or_else(|why| CompleteOutcome {
@@ -217,7 +220,13 @@ pub fn decide<C: Send>(
     })
 }
 
-/// The search loop of [`decide`].
+/// Whether a search over `set` splits input coordinates (a box of at most
+/// [`INPUT_SPLIT_MAX_DIM`] inputs) rather than ReLUs.
+pub(super) fn by_input(subject: &Subject, set: SearchSet<'_>) -> bool {
+    matches!(set, SearchSet::Box(..)) && subject.net.input_dim() <= INPUT_SPLIT_MAX_DIM
+}
+
+/// The search loop of [`search_once`].
 fn search<C: Send>(
     (net, format): (&BoundedNet<'_>, Format),
     set: SearchSet<'_>,

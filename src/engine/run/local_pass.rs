@@ -13,7 +13,9 @@ use crate::arith::sound::{add_up, l2_norm_up};
 use crate::bounds::ball::{clipped_box, BallSpec, Cover, Norm};
 use crate::bounds::certify::tensor_core::alignment_weight;
 use crate::bounds::certify::{local_overflow, LocalMargins, ModelBounds, Refusal};
-use crate::bounds::local::{Deployment, HiddenBounds, InputSet, LocalNet, SlopeSearch};
+use crate::bounds::local::{
+    Deployment, HiddenBounds, InputSet, LocalNet, SlopeSearch, UnitBranching,
+};
 use crate::engine::data::InputStream;
 use crate::error::LipfpError;
 use crate::onnx::model::{Activation, DenseNet};
@@ -231,14 +233,15 @@ pub fn box_norm_up(lo: &[f64], hi: &[f64]) -> f64 {
 /// Calls `f` with the subject's deployed execution prepared for bounds over sets of inputs of
 /// norm at most `r0` (a box `[lo, hi]`: [`box_norm_up`]) ([`BoundedNet`]: [`LocalNet::linear_lower_bounds`],
 /// [`LocalNet::split_lower_bounds`]; the hidden layers' bounds tightened by `intermediate_steps`
-/// steps of the slope search, [`LocalNet::with_intermediate_search`]), or says why local bounds
+/// steps of the slope search, [`LocalNet::with_intermediate_search`], and by `branching` where
+/// given, [`LocalNet::with_unit_branching`]), or says why local bounds
 /// do not cover the subject. Leading
 /// affine steps that are exact identities (adding zero, scaling by one: no execution changes a
 /// value) are dropped; the lower slopes are searched on every row.
 pub fn with_bounded_net<R>(
     subject: &Subject,
     r0: f64,
-    intermediate_steps: usize,
+    (intermediate_steps, branching): (usize, Option<UnitBranching>),
     f: impl FnOnce(&BoundedNet<'_>) -> R,
 ) -> Result<R, String> {
     let fmt = subject.bounds.as_ref().map_err(Clone::clone)?;
@@ -258,9 +261,12 @@ pub fn with_bounded_net<R>(
         iterations: SLOPE_STEPS,
         target: f64::INFINITY,
     };
-    let net = (LocalNet::new(&kept, Some(prefix), Some(deployment))?)
+    let mut net = (LocalNet::new(&kept, Some(prefix), Some(deployment))?)
         .with_slope_search(search)
         .with_intermediate_search(intermediate_steps);
+    if let Some(b) = branching {
+        net = net.with_unit_branching(b);
+    }
     let slack: Vec<f64> = match fmt.deviation_profile(r0) {
         Ok((_, devs)) => devs.iter().skip(1 + skip).copied().collect(),
         Err(_) => Vec::new(),
@@ -282,7 +288,7 @@ pub fn box_lower_bounds(
     c: &ndarray::Array2<f64>,
 ) -> Result<Vec<f64>, String> {
     let r0 = box_norm_up(lo, hi);
-    with_bounded_net(subject, r0, 0, |b| {
+    with_bounded_net(subject, r0, (0, None), |b| {
         let set = InputSet::Box { lo, hi };
         let (lower, hidden) = (b.net.linear_lower_bounds(set, c, &b.slack))
             .ok_or_else(|| "the local bounds over the box are not finite".to_string())?;

@@ -10,7 +10,9 @@ use super::falsifier::Falsifier;
 use crate::arith::format::Format;
 use crate::arith::sound::{rational_to_f64_down, rational_to_f64_up};
 use crate::bounds::ball::conversion_end;
-use crate::engine::complete::{self, Budget, Decision, Objective, Recompute, SearchSet};
+use crate::engine::complete::{
+    self, Budget, Decision, Objective, Recompute, RootBranching, SearchSet,
+};
 use crate::engine::run::{box_lower_bounds, Subject};
 use crate::policy::vnnlib::{InputBox, OutputConstraint, Property};
 
@@ -116,6 +118,8 @@ pub struct VerifyOptions {
     pub memory_bytes: usize,
     /// Whether its ReLU-splitting subdomains compute their layers again above their split.
     pub recompute: Recompute,
+    /// When its ReLU-splitting searches' roots branch on their units.
+    pub root_branching: RootBranching,
     /// Whether the falsifier runs before branch and bound (without it, counterexamples come
     /// only from the search's own candidates).
     pub falsifier: bool,
@@ -128,6 +132,7 @@ impl Default for VerifyOptions {
             subdomains: usize::MAX,
             memory_bytes: 2 << 30,
             recompute: Recompute::Adaptive,
+            root_branching: RootBranching::Staged,
             falsifier: true,
         }
     }
@@ -254,6 +259,7 @@ fn search_box(
         subdomains: options.subdomains,
         memory_bytes: options.memory_bytes,
         recompute: options.recompute,
+        root_branching: options.root_branching,
     };
     let set = SearchSet::Box(&bx.0, &bx.1);
     let o = complete::decide(subject, set, &objective, budget, &confirm);
