@@ -362,16 +362,24 @@ fn every_deployment_keeps_the_exact_verdict() {
 
 /// For a budget of subdomains, the verdict and the search itself (subdomains bounded, the
 /// deepest, the queue's peak) are the same with one thread and with two, on properties that
-/// need splits on both paths, one stopped by the budget.
+/// need splits on both paths, one stopped by the budget, one from a root that branches on its
+/// units.
 #[test]
 fn the_search_does_not_depend_on_the_thread_count() {
     let mut compared = 0;
-    for (pinned, budget) in [(0, 200_000), (PINNED, 200_000), (PINNED, 40)] {
+    let staged = RootBranching::Staged;
+    for (pinned, budget, root) in [
+        (0, 200_000, staged),
+        (PINNED, 200_000, staged),
+        (PINNED, 40, staged),
+        (PINNED, 200_000, RootBranching::Always),
+    ] {
         let w = Widest::of(pinned);
         let (shape, model) = (&w.shape, &w.model);
         let prop = w.property(&(w.m.clone() - q(1e-4) * (Rational::from(1) + &w.scale)));
         let mut req = request();
         req.options.subdomains = budget;
+        req.options.root_branching = root;
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -401,9 +409,11 @@ fn the_search_does_not_depend_on_the_thread_count() {
             shape.name()
         );
         assert_eq!(one, run(2), "{}", shape.name());
+        // both stages' subdomains count against the budget, checked after each batch of 16
+        assert!(one.1.iter().all(|s| s.0 < budget + 16), "{}", shape.name());
         compared += 1;
     }
-    assert_eq!(compared, 3);
+    assert_eq!(compared, 4);
 }
 
 /// The memory cap stops a search that must split with `unknown`, naming the cap (the queue and

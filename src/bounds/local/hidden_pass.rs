@@ -246,8 +246,9 @@ impl LocalNet<'_> {
     /// a search, the slopes `reuse` holds for these units where it holds them all (B11); then,
     /// with `steps` of the search ([`LocalNet::with_intermediate_search`]), one with searched
     /// slopes (and the multipliers of `splits` below `l`), each bound the better of the two
-    /// (both sound); then, for a search's root (`steps` and no split) with
-    /// [`LocalNet::with_unit_branching`], a branch and bound per unit still unstable (B12).
+    /// (both sound); then, with [`LocalNet::with_unit_branching`] over a set bounded with a
+    /// search and no split (a ReLU-splitting search's root, or a half of a box whose root bounds
+    /// were not finite), a branch and bound per unit still unstable (B12).
     /// Returns the searched slopes where every unit's were searched.
     fn tighten(
         &self,

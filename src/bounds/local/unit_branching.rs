@@ -89,7 +89,8 @@ impl LocalNet<'_> {
         (below, region): (&HiddenBounds, &Region),
         (steps, branching): (usize, UnitBranching),
     ) -> f64 {
-        if start >= 0.0 || start.is_nan() {
+        let late = branching.deadline.is_some_and(|d| Instant::now() >= d);
+        if start >= 0.0 || start.is_nan() || branching.leaves == 0 || late {
             return start;
         }
         let mut trace = Trace::new(l);

@@ -194,12 +194,13 @@ pub(super) struct Plan<'a> {
 /// One search from a root bounded with `branching` where given ([`super::stages::decide`] runs
 /// one or two): whether some execution of the subject's deployed model on an input of the set
 /// puts its outputs in the unsafe region `objective` describes, within `budget` counted from
-/// `start`; `confirm` turns a candidate input into a counterexample when the model's execution
-/// confirms it.
+/// `start`, the subdomains a search before it bounded (`before`) counted against the budget's;
+/// `confirm` turns a candidate input into a counterexample when the model's execution confirms
+/// it.
 pub(super) fn search_once<C: Send>(
     subject: &Subject,
     (set, objective): (SearchSet<'_>, &Objective),
-    (budget, start): (Budget, Instant),
+    (budget, start, before): (Budget, Instant, usize),
     branching: Option<UnitBranching>,
     confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
 ) -> CompleteOutcome<C> {
@@ -207,11 +208,18 @@ pub(super) fn search_once<C: Send>(
     let steps = if by_input { 0 } else { ROOT_SLOPE_STEPS };
     let format = subject.net.format;
     let searched = with_bounded_net(subject, set.norm_up(), (steps, branching), |net| {
-        search((net, format), set, objective, budget, confirm, start)
+        search(
+            (net, format),
+            set,
+            objective,
+            (budget, before),
+            confirm,
+            start,
+        )
     });
     searched.unwrap_or_else(|why| CompleteOutcome {
         decision: Decision::Unknown(why),
-        bounded: 0,
+        bounded: before,
         infeasible: 0,
         peak_queue: 0,
         depth: 0,
@@ -226,19 +234,19 @@ pub(super) fn by_input(subject: &Subject, set: SearchSet<'_>) -> bool {
     matches!(set, SearchSet::Box(..)) && subject.net.input_dim() <= INPUT_SPLIT_MAX_DIM
 }
 
-/// The search loop of [`search_once`].
+/// The search loop of [`search_once`], its count of subdomains bounded starting at `before`.
 fn search<C: Send>(
     (net, format): (&BoundedNet<'_>, Format),
     set: SearchSet<'_>,
     objective: &Objective,
-    budget: Budget,
+    (budget, before): (Budget, usize),
     confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
     start: Instant,
 ) -> CompleteOutcome<C> {
     let (lo, hi) = set.bounding_box();
     let mut out = CompleteOutcome {
         decision: Decision::Holds,
-        bounded: 0,
+        bounded: before,
         infeasible: 0,
         peak_queue: 0,
         depth: 0,

@@ -51,7 +51,8 @@ impl RootBranching {
 /// its outputs in the unsafe region `objective` describes, within `budget`; `confirm` turns a
 /// candidate input into a counterexample when the model's execution confirms it. A search that
 /// splits inputs runs once; one that splits ReLUs as `budget.root_branching` says, its second
-/// stage with what the first left of the budget.
+/// stage with what the first left of the budget (none when the first spent the time or the
+/// subdomains).
 pub fn decide<C: Send>(
     subject: &Subject,
     set: SearchSet<'_>,
@@ -60,37 +61,28 @@ pub fn decide<C: Send>(
     confirm: &(dyn Fn(&[f64]) -> Option<C> + Sync),
 ) -> CompleteOutcome<C> {
     let start = Instant::now();
-    let run = |budget: Budget, branching: Option<UnitBranching>| {
-        search_once(
-            subject,
-            (set, objective),
-            (budget, start),
-            branching,
-            confirm,
-        )
+    let run = |budget: Budget, branching: Option<UnitBranching>, before: usize| {
+        let at = (budget, start, before);
+        search_once(subject, (set, objective), at, branching, confirm)
     };
     let branching = || UnitBranching {
         leaves: ROOT_UNIT_LEAVES,
-        // no deadline without a finite time budget
-        deadline: (Duration::try_from_secs_f64(budget.seconds * ROOT_UNIT_SHARE).ok())
-            .and_then(|d| Instant::now().checked_add(d)),
+        deadline: deadline(start, budget.seconds),
     };
     match budget.root_branching {
-        _ if by_input(subject, set) => run(budget, None),
-        RootBranching::Never => run(budget, None),
-        RootBranching::Always => run(budget, Some(branching())),
+        _ if by_input(subject, set) => run(budget, None, 0),
+        RootBranching::Never => run(budget, None, 0),
+        RootBranching::Always => run(budget, Some(branching()), 0),
         RootBranching::Staged => {
-            let plain = run(share(budget, PLAIN_SHARE), None);
-            if matches!(plain.decision, Decision::Holds | Decision::Violated(_)) {
+            let plain = run(share(budget, PLAIN_SHARE), None, 0);
+            let decided = matches!(plain.decision, Decision::Holds | Decision::Violated(_));
+            let spent = start.elapsed().as_secs_f64() >= budget.seconds;
+            if decided || spent || plain.bounded >= budget.subdomains {
                 return plain;
             }
-            let rest = Budget {
-                subdomains: budget.subdomains.saturating_sub(plain.bounded),
-                ..budget
-            };
-            let branched = run(rest, Some(branching()));
+            // the second search counts the first's subdomains against the budget
+            let branched = run(budget, Some(branching()), plain.bounded);
             CompleteOutcome {
-                bounded: plain.bounded + branched.bounded,
                 infeasible: plain.infeasible + branched.infeasible,
                 peak_queue: plain.peak_queue.max(branched.peak_queue),
                 depth: plain.depth.max(branched.depth),
@@ -98,6 +90,16 @@ pub fn decide<C: Send>(
             }
         }
     }
+}
+
+/// When a root's branching on its units stops: [`ROOT_UNIT_SHARE`] of the time budget from now,
+/// and never past the budget itself (`start` plus `seconds`); none without a finite budget.
+fn deadline(start: Instant, seconds: f64) -> Option<Instant> {
+    let after = |s: f64, from: Instant| {
+        (Duration::try_from_secs_f64(s).ok()).and_then(|d| from.checked_add(d))
+    };
+    let share = after(seconds * ROOT_UNIT_SHARE, Instant::now())?;
+    Some(after(seconds, start).map_or(share, |end| share.min(end)))
 }
 
 /// `part` of the budget's time and subdomains (at least one, at most all), the same memory cap
@@ -162,6 +164,24 @@ mod tests {
             0.1,
         );
         assert!(open.subdomains > usize::MAX / 20 && open.seconds.is_infinite());
+    }
+
+    /// A quarter of the budget from now, never past the budget's end; none without a finite
+    /// budget.
+    #[test]
+    fn the_branching_deadline_stays_within_the_budget() {
+        let start = Instant::now();
+        let d = deadline(start, 100.0).expect("a finite budget has a deadline");
+        assert!(d <= start + Duration::from_secs(100));
+        assert!(
+            d >= start + Duration::from_secs(25) && d <= Instant::now() + Duration::from_secs(25)
+        );
+        let late = start
+            .checked_sub(Duration::from_secs(90))
+            .expect("a past instant");
+        assert_eq!(deadline(late, 100.0), Some(late + Duration::from_secs(100)));
+        assert_eq!(deadline(start, f64::INFINITY), None);
+        assert_eq!(deadline(start, f64::NAN), None);
     }
 
     #[test]
