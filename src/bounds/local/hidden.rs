@@ -177,7 +177,7 @@ impl HiddenBounds {
 mod tests {
     use super::*;
     use crate::bounds::local::region::Region;
-    use crate::bounds::local::seeded_net::seeded_net;
+    use crate::bounds::local::seeded_net::{pre_activations, seeded_net};
     use crate::bounds::local::{InputSet, LocalNet, Phase, SplitOutcome};
     use crate::onnx::model::DenseNet;
 
@@ -275,21 +275,6 @@ mod tests {
         assert_eq!(out.relax[0][j], UnitRelaxation::Active);
         assert!(inside(&out.pre[1], &given[1]));
         assert!(matches!(plain.relax[0][j], UnitRelaxation::Unstable { .. }));
-    }
-
-    /// The exact (float64, within 1e-9 on this small net) pre-activations of every hidden layer
-    /// at `x`.
-    fn pre_activations(dense: &DenseNet, x: &[f64]) -> Vec<Vec<f64>> {
-        let mut h = x.to_vec();
-        let mut out = Vec::new();
-        for layer in &dense.layers[..dense.layers.len() - 1] {
-            let z: Vec<f64> = (layer.w.rows().into_iter().zip(&layer.b))
-                .map(|(row, b)| row.iter().zip(&h).map(|(w, v)| w * v).sum::<f64>() + b)
-                .collect();
-            h = z.iter().map(|v| v.max(0.0)).collect();
-            out.push(z);
-        }
-        out
     }
 
     /// A subdomain's refined bounds (the root's up to its shallowest split, the layers above

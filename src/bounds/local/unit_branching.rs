@@ -178,7 +178,7 @@ fn weakest(leaves: &[Leaf]) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::bounds::local::region::Region;
-    use crate::bounds::local::seeded_net::seeded_net;
+    use crate::bounds::local::seeded_net::{pre_activations, seeded_net};
     use crate::bounds::local::InputSet;
     use crate::onnx::model::DenseNet;
 
@@ -208,20 +208,6 @@ mod tests {
             leaves,
             deadline: None,
         })
-    }
-
-    /// The pre-activations of every hidden layer at `x` (float64: within 1e-9 on these nets).
-    fn pre_activations(dense: &DenseNet, x: &[f64]) -> Vec<Vec<f64>> {
-        let mut h = x.to_vec();
-        let mut out = Vec::new();
-        for layer in &dense.layers[..dense.layers.len() - 1] {
-            let z: Vec<f64> = (layer.w.rows().into_iter().zip(&layer.b))
-                .map(|(row, b)| row.iter().zip(&h).map(|(w, v)| w * v).sum::<f64>() + b)
-                .collect();
-            h = z.iter().map(|v| v.max(0.0)).collect();
-            out.push(z);
-        }
-        out
     }
 
     fn width(h: &HiddenBounds) -> f64 {
