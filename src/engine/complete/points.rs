@@ -1,7 +1,7 @@
 //! Mode `complete` at a gate's points: where `best` (with local bounds at every point) leaves a
 //! point uncertified, the falsifier searches it first, then branch and bound decides it over the
-//! point's set ([`super::search::decide`]), each point within its own budget and all of them within a
-//! total one. A point is verified when every subdomain closes, falsified when a counterexample is
+//! point's set ([`super::stages::decide`]), each point within its own budget and all of them
+//! within a total one. A point is verified when every subdomain closes, falsified when a counterexample is
 //! confirmed by lipfp's execution of the model (the falsifier's rule, [`SetCheck`]), and
 //! undecided otherwise (docs/soundness.md "Complete verification", B8).
 
